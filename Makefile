@@ -1,0 +1,48 @@
+# helm-locker. `make test` runs every test on a fresh machine; `make help`
+# lists the rest.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
+# Go packages with unit tests only; e2e needs the control plane.
+# E2E_FLAGS passes extra flags to the e2e go test, e.g. E2E_FLAGS="-v -run Helm".
+UNIT_PKGS = $(shell go list ./... | grep -v '/e2e')
+
+.PHONY: help
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: ## Build bin/helm-locker
+	go build -trimpath -ldflags '$(LDFLAGS)' -o bin/helm-locker ./cmd/helm-locker
+
+.PHONY: tools
+tools: ## Build (once) etcd, kube-apiserver, kubectl and the helm v3 and v4 CLIs
+	@bash hack/tools.sh
+
+.PHONY: test
+test: test-unit test-e2e ## Run every test: unit and e2e, then check that none leaked a process
+
+.PHONY: test-unit
+test-unit: ## Run the unit tests with the race detector
+	go vet ./...
+	go test -race -count=1 $(UNIT_PKGS)
+
+.PHONY: test-e2e
+test-e2e: ## Run the e2e suite against a real control plane and real helm CLIs
+	bin=$$(bash hack/tools.sh); export HELM_LOCKER_TOOLS_BIN=$$bin; status=0; \
+	go test -count=1 -timeout 45m $(E2E_FLAGS) ./e2e/... || status=$$?; \
+	bash hack/check-leaks.sh; \
+	exit $$status
+
+.PHONY: cluster
+cluster: ## Start the local control plane in the background and print its kubeconfig
+	@bash hack/cluster.sh up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local control plane
+	@bash hack/cluster.sh down

@@ -1,0 +1,82 @@
+package controlplane
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// ToolsEnv names the environment variable that holds the folder of built
+// tools. The Makefile sets it so that test binaries do not each run
+// hack/tools.sh again.
+const ToolsEnv = "HELM_LOCKER_TOOLS_BIN"
+
+// Tools are the paths of the executables the control plane and tests run.
+type Tools struct {
+	Dir           string
+	Etcd          string
+	KubeAPIServer string
+	Kubectl       string
+	Helm3         string
+	Helm4         string
+}
+
+// FindTools returns the built tools, building them first with hack/tools.sh
+// unless $HELM_LOCKER_TOOLS_BIN already names their folder. The first build
+// takes minutes; later ones find everything cached and return at once.
+func FindTools(ctx context.Context) (Tools, error) {
+	dir := os.Getenv(ToolsEnv)
+	if dir == "" {
+		root, err := RepoRoot()
+		if err != nil {
+			return Tools{}, err
+		}
+		var stdout, stderr bytes.Buffer
+		cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "hack", "tools.sh"))
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			return Tools{}, fmt.Errorf("building tools with hack/tools.sh: %w\n%s", err, stderr.String())
+		}
+		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+		dir = lines[len(lines)-1]
+	}
+	t := Tools{
+		Dir:           dir,
+		Etcd:          filepath.Join(dir, "etcd"),
+		KubeAPIServer: filepath.Join(dir, "kube-apiserver"),
+		Kubectl:       filepath.Join(dir, "kubectl"),
+		Helm3:         filepath.Join(dir, "helm3"),
+		Helm4:         filepath.Join(dir, "helm4"),
+	}
+	for _, p := range []string{t.Etcd, t.KubeAPIServer, t.Kubectl, t.Helm3, t.Helm4} {
+		if _, err := os.Stat(p); err != nil {
+			return Tools{}, fmt.Errorf("tool %s is missing (run hack/tools.sh): %w", p, err)
+		}
+	}
+	return t, nil
+}
+
+// RepoRoot finds the helm-locker checkout by walking up from the working
+// directory to the go.mod of the main module.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.HasPrefix(data, []byte("module github.com/helm-locker/helm-locker\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the helm-locker repository: no go.mod for github.com/helm-locker/helm-locker above the working directory")
+		}
+		dir = parent
+	}
+}

@@ -1,0 +1,180 @@
+// Package framework is the e2e harness: one real control plane per test
+// binary, a fresh namespace per test, and the real helm and kubectl CLIs
+// pointed at it.
+package framework
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/helm-locker/helm-locker/e2e/controlplane"
+)
+
+// Env is the shared state of one test binary.
+type Env struct {
+	Tools   controlplane.Tools
+	CP      *controlplane.ControlPlane
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+	// helmHome isolates the helm CLIs from the user's own config and cache.
+	helmHome string
+}
+
+// Main starts the control plane, runs the tests and stops it again, and is
+// meant to be called from TestMain. It exits the process with the tests'
+// status; a control plane that will not start fails the whole binary.
+func Main(m *testing.M, env **Env) {
+	os.Exit(run(m, env))
+}
+
+func run(m *testing.M, envp **Env) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	tools, err := controlplane.FindTools(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	// The "helm-locker-e2e-" prefix is in every argument list of the
+	// processes started here; `make test` greps for it to prove none leak.
+	dir, err := os.MkdirTemp("", "helm-locker-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	start := time.Now()
+	cp, err := controlplane.Start(ctx, tools, dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: starting control plane:", err)
+		return 1
+	}
+	defer func() {
+		if err := cp.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: stopping control plane:", err)
+		}
+	}()
+	fmt.Fprintf(os.Stderr, "e2e: control plane ready in %s, kubeconfig %s\n", time.Since(start).Round(time.Millisecond), cp.Kubeconfig)
+	env := &Env{Tools: tools, CP: cp, helmHome: filepath.Join(dir, "helm")}
+	if env.Kube, err = kubernetes.NewForConfig(cp.Config); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	if env.Dynamic, err = dynamic.NewForConfig(cp.Config); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	*envp = env
+	return m.Run()
+}
+
+// Namespace creates a namespace with a unique name for one test. It is not
+// deleted afterwards: without a controller-manager it would stay Terminating
+// forever, and the whole control plane goes away with the test binary.
+func (e *Env) Namespace(t testing.TB) string {
+	t.Helper()
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	name = strings.Trim(name, "-") + "-" + randomSuffix()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if _, err := e.Kube.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating namespace %s: %v", name, err)
+	}
+	return name
+}
+
+// HelmVersion picks one of the two helm CLIs.
+type HelmVersion int
+
+// The helm CLIs under test. Helm 3 applies with client-side three-way
+// strategic merge; Helm 4 applies with server-side apply.
+const (
+	Helm3 HelmVersion = 3
+	Helm4 HelmVersion = 4
+)
+
+// HelmVersions lists both CLIs, for tests that run once with each.
+var HelmVersions = []HelmVersion{Helm3, Helm4}
+
+func (v HelmVersion) String() string { return fmt.Sprintf("helm%d", v) }
+
+// Helm runs the helm CLI against the control plane and fails the test if it
+// fails. It returns stdout.
+func (e *Env) Helm(t testing.TB, v HelmVersion, args ...string) string {
+	t.Helper()
+	out, err := e.HelmE(t, v, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// HelmE is Helm for tests that expect the command may fail.
+func (e *Env) HelmE(t testing.TB, v HelmVersion, args ...string) (string, error) {
+	t.Helper()
+	bin := e.Tools.Helm3
+	if v == Helm4 {
+		bin = e.Tools.Helm4
+	}
+	return e.run(t, bin, append([]string{"--kubeconfig", e.CP.Kubeconfig}, args...), []string{
+		"HELM_CACHE_HOME=" + filepath.Join(e.helmHome, v.String(), "cache"),
+		"HELM_CONFIG_HOME=" + filepath.Join(e.helmHome, v.String(), "config"),
+		"HELM_DATA_HOME=" + filepath.Join(e.helmHome, v.String(), "data"),
+	})
+}
+
+// Kubectl runs the kubectl CLI against the control plane and fails the test
+// if it fails. It returns stdout.
+func (e *Env) Kubectl(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := e.run(t, e.Tools.Kubectl, append([]string{"--kubeconfig", e.CP.Kubeconfig}, args...), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// CreateChart runs `helm create`, the chart most real charts start from,
+// and returns its path.
+func (e *Env) CreateChart(t testing.TB, name string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	e.Helm(t, Helm3, "create", dir)
+	return dir
+}
+
+func (e *Env) run(t testing.TB, bin string, args, env []string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%s %s: %v\nstdout:\n%s\nstderr:\n%s", filepath.Base(bin), strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+func randomSuffix() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
