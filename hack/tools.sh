@@ -2,6 +2,9 @@
 # Builds the binaries the e2e suite and the demo run, from the Go module proxy
 # only: etcd, kube-apiserver, kubectl and the helm v3 and v4 CLIs.
 #
+# The helm CLIs are installed as v3/helm and v4/helm: Helm names its field
+# manager after the binary, and users run it as "helm".
+#
 # Each binary is cached under $HELM_LOCKER_TOOLS (default
 # ~/.cache/helm-locker/tools) in a folder named after its version, so a second
 # run builds nothing and a version bump builds only what changed. Prints the
@@ -36,7 +39,8 @@ build() {
   [ -x "$BIN/$name" ] && return 0
   log "building $name (first run only)"
   local start=$SECONDS
-  out="$BIN/.$name.tmp"
+  mkdir -p "$(dirname "$BIN/$name")"
+  out="$BIN/$name.tmp"
   "$@"
   mv "$out" "$BIN/$name"
   log "built $name in $((SECONDS - start))s"
@@ -63,7 +67,7 @@ build_helm() {
 build etcd build_etcd
 build kube-apiserver build_kube kube-apiserver
 build kubectl build_kube kubectl
-build helm3 build_helm v3 "$HELM3_VERSION"
-build helm4 build_helm v4 "$HELM4_VERSION"
+build v3/helm build_helm v3 "$HELM3_VERSION"
+build v4/helm build_helm v4 "$HELM4_VERSION"
 
 echo "$BIN"

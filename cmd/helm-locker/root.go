@@ -1,18 +1,59 @@
 package main
 
 import (
+	"flag"
+
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 )
 
-// newRootCommand builds the command tree. Errors are printed once by main, so
-// cobra's own printing is turned off.
+// options are the operator's flags. The first four are rancher/helm-locker's,
+// with the same names and defaults.
+type options struct {
+	config         string
+	kubeconfig     string
+	namespace      string
+	controllerName string
+	nodeName       string
+	workers        int
+	helmManagers   []string
+}
+
+// newRootCommand builds the command tree. Run with no subcommand, it runs
+// the operator. Errors are printed once, by main.
 func newRootCommand() *cobra.Command {
+	opts := &options{}
 	root := &cobra.Command{
-		Use:           "helm-locker",
-		Short:         "Keep the objects of Helm releases exactly as their manifests declare",
+		Use:   "helm-locker",
+		Short: "Keep the objects of Helm releases exactly as their manifests declare",
+		Long: `helm-locker locks Helm releases. For every HelmRelease CR in the registration
+namespace, while the release's latest revision is deployed, every object in its
+manifest is held as the manifest declares: edits are reverted and deleted
+objects are recreated. While Helm works on the release, the lock opens.
+
+Every flag can also be set in the environment (HELM_LOCKER_NAMESPACE, ...)
+or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
+		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return bindConfig(cmd, opts.config)
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runOperator(cmd.Context(), opts)
+		},
 	}
+	f := root.Flags()
+	root.PersistentFlags().StringVar(&opts.config, "config", "", "read flags from this file (YAML, JSON or TOML)")
+	f.StringVar(&opts.kubeconfig, "kubeconfig", "", "kubeconfig file; defaults to $KUBECONFIG, ~/.kube/config, then the in-cluster service account")
+	f.StringVar(&opts.namespace, "namespace", "cattle-helm-system", "registration namespace: the HelmRelease CRs served live here; created if missing")
+	f.StringVar(&opts.controllerName, "controller-name", "helm-locker", "name written into the helmreleases.cattle.io/managed-by annotation; CRs naming another controller are left alone")
+	f.StringVar(&opts.nodeName, "node-name", "", "name of the node the operator runs on, for logs")
+	f.IntVar(&opts.workers, "workers", 4, "releases synced at once")
+	f.StringSliceVar(&opts.helmManagers, "helm-field-managers", []string{"helm"}, "field managers Helm writes with (Helm names its manager after its binary)")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	f.AddGoFlag(klogFlags.Lookup("v"))
 	root.AddCommand(newVersionCommand())
 	return root
 }

@@ -50,8 +50,8 @@ func FindTools(ctx context.Context) (Tools, error) {
 		Etcd:          filepath.Join(dir, "etcd"),
 		KubeAPIServer: filepath.Join(dir, "kube-apiserver"),
 		Kubectl:       filepath.Join(dir, "kubectl"),
-		Helm3:         filepath.Join(dir, "helm3"),
-		Helm4:         filepath.Join(dir, "helm4"),
+		Helm3:         filepath.Join(dir, "v3", "helm"),
+		Helm4:         filepath.Join(dir, "v4", "helm"),
 	}
 	for _, p := range []string{t.Etcd, t.KubeAPIServer, t.Kubectl, t.Helm3, t.Helm4} {
 		if _, err := os.Stat(p); err != nil {

@@ -1,0 +1,67 @@
+package api
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
+)
+
+//go:embed helm.cattle.io_helmreleases.yaml
+var crdYAML []byte
+
+// CRD returns the HelmRelease CustomResourceDefinition.
+func CRD() (*apiextensionsv1.CustomResourceDefinition, error) {
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.UnmarshalStrict(crdYAML, crd); err != nil {
+		return nil, fmt.Errorf("decoding the embedded HelmRelease CRD: %w", err)
+	}
+	return crd, nil
+}
+
+// InstallCRD creates the HelmRelease CRD, or updates it to this version's
+// schema, and waits until the API server serves it.
+func InstallCRD(ctx context.Context, client apiextensionsclient.Interface) error {
+	want, err := CRD()
+	if err != nil {
+		return err
+	}
+	crds := client.ApiextensionsV1().CustomResourceDefinitions()
+	got, err := crds.Get(ctx, want.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		if _, err := crds.Create(ctx, want, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating CRD %s: %w", want.Name, err)
+		}
+	case err != nil:
+		return fmt.Errorf("reading CRD %s: %w", want.Name, err)
+	default:
+		got.Spec = want.Spec
+		if _, err := crds.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("updating CRD %s: %w", want.Name, err)
+		}
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		crd, err := crds.Get(ctx, want.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range crd.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for CRD %s to be established: %w", want.Name, err)
+	}
+	return nil
+}

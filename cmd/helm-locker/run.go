@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/helm-locker/helm-locker/api"
+	"github.com/helm-locker/helm-locker/internal/controller"
+)
+
+// runOperator installs the CRD, then runs the controller until ctx is done.
+func runOperator(ctx context.Context, opts *options) error {
+	logger := klog.FromContext(ctx).WithValues("controller", opts.controllerName)
+	if opts.nodeName != "" {
+		logger = logger.WithValues("node", opts.nodeName)
+	}
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting helm-locker", "version", versionString(), "namespace", opts.namespace)
+
+	cfg, err := restConfig(opts.kubeconfig)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ext, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if err := ensureNamespace(ctx, kube, opts.namespace); err != nil {
+		return err
+	}
+	if err := api.InstallCRD(ctx, ext); err != nil {
+		return err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
+	c := controller.New(controller.Config{
+		Namespace:      opts.namespace,
+		ControllerName: opts.controllerName,
+		HelmManagers:   opts.helmManagers,
+		Dynamic:        dyn,
+		Metadata:       meta,
+		Kube:           kube,
+		Mapper:         mapper,
+		Workers:        opts.workers,
+	})
+	return c.Run(ctx)
+}
+
+// restConfig loads the kubeconfig the way kubectl does, falling back to the
+// in-cluster service account. The locker's own client-side rate limit is
+// raised: it must react to drift as fast as the API server lets it.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = 500, 1000
+	cfg.UserAgent = "helm-locker/" + version
+	return cfg, nil
+}
+
+func ensureNamespace(ctx context.Context, kube kubernetes.Interface, name string) error {
+	_, err := kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading namespace %s: %w", name, err)
+	}
+	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,337 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/helm-locker/helm-locker/informers"
+)
+
+// DefaultFieldManager is the field manager of the engine's own writes.
+const DefaultFieldManager = "helm-locker"
+
+// DefaultApplyManager is the Apply field manager assumed for a
+// ServerSideApply object that has none on record: Helm names its manager
+// after its binary, which users call "helm".
+const DefaultApplyManager = "helm"
+
+// ObjectRef names one object on the API server.
+type ObjectRef struct {
+	GVR       schema.GroupVersionResource
+	Namespace string
+	Name      string
+}
+
+func (r ObjectRef) String() string {
+	res := r.GVR.Resource
+	if r.GVR.Group != "" {
+		res += "." + r.GVR.Group
+	}
+	if r.Namespace == "" {
+		return res + "/" + r.Name
+	}
+	return res + "/" + r.Namespace + "/" + r.Name
+}
+
+// ObjectSet is what a caller wants held: a set of objects, each kept as
+// declared.
+type ObjectSet struct {
+	// Objects are the declared objects. The engine does not modify them.
+	Objects []*unstructured.Unstructured
+	// DefaultNamespace is given to namespaced objects that declare none,
+	// as `helm install -n` and `kubectl apply -n` do. Cluster-scoped
+	// objects never get a namespace.
+	DefaultNamespace string
+	// ServerSideApply says the objects' owner writes them with server-side
+	// apply, as Helm 4 does. After each correction the engine hands the
+	// fields it restored to the object's Apply field manager, so that the
+	// owner's next apply owns them again and can change or remove them.
+	// Left with the engine's own manager, a restored list entry would
+	// survive the owner's next apply beside the entry that replaces it.
+	// Deleted objects are recreated by applying as that manager.
+	ServerSideApply bool
+	// BeforeWrite, if set, is called before every write with the object
+	// about to be written (the live object, or nil when recreating one).
+	// An error stops that write and is returned by Sync. It lets a caller
+	// confirm that the lock still holds, for example that Helm has not
+	// started an upgrade whose writes the engine would otherwise revert.
+	BeforeWrite func(ctx context.Context, ref ObjectRef, live *unstructured.Unstructured) error
+}
+
+// Options configure an Engine.
+type Options struct {
+	// FieldManager names the engine's writes; DefaultFieldManager if empty.
+	FieldManager string
+}
+
+// Engine keeps object sets, each under a caller's key, as declared. Watch
+// events on a set's objects mark them dirty and call notify with the key;
+// the caller then calls Sync(key) from its own workqueue, which corrects
+// the dirty objects. An event that lands while Sync runs marks the object
+// dirty again, so no change is ever missed.
+type Engine struct {
+	client       dynamic.Interface
+	mapper       meta.ResettableRESTMapper
+	notify       func(key string)
+	fieldManager string
+	informers    *informers.Registry
+
+	mu     sync.Mutex
+	sets   map[string]*objectSet
+	owners map[ObjectRef]map[string]struct{} // which keys hold each object
+}
+
+// objectSet is the engine's state for one key.
+type objectSet struct {
+	spec       ObjectSet
+	objects    map[ObjectRef]*lockedObject
+	unresolved []*unresolvedObject
+	dirty      map[ObjectRef]struct{}
+	gvrs       map[schema.GroupVersionResource]int // informers acquired
+}
+
+// lockedObject is one declared object whose type the API server serves.
+type lockedObject struct {
+	ref      ObjectRef
+	declared *unstructured.Unstructured // normalized, namespace resolved
+	meta     strategicpatch.LookupPatchMeta
+	// inLine is set once the object was checked and found, or made, as
+	// declared, and cleared when that check fails.
+	inLine bool
+	// noop remembers a patch the API server applied without changing the
+	// object (it normalizes, say, "1000m" CPU to "1"), so that it is not
+	// sent again until the object changes.
+	noop *noopPatch
+	// applyManager is the Apply field manager last seen on the live
+	// object, for ObjectSet.ServerSideApply.
+	applyManager string
+}
+
+type noopPatch struct {
+	resourceVersion string
+	data            string
+}
+
+// unresolvedObject is a declared object whose kind the API server does not
+// serve (yet): typically a custom resource whose CRD is in the same set.
+type unresolvedObject struct {
+	obj *unstructured.Unstructured
+	err error
+}
+
+// New returns an Engine; Run starts its informers. notify is called, from
+// informer goroutines, with the key of every set that needs a Sync.
+func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func(key string), opts Options) *Engine {
+	e := &Engine{
+		client:       client,
+		mapper:       mapper,
+		notify:       notify,
+		fieldManager: opts.FieldManager,
+		sets:         map[string]*objectSet{},
+		owners:       map[ObjectRef]map[string]struct{}{},
+	}
+	if e.fieldManager == "" {
+		e.fieldManager = DefaultFieldManager
+	}
+	e.informers = informers.NewRegistry(client, informers.Options{
+		Handler:        e.onEvent,
+		Tracked:        e.tracked,
+		OnTypesChanged: e.typesChanged,
+	})
+	return e
+}
+
+// Run runs the engine's informers until ctx is done, then stops them and
+// waits for them to exit.
+func (e *Engine) Run(ctx context.Context) error {
+	return e.informers.Run(ctx)
+}
+
+// Informers is the registry of running informers, for observability.
+func (e *Engine) Informers() *informers.Registry { return e.informers }
+
+// Declare makes set the objects held under key, replacing what key held
+// before. Objects that are no longer declared are left as they are. Every
+// object is checked by the next Sync.
+func (e *Engine) Declare(key string, set ObjectSet) {
+	s := &objectSet{
+		spec:    set,
+		objects: map[ObjectRef]*lockedObject{},
+		dirty:   map[ObjectRef]struct{}{},
+		gvrs:    map[schema.GroupVersionResource]int{},
+	}
+	for _, obj := range set.Objects {
+		s.unresolved = append(s.unresolved, &unresolvedObject{obj: obj})
+	}
+	e.mu.Lock()
+	old := e.sets[key]
+	e.sets[key] = s
+	if old != nil {
+		e.disownLocked(key, old)
+	}
+	acquire := e.resolveLocked(key, s)
+	e.mu.Unlock()
+	for _, gvr := range acquire {
+		e.informers.Acquire(gvr)
+	}
+	if old != nil {
+		e.releaseInformers(old)
+	}
+}
+
+// Forget stops holding key's objects and leaves them as they are.
+func (e *Engine) Forget(key string) {
+	e.mu.Lock()
+	s := e.sets[key]
+	if s == nil {
+		e.mu.Unlock()
+		return
+	}
+	delete(e.sets, key)
+	e.disownLocked(key, s)
+	e.mu.Unlock()
+	e.releaseInformers(s)
+}
+
+// Holds reports whether key has a declared set.
+func (e *Engine) Holds(key string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.sets[key] != nil
+}
+
+func (e *Engine) disownLocked(key string, s *objectSet) {
+	for ref := range s.objects {
+		delete(e.owners[ref], key)
+		if len(e.owners[ref]) == 0 {
+			delete(e.owners, ref)
+		}
+	}
+}
+
+// releaseInformers releases s's informers. It must be called without e.mu
+// held: Release waits for the informer to stop, and the informer's handler
+// takes e.mu.
+func (e *Engine) releaseInformers(s *objectSet) {
+	for gvr, n := range s.gvrs {
+		for range n {
+			e.informers.Release(gvr)
+		}
+	}
+}
+
+// resolveLocked maps s's unresolved objects to resources, fills in their
+// namespace, and returns the informers to acquire for those now resolved.
+func (e *Engine) resolveLocked(key string, s *objectSet) []schema.GroupVersionResource {
+	var acquire []schema.GroupVersionResource
+	var still []*unresolvedObject
+	for _, u := range s.unresolved {
+		obj, err := e.resolve(u.obj, s.spec.DefaultNamespace)
+		if err != nil {
+			still = append(still, &unresolvedObject{obj: u.obj, err: err})
+			continue
+		}
+		if _, dup := s.objects[obj.ref]; dup {
+			still = append(still, &unresolvedObject{obj: u.obj, err: fmt.Errorf("%s is declared twice", obj.ref)})
+			continue
+		}
+		s.objects[obj.ref] = obj
+		s.dirty[obj.ref] = struct{}{}
+		if e.owners[obj.ref] == nil {
+			e.owners[obj.ref] = map[string]struct{}{}
+		}
+		e.owners[obj.ref][key] = struct{}{}
+		if s.gvrs[obj.ref.GVR] == 0 {
+			s.gvrs[obj.ref.GVR] = 1
+			acquire = append(acquire, obj.ref.GVR)
+		}
+	}
+	s.unresolved = still
+	return acquire
+}
+
+// resolve finds obj's resource and scope through the RESTMapper.
+func (e *Engine) resolve(obj *unstructured.Unstructured, defaultNamespace string) (*lockedObject, error) {
+	gvk := obj.GroupVersionKind()
+	mapping, err := e.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, &TypeError{Kind: gvk, Name: obj.GetName(), Err: err}
+	}
+	declared := normalize(obj)
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		if declared.GetNamespace() == "" {
+			declared.SetNamespace(defaultNamespace)
+		}
+		if declared.GetNamespace() == "" {
+			return nil, &ObjectError{Ref: ObjectRef{GVR: mapping.Resource, Name: obj.GetName()}, Err: fmt.Errorf("%s is namespaced but declares no namespace, and the set has no default namespace", gvk.Kind)}
+		}
+	} else {
+		declared.SetNamespace("")
+	}
+	return &lockedObject{
+		ref:      ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()},
+		declared: declared,
+		meta:     patchMetaFor(gvk),
+	}, nil
+}
+
+// onEvent marks the object dirty in every set that holds it.
+func (e *Engine) onEvent(gvr schema.GroupVersionResource, obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	ref := ObjectRef{GVR: gvr, Namespace: m.GetNamespace(), Name: m.GetName()}
+	e.mu.Lock()
+	var keys []string
+	for key := range e.owners[ref] {
+		if s := e.sets[key]; s != nil {
+			s.dirty[ref] = struct{}{}
+			keys = append(keys, key)
+		}
+	}
+	e.mu.Unlock()
+	for _, key := range keys {
+		e.notify(key)
+	}
+}
+
+// tracked tells the informers which objects to keep in full.
+func (e *Engine) tracked(gvr schema.GroupVersionResource, namespace, name string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.owners[ObjectRef{GVR: gvr, Namespace: namespace, Name: name}]) > 0
+}
+
+// typesChanged runs when a CRD changes: the RESTMapper forgets what it
+// knew, and sets with objects of unknown kinds try again.
+func (e *Engine) typesChanged() {
+	e.mapper.Reset()
+	e.mu.Lock()
+	var keys []string
+	for key, s := range e.sets {
+		if len(s.unresolved) > 0 {
+			keys = append(keys, key)
+		}
+	}
+	e.mu.Unlock()
+	sort.Strings(keys)
+	for _, key := range keys {
+		e.notify(key)
+	}
+}
+
+// dynamicResource is a namespaced or cluster-wide dynamic client.
+type dynamicResource = dynamic.ResourceInterface

@@ -1,0 +1,278 @@
+package informers
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Handler receives every add, update and delete of an object of a watched
+// type. obj is the object as stored (see Options.Tracked); on delete it may
+// be a cache.DeletedFinalStateUnknown.
+type Handler func(gvr schema.GroupVersionResource, obj any)
+
+// Options configure a Registry.
+type Options struct {
+	// Handler is called for every event of every running informer.
+	Handler Handler
+	// Tracked reports whether an object is one a caller needs in full. The
+	// others are stored as metav1.PartialObjectMetadata only, so that a
+	// cluster-wide informer for, say, Secrets does not hold a copy of every
+	// Secret in the cluster. Nil means every object is tracked.
+	Tracked func(gvr schema.GroupVersionResource, namespace, name string) bool
+	// OnTypesChanged is called when a CustomResourceDefinition is created,
+	// changed or deleted, so that callers can refresh their RESTMapper and
+	// retry kinds that did not exist before.
+	OnTypesChanged func()
+}
+
+// Registry runs one dynamic informer per resource type (GVR), on demand.
+// Callers Acquire a type while they need it and Release it when done; the
+// informer starts with the first Acquire and stops with the last Release.
+// Informers of types whose CRD is deleted stop, and start again when the CRD
+// comes back.
+type Registry struct {
+	client dynamic.Interface
+	opts   Options
+
+	mu      sync.Mutex
+	entries map[schema.GroupVersionResource]*entry
+	ctx     context.Context // nil until Run starts, and after it stops
+	wg      sync.WaitGroup  // every running informer goroutine
+}
+
+// entry is one type's informer. refs counts Acquires; cancel and done are set
+// while the informer runs.
+type entry struct {
+	gvr      schema.GroupVersionResource
+	refs     int
+	informer cache.SharedIndexInformer
+	handle   cache.ResourceEventHandlerRegistration
+	cancel   context.CancelFunc
+	done     chan struct{}
+	// missing is set when the API server says the type does not exist; the
+	// informer is stopped until a CRD change says to try again.
+	missing bool
+}
+
+// NewRegistry returns a Registry that starts informers once Run is called.
+func NewRegistry(client dynamic.Interface, opts Options) *Registry {
+	return &Registry{client: client, opts: opts, entries: map[schema.GroupVersionResource]*entry{}}
+}
+
+// Acquire says the caller needs gvr watched. It starts the informer if the
+// registry is running and this is the first Acquire of gvr.
+func (r *Registry) Acquire(gvr schema.GroupVersionResource) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.entries[gvr]
+	if e == nil {
+		e = &entry{gvr: gvr}
+		r.entries[gvr] = e
+	}
+	e.refs++
+	if e.refs == 1 && r.ctx != nil {
+		r.startLocked(e)
+	}
+}
+
+// Release undoes one Acquire. The last Release stops the informer, removes
+// its handler and waits for its goroutine to exit.
+func (r *Registry) Release(gvr schema.GroupVersionResource) {
+	r.mu.Lock()
+	e := r.entries[gvr]
+	if e == nil {
+		r.mu.Unlock()
+		return
+	}
+	e.refs--
+	if e.refs > 0 {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.entries, gvr)
+	done := r.stopLocked(e)
+	r.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// Get returns the stored object, as Options.Tracked left it. synced is false
+// while the type's informer has not finished its first list (or is not
+// running); callers must then not take a missing object as deleted.
+func (r *Registry) Get(gvr schema.GroupVersionResource, namespace, name string) (obj any, exists, synced bool, err error) {
+	r.mu.Lock()
+	e := r.entries[gvr]
+	var informer cache.SharedIndexInformer
+	if e != nil && e.cancel != nil {
+		informer = e.informer
+	}
+	r.mu.Unlock()
+	if informer == nil || !informer.HasSynced() {
+		return nil, false, false, nil
+	}
+	key := name
+	if namespace != "" {
+		key = namespace + "/" + name
+	}
+	obj, exists, err = informer.GetStore().GetByKey(key)
+	return obj, exists, true, err
+}
+
+// Running lists the types whose informers run now, for tests and metrics.
+func (r *Registry) Running() []schema.GroupVersionResource {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []schema.GroupVersionResource
+	for gvr, e := range r.entries {
+		if e.cancel != nil {
+			out = append(out, gvr)
+		}
+	}
+	return out
+}
+
+// Run starts the informers acquired so far and any acquired later, watches
+// CRDs, and blocks until ctx is done. It then stops every informer and waits
+// for all of them to exit.
+func (r *Registry) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.ctx != nil {
+		r.mu.Unlock()
+		return errors.New("informers: Registry.Run called twice")
+	}
+	r.ctx = ctx
+	for _, e := range r.entries {
+		r.startLocked(e)
+	}
+	r.mu.Unlock()
+
+	crds := r.watchCRDs(ctx)
+
+	<-ctx.Done()
+	r.mu.Lock()
+	r.ctx = nil
+	for _, e := range r.entries {
+		r.stopLocked(e)
+	}
+	r.mu.Unlock()
+	<-crds
+	r.wg.Wait()
+	return nil
+}
+
+// startLocked starts e's informer. r.mu must be held and r.ctx set.
+func (r *Registry) startLocked(e *entry) {
+	if e.cancel != nil || e.missing {
+		return
+	}
+	gvr := e.gvr
+	informer := dynamicinformer.NewFilteredDynamicInformer(r.client, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+	if r.opts.Tracked != nil {
+		// SetTransform only fails once the informer runs.
+		_ = informer.SetTransform(func(obj any) (any, error) { return r.strip(gvr, obj), nil })
+	}
+	_ = informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, refl *cache.Reflector, err error) {
+		if apierrors.IsNotFound(err) {
+			// The type is gone, usually because its CRD was deleted.
+			// Stop here rather than retry forever; a CRD event
+			// starts the informer again.
+			go r.markMissing(gvr)
+			return
+		}
+		cache.DefaultWatchErrorHandler(ctx, refl, err)
+	})
+	handle, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { r.opts.Handler(gvr, obj) },
+		UpdateFunc: func(_, obj any) { r.opts.Handler(gvr, obj) },
+		DeleteFunc: func(obj any) { r.opts.Handler(gvr, obj) },
+	})
+	if err != nil {
+		// Only an informer that has been stopped refuses a handler,
+		// and this one is new.
+		return
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	done := make(chan struct{})
+	e.informer, e.handle, e.cancel, e.done = informer, handle, cancel, done
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer close(done)
+		informer.RunWithContext(ctx)
+	}()
+}
+
+// stopLocked cancels e's informer and removes its handler, returning a
+// channel closed once the informer's goroutine has exited (nil if it was not
+// running). r.mu must be held.
+func (r *Registry) stopLocked(e *entry) <-chan struct{} {
+	if e.cancel == nil {
+		return nil
+	}
+	e.cancel()
+	_ = e.informer.RemoveEventHandler(e.handle)
+	done := e.done
+	e.informer, e.handle, e.cancel, e.done = nil, nil, nil, nil
+	return done
+}
+
+func (r *Registry) markMissing(gvr schema.GroupVersionResource) {
+	r.mu.Lock()
+	e := r.entries[gvr]
+	if e == nil || e.missing {
+		r.mu.Unlock()
+		return
+	}
+	e.missing = true
+	done := r.stopLocked(e)
+	r.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	if r.opts.OnTypesChanged != nil {
+		r.opts.OnTypesChanged()
+	}
+}
+
+// retryMissing restarts informers whose type was missing, after a CRD
+// change.
+func (r *Registry) retryMissing() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ctx == nil {
+		return
+	}
+	for _, e := range r.entries {
+		if e.missing {
+			e.missing = false
+			r.startLocked(e)
+		}
+	}
+}
+
+// strip keeps full copies of tracked objects only.
+func (r *Registry) strip(gvr schema.GroupVersionResource, obj any) any {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || r.opts.Tracked(gvr, u.GetNamespace(), u.GetName()) {
+		return obj
+	}
+	return &metav1.PartialObjectMetadata{
+		TypeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            u.GetName(),
+			Namespace:       u.GetNamespace(),
+			UID:             u.GetUID(),
+			ResourceVersion: u.GetResourceVersion(),
+		},
+	}
+}

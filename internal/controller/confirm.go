@@ -1,0 +1,71 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"helm.sh/helm/v3/pkg/release"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/engine"
+)
+
+// LockOpenError says the release moved on (Helm started working on it, or
+// a new revision exists) after the lock engaged, so a write was not made.
+type LockOpenError struct {
+	Release  v1alpha1.ReleaseKey
+	Revision int
+	Latest   int
+	Status   string
+}
+
+func (e *LockOpenError) Error() string {
+	return fmt.Sprintf("release %s/%s moved from revision %d to revision %d (%s); not writing", e.Release.Namespace, e.Release.Name, e.Revision, e.Latest, e.Status)
+}
+
+// confirmLocked guards the engine's writes against a race with Helm: Helm
+// marks a release pending before it writes objects, but the watch of the
+// release Secret and the watch of an object are separate streams, so the
+// object's change can arrive first. When the object about to be corrected
+// was last changed by Helm's field manager after the lock engaged, or is
+// about to be recreated (Helm deletes objects on upgrade and uninstall),
+// the release's revisions are listed afresh before writing.
+func (c *Controller) confirmLocked(rk v1alpha1.ReleaseKey, revision int, engagedAt time.Time) func(context.Context, engine.ObjectRef, *unstructured.Unstructured) error {
+	// managedFields times have a resolution of one second.
+	since := engagedAt.Truncate(time.Second)
+	return func(ctx context.Context, _ engine.ObjectRef, live *unstructured.Unstructured) error {
+		if live != nil && !c.helmChangedSince(live, since) {
+			return nil
+		}
+		list, err := c.cfg.Metadata.Resource(secretsResource).Namespace(rk.Namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: labelOwner + "=helm," + labelName + "=" + rk.Name,
+		})
+		if err != nil {
+			return fmt.Errorf("confirming release %s/%s is still deployed: %w", rk.Namespace, rk.Name, err)
+		}
+		latest, status := 0, ""
+		for _, m := range list.Items {
+			if v, err := strconv.Atoi(m.Labels[labelVersion]); err == nil && v > latest {
+				latest, status = v, m.Labels[labelStatus]
+			}
+		}
+		if latest != revision || status != string(release.StatusDeployed) {
+			return &LockOpenError{Release: rk, Revision: revision, Latest: latest, Status: status}
+		}
+		return nil
+	}
+}
+
+func (c *Controller) helmChangedSince(obj *unstructured.Unstructured, since time.Time) bool {
+	for _, f := range obj.GetManagedFields() {
+		if f.Time != nil && !f.Time.Time.Before(since) && slices.Contains(c.cfg.HelmManagers, f.Manager) {
+			return true
+		}
+	}
+	return false
+}

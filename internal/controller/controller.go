@@ -1,0 +1,447 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"helm.sh/helm/v3/pkg/release"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/engine"
+	"github.com/helm-locker/helm-locker/lock"
+	"github.com/helm-locker/helm-locker/manifest"
+)
+
+var secretsResource = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+
+// Helm's storage labels, on release Secrets (and ConfigMaps).
+const (
+	labelOwner   = "owner"
+	labelName    = "name"
+	labelStatus  = "status"
+	labelVersion = "version"
+	// releaseSecretType is the type Helm's Secret driver gives its Secrets.
+	releaseSecretType = "helm.sh/release.v1"
+	byRelease         = "byRelease"
+)
+
+// Config is what a Controller needs. Clients must not throttle harder than
+// the caller wants the locker to react.
+type Config struct {
+	// Namespace is the registration namespace whose HelmRelease CRs are
+	// served.
+	Namespace string
+	// ControllerName is written into, and matched against, the
+	// helmreleases.cattle.io/managed-by annotation.
+	ControllerName string
+	// HelmManagers are the field managers Helm writes with ("helm" unless
+	// the binary is renamed). A locked object they changed after the lock
+	// engaged makes the locker confirm the release is still deployed
+	// before it writes.
+	HelmManagers []string
+	Dynamic      dynamic.Interface
+	Metadata     metadata.Interface
+	Kube         kubernetes.Interface
+	Mapper       meta.ResettableRESTMapper
+	// Workers is the number of releases synced at once.
+	Workers int
+}
+
+// Controller locks the releases that HelmRelease CRs name.
+type Controller struct {
+	cfg     Config
+	engine  *engine.Engine
+	queue   workqueue.TypedRateLimitingInterface[string]
+	crs     cache.SharedIndexInformer
+	secrets cache.SharedIndexInformer
+
+	mu     sync.Mutex
+	states map[string]*releaseState // by CR key
+}
+
+// releaseState is what the controller remembers of one CR between syncs.
+// Only the worker syncing the CR's key touches it.
+type releaseState struct {
+	release v1alpha1.ReleaseKey
+	lock    lock.Lock
+	// rel is the decoded revision the lock holds, read from the Secret
+	// with secretUID at secretVersion.
+	rel           *manifest.Release
+	secretUID     types.UID
+	secretVersion string
+}
+
+// New builds a controller. It does no I/O; Run starts it.
+func New(cfg Config) *Controller {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	c := &Controller{
+		cfg: cfg,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 2*time.Minute),
+			),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "helmreleases"},
+		),
+		states: map[string]*releaseState{},
+	}
+	c.engine = engine.New(cfg.Dynamic, cfg.Mapper, c.queue.Add, engine.Options{})
+
+	c.crs = dynamicinformer.NewFilteredDynamicInformer(cfg.Dynamic, v1alpha1.Resource, cfg.Namespace, 0,
+		cache.Indexers{byRelease: crReleaseIndex}, nil).Informer()
+	_, _ = c.crs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueCR,
+		UpdateFunc: func(_, obj any) { c.enqueueCR(obj) },
+		DeleteFunc: c.enqueueCR,
+	})
+
+	// Release Secrets are watched as metadata only, selected by Helm's
+	// owner label: their labels carry the status and revision, and the
+	// payload is read only for the revision being locked.
+	c.secrets = metadatainformer.NewFilteredMetadataInformer(cfg.Metadata, secretsResource, metav1.NamespaceAll, 0,
+		cache.Indexers{byRelease: secretReleaseIndex},
+		func(o *metav1.ListOptions) { o.LabelSelector = labelOwner + "=helm" }).Informer()
+	_ = c.secrets.SetTransform(func(obj any) (any, error) {
+		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+			m.ManagedFields = nil
+		}
+		return obj, nil
+	})
+	_, _ = c.secrets.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueForSecret,
+		UpdateFunc: func(_, obj any) { c.enqueueForSecret(obj) },
+		DeleteFunc: c.enqueueForSecret,
+	})
+	return c
+}
+
+// Engine is the engine that holds the locked objects.
+func (c *Controller) Engine() *engine.Engine { return c.engine }
+
+// Run starts the informers and workers and blocks until ctx is done. It then
+// stops everything it started and waits for it.
+func (c *Controller) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrash()
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		c.queue.ShutDown()
+		wg.Wait()
+	}()
+	for _, run := range []func(context.Context){c.crs.RunWithContext, c.secrets.RunWithContext, func(ctx context.Context) { _ = c.engine.Run(ctx) }} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(ctx)
+		}()
+	}
+	logger.Info("Waiting for caches to sync")
+	if !cache.WaitForCacheSync(ctx.Done(), c.crs.HasSynced, c.secrets.HasSynced) {
+		return errors.New("caches did not sync before shutdown")
+	}
+	logger.Info("Starting workers", "count", c.cfg.Workers)
+	for range c.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.processNext(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	logger.Info("Shutting down")
+	return nil
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+	logger := klog.FromContext(ctx).WithValues("helmRelease", key)
+	err := c.sync(klog.NewContext(ctx, logger), key)
+	if err == nil {
+		c.queue.Forget(key)
+		return true
+	}
+	logger.V(2).Info("Sync failed, retrying", "err", err, "retries", c.queue.NumRequeues(key))
+	c.queue.AddRateLimited(key)
+	return true
+}
+
+func (c *Controller) enqueueCR(obj any) {
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		c.queue.Add(key)
+	}
+}
+
+// enqueueForSecret queues every CR that names the Secret's release.
+func (c *Controller) enqueueForSecret(obj any) {
+	keys, err := secretReleaseIndex(obj)
+	if err != nil || len(keys) == 0 {
+		return
+	}
+	crs, err := c.crs.GetIndexer().ByIndex(byRelease, keys[0])
+	if err != nil {
+		return
+	}
+	for _, cr := range crs {
+		c.enqueueCR(cr)
+	}
+}
+
+func crReleaseIndex(obj any) ([]string, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, nil
+	}
+	name, _, _ := unstructured.NestedString(u.Object, "spec", "release", "name")
+	ns, _, _ := unstructured.NestedString(u.Object, "spec", "release", "namespace")
+	return []string{ns + "/" + name}, nil
+}
+
+func secretReleaseIndex(obj any) ([]string, error) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, nil
+	}
+	name := m.GetLabels()[labelName]
+	if name == "" {
+		return nil, nil
+	}
+	return []string{m.GetNamespace() + "/" + name}, nil
+}
+
+// sync brings one HelmRelease CR's lock in line with its release.
+func (c *Controller) sync(ctx context.Context, key string) error {
+	obj, exists, err := c.crs.GetIndexer().GetByKey(key)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		c.open(key)
+		c.dropState(key)
+		return nil
+	}
+	hr := &v1alpha1.HelmRelease{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.(*unstructured.Unstructured).Object, hr); err != nil {
+		// The CRD's schema makes this unreachable for CRs it admitted.
+		klog.FromContext(ctx).Error(err, "Cannot read HelmRelease; ignoring it")
+		return nil
+	}
+	switch owner := hr.Annotations[v1alpha1.ManagedByAnnotation]; {
+	case owner == "":
+		if err := c.claim(ctx, hr); err != nil {
+			return err
+		}
+	case owner != c.cfg.ControllerName:
+		// Another locker serves it.
+		c.open(key)
+		c.dropState(key)
+		return nil
+	}
+
+	st := c.state(key)
+	if st.release != hr.Spec.Release {
+		c.open(key)
+		*st = releaseState{release: hr.Spec.Release}
+	}
+	status, syncErr := c.syncRelease(ctx, key, hr, st)
+	if err := c.writeStatus(ctx, hr, status); err != nil {
+		return errors.Join(syncErr, err)
+	}
+	return syncErr
+}
+
+// syncRelease decides the lock from the release's storage and syncs the
+// engine. It returns the status to report and an error to retry on.
+func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.HelmRelease, st *releaseState) (v1alpha1.HelmReleaseStatus, error) {
+	logger := klog.FromContext(ctx)
+	rk := hr.Spec.Release
+	if rk.Name == "" || rk.Namespace == "" {
+		c.openState(key, st)
+		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", "spec.release.name and spec.release.namespace must both be set"), nil
+	}
+	latest := c.latestSecret(rk)
+	if latest == nil {
+		c.openState(key, st)
+		return c.noSecretStatus(ctx, hr)
+	}
+	revision, _ := strconv.Atoi(latest.GetLabels()[labelVersion])
+	decision := lock.Decide(release.Status(latest.GetLabels()[labelStatus]))
+	if !decision.Engage {
+		if st.lock.Phase != lock.Unlocked && st.lock.Phase != "" {
+			logger.V(2).Info("Lock opened", "release", rk.Namespace+"/"+rk.Name, "revision", revision, "reason", decision.Reason)
+		}
+		c.openState(key, st)
+		return openStatus(hr, decision.State, revision, decision.Reason, decision.Message), nil
+	}
+
+	if st.rel == nil || st.secretUID != latest.GetUID() || st.secretVersion != latest.GetResourceVersion() {
+		rel, objs, err := c.readRelease(ctx, latest)
+		if err != nil {
+			c.openState(key, st)
+			if apierrors.IsNotFound(err) {
+				return hr.Status, err // the informer will catch up
+			}
+			return openStatus(hr, v1alpha1.StateError, revision, "InvalidRelease", err.Error()), nil
+		}
+		c.engine.Declare(key, engine.ObjectSet{
+			Objects:          objs,
+			DefaultNamespace: rel.Namespace,
+			ServerSideApply:  rel.ApplyMethod == manifest.ApplyMethodServerSide,
+			BeforeWrite:      c.confirmLocked(rk, rel.Version, time.Now()),
+		})
+		st.rel, st.secretUID, st.secretVersion = rel, latest.GetUID(), latest.GetResourceVersion()
+		st.lock = st.lock.Next(lock.Event{Type: lock.Engage, Revision: rel.Version})
+		logger.V(2).Info("Lock engaged", "release", rk.Namespace+"/"+rk.Name, "revision", rel.Version, "objects", len(objs))
+	}
+
+	res, err := c.engine.Sync(ctx, key)
+	before := st.lock
+	if res.InLine {
+		st.lock = st.lock.Next(lock.Event{Type: lock.Settle, Revision: st.rel.Version})
+	} else {
+		st.lock = st.lock.Next(lock.Event{Type: lock.Drift})
+	}
+	if st.lock != before {
+		logger.V(2).Info("Lock state changed", "from", before.Phase, "to", st.lock.Phase, "revision", st.lock.Revision)
+	}
+	for _, ref := range res.Corrected {
+		logger.V(4).Info("Reverted drift", "object", ref.String())
+	}
+	for _, ref := range res.Created {
+		logger.V(4).Info("Recreated deleted object", "object", ref.String())
+	}
+	status := lockedStatus(hr, st, res, err)
+	if err == nil && len(res.Unresolved) > 0 {
+		// CRD events retry these at once; backing off covers a
+		// discovery that lags behind the CRD.
+		err = errors.Join(res.Unresolved...)
+	}
+	return status, err
+}
+
+// open stops holding key's objects, leaving them as they are.
+func (c *Controller) open(key string) { c.engine.Forget(key) }
+
+func (c *Controller) openState(key string, st *releaseState) {
+	c.open(key)
+	st.lock = st.lock.Next(lock.Event{Type: lock.Open})
+	st.rel, st.secretUID, st.secretVersion = nil, "", ""
+}
+
+func (c *Controller) state(key string) *releaseState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.states[key]
+	if st == nil {
+		st = &releaseState{}
+		c.states[key] = st
+	}
+	return st
+}
+
+func (c *Controller) dropState(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.states, key)
+}
+
+// latestSecret returns the metadata of the release's highest revision.
+func (c *Controller) latestSecret(rk v1alpha1.ReleaseKey) *metav1.PartialObjectMetadata {
+	objs, err := c.secrets.GetIndexer().ByIndex(byRelease, rk.Namespace+"/"+rk.Name)
+	if err != nil {
+		return nil
+	}
+	var latest *metav1.PartialObjectMetadata
+	latestVersion := -1
+	for _, obj := range objs {
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			continue
+		}
+		v, err := strconv.Atoi(m.Labels[labelVersion])
+		if err != nil {
+			continue
+		}
+		if v > latestVersion {
+			latest, latestVersion = m, v
+		}
+	}
+	return latest
+}
+
+// readRelease reads and decodes the release Secret and parses its manifest.
+func (c *Controller) readRelease(ctx context.Context, latest *metav1.PartialObjectMetadata) (*manifest.Release, []*unstructured.Unstructured, error) {
+	secret, err := c.cfg.Kube.CoreV1().Secrets(latest.Namespace).Get(ctx, latest.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	if secret.Type != releaseSecretType {
+		return nil, nil, fmt.Errorf("Secret %s/%s has type %q, not Helm's %q", secret.Namespace, secret.Name, secret.Type, releaseSecretType)
+	}
+	rel, err := manifest.DecodeRelease(secret.Data["release"])
+	if err != nil {
+		return nil, nil, fmt.Errorf("Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+	}
+	objs, err := manifest.Objects(rel)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rel, objs, nil
+}
+
+// noSecretStatus reports a release with no Secrets. The lock is open and
+// nothing is deleted. If Helm's ConfigMap driver holds the release, it says
+// so, since that driver is not supported.
+func (c *Controller) noSecretStatus(ctx context.Context, hr *v1alpha1.HelmRelease) (v1alpha1.HelmReleaseStatus, error) {
+	rk := hr.Spec.Release
+	cms, err := c.cfg.Kube.CoreV1().ConfigMaps(rk.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labelOwner + "=helm," + labelName + "=" + rk.Name,
+		Limit:         1,
+	})
+	if err == nil && len(cms.Items) > 0 {
+		return openStatus(hr, v1alpha1.StateError, 0, "UnsupportedStorageDriver",
+			fmt.Sprintf("release %s/%s is stored in ConfigMaps (HELM_DRIVER=configmap); only Helm's default Secret driver is supported", rk.Namespace, rk.Name)), nil
+	}
+	return openStatus(hr, v1alpha1.StateSecretNotFound, 0, "SecretNotFound",
+		fmt.Sprintf("no Secret of type %s holds release %s/%s; nothing is held and nothing is deleted", releaseSecretType, rk.Namespace, rk.Name)), nil
+}
+
+// claim writes this controller's name into the managed-by annotation.
+func (c *Controller) claim(ctx context.Context, hr *v1alpha1.HelmRelease) error {
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.ManagedByAnnotation, c.cfg.ControllerName)
+	_, err := c.cfg.Dynamic.Resource(v1alpha1.Resource).Namespace(hr.Namespace).Patch(ctx, hr.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("claiming HelmRelease %s/%s: %w", hr.Namespace, hr.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+package manifest
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"helm.sh/helm/v3/pkg/releaseutil"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// DocumentError says which document of which release revision could not be
+// turned into an object.
+type DocumentError struct {
+	Release  string // namespace/name
+	Revision int
+	// Source is the template the document came from (Helm's "# Source:"
+	// comment), or its position in the manifest if it has none.
+	Source string
+	Err    error
+}
+
+func (e *DocumentError) Error() string {
+	return fmt.Sprintf("release %s revision %d, %s: %v", e.Release, e.Revision, e.Source, e.Err)
+}
+
+func (e *DocumentError) Unwrap() error { return e.Err }
+
+// Objects parses the release's manifest into the objects it declares, in
+// manifest order. Hooks are not part of release.Manifest, and neither are
+// CRDs from a chart's crds/ folder, so neither is returned. Items of a List
+// are returned one by one, as kubectl and Helm apply them.
+//
+// Objects leaves metadata.namespace as the manifest has it: whether an
+// object without one belongs to the release namespace depends on its kind's
+// scope, which only the API server knows.
+func Objects(rel *Release) ([]*unstructured.Unstructured, error) {
+	docs := releaseutil.SplitManifests(rel.Manifest)
+	keys := make([]string, 0, len(docs))
+	for k := range docs {
+		keys = append(keys, k)
+	}
+	sort.Sort(releaseutil.BySplitManifestsOrder(keys))
+
+	var objs []*unstructured.Unstructured
+	for i, k := range keys {
+		parsed, err := parseDocument(docs[k])
+		if err != nil {
+			return nil, &DocumentError{
+				Release:  rel.Namespace + "/" + rel.Name,
+				Revision: rel.Version,
+				Source:   source(docs[k], i),
+				Err:      err,
+			}
+		}
+		objs = append(objs, parsed...)
+	}
+	return objs, nil
+}
+
+// parseDocument decodes one YAML document. It returns nothing for a document
+// that holds only comments or whitespace.
+func parseDocument(doc string) ([]*unstructured.Unstructured, error) {
+	data, err := yaml.YAMLToJSON([]byte(doc))
+	if err != nil {
+		return nil, err
+	}
+	if string(data) == "null" {
+		return nil, nil
+	}
+	obj := &unstructured.Unstructured{}
+	// UnmarshalJSON keeps integers as int64, as objects read from the API
+	// server have them, so that equal values compare equal.
+	if err := obj.UnmarshalJSON(data); err != nil {
+		return nil, err
+	}
+	if obj.IsList() {
+		list, err := obj.ToList()
+		if err != nil {
+			return nil, err
+		}
+		var objs []*unstructured.Unstructured
+		for i := range list.Items {
+			item := &list.Items[i]
+			if err := validate(item); err != nil {
+				return nil, fmt.Errorf("List item %d: %w", i, err)
+			}
+			objs = append(objs, item)
+		}
+		return objs, nil
+	}
+	if err := validate(obj); err != nil {
+		return nil, err
+	}
+	return []*unstructured.Unstructured{obj}, nil
+}
+
+// validate rejects objects the locker could not address on the API server.
+func validate(obj *unstructured.Unstructured) error {
+	switch {
+	case obj.GetAPIVersion() == "":
+		return fmt.Errorf("object has no apiVersion")
+	case obj.GetKind() == "":
+		return fmt.Errorf("object has no kind")
+	case obj.GetName() == "" && obj.GetGenerateName() != "":
+		return fmt.Errorf("%s uses metadata.generateName, so it has no fixed name to lock", obj.GetKind())
+	case obj.GetName() == "":
+		return fmt.Errorf("%s has no metadata.name", obj.GetKind())
+	}
+	return nil
+}
+
+// source returns the template path Helm writes as "# Source: ..." at the
+// top of every rendered document.
+func source(doc string, index int) string {
+	for line := range strings.SplitSeq(doc, "\n") {
+		if s, ok := strings.CutPrefix(strings.TrimSpace(line), "# Source: "); ok {
+			return s
+		}
+	}
+	return fmt.Sprintf("document %d", index+1)
+}

@@ -1,0 +1,67 @@
+package manifest
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"helm.sh/helm/v3/pkg/release"
+)
+
+// ApplyMethodServerSide is the apply_method Helm 4 records for releases it
+// installed with server-side apply. Helm 3 records none.
+const ApplyMethodServerSide = "ssa"
+
+// Release is the part of a stored Helm release the locker needs. Decoding
+// into it rather than release.Release skips the chart's templates and
+// files, which are most of a release's bytes.
+type Release struct {
+	Name      string        `json:"name"`
+	Namespace string        `json:"namespace"`
+	Version   int           `json:"version"`
+	Info      *release.Info `json:"info"`
+	Manifest  string        `json:"manifest"`
+	// ApplyMethod is "ssa" when Helm 4 applied the release with server-side
+	// apply, and empty or "csa" for client-side apply.
+	ApplyMethod string `json:"apply_method,omitempty"`
+}
+
+// Status is the release's status, or "" if it has no info.
+func (r *Release) Status() release.Status {
+	if r.Info == nil {
+		return ""
+	}
+	return r.Info.Status
+}
+
+var gzipMagic = []byte{0x1f, 0x8b, 0x08}
+
+// DecodeRelease decodes the value of a release Secret's "release" key as the
+// Kubernetes API returns it (Secret.Data, one layer of base64 already
+// removed): base64, then gzip, then JSON, as Helm's Secret driver writes
+// it. Releases stored before Helm compressed them are accepted too.
+func DecodeRelease(data []byte) (*Release, error) {
+	raw := make([]byte, base64.StdEncoding.DecodedLen(len(data)))
+	n, err := base64.StdEncoding.Decode(raw, data)
+	if err != nil {
+		return nil, fmt.Errorf("decoding release: not base64: %w", err)
+	}
+	raw = raw[:n]
+	if bytes.HasPrefix(raw, gzipMagic) {
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			return nil, fmt.Errorf("decoding release: %w", err)
+		}
+		if raw, err = io.ReadAll(zr); err != nil {
+			return nil, fmt.Errorf("decoding release: gunzip: %w", err)
+		}
+	}
+	var rel Release
+	if err := json.Unmarshal(raw, &rel); err != nil {
+		return nil, fmt.Errorf("decoding release: %w", err)
+	}
+	return &rel, nil
+}
