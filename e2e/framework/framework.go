@@ -30,8 +30,12 @@ type Env struct {
 	CP      *controlplane.ControlPlane
 	Kube    kubernetes.Interface
 	Dynamic dynamic.Interface
+	// Locker is the helm-locker process shared by the tests, serving
+	// RegistrationNamespace.
+	Locker *Locker
 	// helmHome isolates the helm CLIs from the user's own config and cache.
-	helmHome string
+	helmHome  string
+	lockerBin string
 }
 
 // Main starts the control plane, runs the tests and stops it again, and is
@@ -78,6 +82,15 @@ func run(m *testing.M, envp **Env) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
+	if env.lockerBin, err = buildLocker(ctx, dir); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	if env.Locker, err = env.StartLocker("locker", "--namespace", RegistrationNamespace); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer env.Locker.Stop()
 	*envp = env
 	return m.Run()
 }
@@ -177,4 +190,14 @@ func randomSuffix() string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Chart returns the path of a chart under e2e/testdata/charts.
+func Chart(t testing.TB, name string) string {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(root, "e2e", "testdata", "charts", name)
 }

@@ -1,0 +1,202 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/e2e/controlplane"
+)
+
+// RegistrationNamespace is where the shared locker looks for HelmRelease
+// CRs: rancher/helm-locker's default.
+const RegistrationNamespace = "cattle-helm-system"
+
+// Locker is a running helm-locker process.
+type Locker struct {
+	Log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// buildLocker compiles cmd/helm-locker into dir.
+func buildLocker(ctx context.Context, dir string) (string, error) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "helm-locker")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/helm-locker")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building helm-locker: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// StartLocker runs the helm-locker binary against the control plane with
+// the given extra flags, logging to a file in the test binary's folder. The
+// kernel kills it if the test binary dies.
+func (e *Env) StartLocker(name string, args ...string) (*Locker, error) {
+	log := filepath.Join(e.CP.Dir, name+".log")
+	f, err := os.Create(log)
+	if err != nil {
+		return nil, err
+	}
+	args = append([]string{"--kubeconfig", e.CP.Kubeconfig, "--v=4"}, args...)
+	cmd := exec.Command(e.lockerBin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting helm-locker: %w", err)
+	}
+	l := &Locker{Log: log, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		close(l.done)
+	}()
+	return l, nil
+}
+
+// Stop sends SIGTERM and waits for the locker to exit, killing it after
+// 10 s.
+func (l *Locker) Stop() {
+	_ = l.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-l.done:
+	case <-time.After(10 * time.Second):
+		_ = l.cmd.Process.Kill()
+		<-l.done
+	}
+}
+
+// Register creates a HelmRelease CR in the registration namespace for the
+// release and returns the CR's name.
+func (e *Env) Register(t testing.TB, releaseNamespace, releaseName string) string {
+	t.Helper()
+	name := releaseNamespace + "-" + releaseName
+	hr := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.SchemeGroupVersion.String(),
+		"kind":       v1alpha1.Kind,
+		"metadata":   map[string]any{"name": name, "namespace": RegistrationNamespace},
+		"spec":       map[string]any{"release": map[string]any{"name": releaseName, "namespace": releaseNamespace}},
+	}}
+	if _, err := e.Dynamic.Resource(v1alpha1.Resource).Namespace(RegistrationNamespace).Create(t.Context(), hr, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating HelmRelease %s: %v", name, err)
+	}
+	return name
+}
+
+// HelmRelease reads a CR from the registration namespace.
+func (e *Env) HelmRelease(t testing.TB, name string) *v1alpha1.HelmRelease {
+	t.Helper()
+	u, err := e.Dynamic.Resource(v1alpha1.Resource).Namespace(RegistrationNamespace).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading HelmRelease %s: %v", name, err)
+	}
+	hr := &v1alpha1.HelmRelease{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, hr); err != nil {
+		t.Fatal(err)
+	}
+	return hr
+}
+
+// WaitForState waits until the CR reports state at revision version (any
+// revision if version is 0).
+func (e *Env) WaitForState(t testing.TB, name string, state v1alpha1.State, version int) *v1alpha1.HelmRelease {
+	t.Helper()
+	var hr *v1alpha1.HelmRelease
+	e.Eventually(t, 60*time.Second, func() error {
+		hr = e.HelmRelease(t, name)
+		if hr.Status.State != state || (version != 0 && hr.Status.Version != version) {
+			return fmt.Errorf("HelmRelease %s: state %q version %d, want %q version %d; conditions %+v", name, hr.Status.State, hr.Status.Version, state, version, hr.Status.Conditions)
+		}
+		return nil
+	})
+	return hr
+}
+
+// Eventually polls check every 20 ms until it returns nil, and fails the
+// test with its last error after timeout.
+func (e *Env) Eventually(t testing.TB, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %v\n%s", timeout, err, e.lockerLogTail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Consistently checks for d that check keeps returning nil, for properties
+// like "the locker leaves this alone" that only time can show.
+func (e *Env) Consistently(t testing.TB, d time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if err := check(); err != nil {
+			t.Fatalf("%v\n%s", err, e.lockerLogTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Get reads an object, returning nil if it does not exist.
+func (e *Env) Get(t testing.TB, apiVersion, resource, namespace, name string) *unstructured.Unstructured {
+	t.Helper()
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.Dynamic.Resource(gv.WithResource(resource))
+	var obj *unstructured.Unstructured
+	if namespace == "" {
+		obj, err = r.Get(t.Context(), name, metav1.GetOptions{})
+	} else {
+		obj, err = r.Namespace(namespace).Get(t.Context(), name, metav1.GetOptions{})
+	}
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("reading %s %s/%s: %v", resource, namespace, name, err)
+	}
+	return obj
+}
+
+// lockerLogTail returns the end of the shared locker's log, to explain a
+// failure.
+func (e *Env) lockerLogTail() string {
+	if e.Locker == nil {
+		return ""
+	}
+	data, err := os.ReadFile(e.Locker.Log)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(string(data), "\n")
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	return "--- last lines of the locker's log ---\n" + strings.Join(lines, "\n")
+}
