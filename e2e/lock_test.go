@@ -329,3 +329,12 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return data
 }
+
+func mustGVR(t *testing.T, apiVersion, resource string) schema.GroupVersionResource {
+	t.Helper()
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gv.WithResource(resource)
+}

@@ -141,15 +141,22 @@ func (e *Env) Helm(t testing.TB, v HelmVersion, args ...string) string {
 // HelmE is Helm for tests that expect the command may fail.
 func (e *Env) HelmE(t testing.TB, v HelmVersion, args ...string) (string, error) {
 	t.Helper()
+	return e.HelmWithEnv(t, v, nil, args...)
+}
+
+// HelmWithEnv is HelmE with extra environment variables, such as
+// HELM_DRIVER.
+func (e *Env) HelmWithEnv(t testing.TB, v HelmVersion, extraEnv []string, args ...string) (string, error) {
+	t.Helper()
 	bin := e.Tools.Helm3
 	if v == Helm4 {
 		bin = e.Tools.Helm4
 	}
-	return e.run(t, bin, append([]string{"--kubeconfig", e.CP.Kubeconfig}, args...), []string{
+	return e.run(t, bin, append([]string{"--kubeconfig", e.CP.Kubeconfig}, args...), append([]string{
 		"HELM_CACHE_HOME=" + filepath.Join(e.helmHome, v.String(), "cache"),
 		"HELM_CONFIG_HOME=" + filepath.Join(e.helmHome, v.String(), "config"),
 		"HELM_DATA_HOME=" + filepath.Join(e.helmHome, v.String(), "data"),
-	})
+	}, extraEnv...))
 }
 
 // Kubectl runs the kubectl CLI against the control plane and fails the test
