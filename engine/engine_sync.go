@@ -129,7 +129,7 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 	if err != nil {
 		return actionNone, fmt.Errorf("patching: %w", err)
 	}
-	if out.GetResourceVersion() == live.GetResourceVersion() {
+	if rv := live.GetResourceVersion(); rv != "" && out.GetResourceVersion() == rv {
 		obj.noop = &noopPatch{resourceVersion: live.GetResourceVersion(), data: string(patch.Data)}
 	}
 	if err := e.handOver(ctx, spec, obj, out); err != nil {

@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -68,6 +69,19 @@ func parseDocument(doc string) ([]*unstructured.Unstructured, error) {
 	}
 	if string(data) == "null" {
 		return nil, nil
+	}
+	var head struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, fmt.Errorf("document is not an object: %w", err)
+	}
+	if head.APIVersion == "" {
+		return nil, fmt.Errorf("object has no apiVersion")
+	}
+	if head.Kind == "" {
+		return nil, fmt.Errorf("object has no kind")
 	}
 	obj := &unstructured.Unstructured{}
 	// UnmarshalJSON keeps integers as int64, as objects read from the API

@@ -1,0 +1,192 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/scheme"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+// resettable makes a static RESTMapper look like a discovery-backed one.
+type resettable struct{ meta.RESTMapper }
+
+func (resettable) Reset() {}
+
+var (
+	cmGVR   = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	roleGVR = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
+)
+
+func newTestEngine(t *testing.T) (*Engine, *dynamicfake.FakeDynamicClient, *[]string) {
+	t.Helper()
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
+	mapper.Add(schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}, meta.RESTScopeRoot)
+	client := dynamicfake.NewSimpleDynamicClient(scheme.Scheme)
+	client.PrependReactor("patch", "configmaps", strategicMergeReactor(client))
+	var notified []string
+	e := New(client, resettable{mapper}, func(key string) { notified = append(notified, key) }, Options{})
+	return e, client, &notified
+}
+
+func configMap(t *testing.T, value string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: obj(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {key: "+value+"}\n")}
+}
+
+// TestSyncStepByStep drives one set through creation, drift, a refused
+// write and an unknown kind, one Sync at a time.
+func TestSyncStepByStep(t *testing.T) {
+	ctx := context.Background()
+	e, client, notified := newTestEngine(t)
+	ref := ObjectRef{GVR: cmGVR, Namespace: "ns", Name: "c"}
+	var refuse error
+	e.Declare("k", ObjectSet{
+		Objects:          []*unstructured.Unstructured{configMap(t, "declared")},
+		DefaultNamespace: "ns",
+		BeforeWrite:      func(context.Context, ObjectRef, *unstructured.Unstructured) error { return refuse },
+	})
+
+	// 1. The object does not exist: it is created in the default namespace.
+	res, err := e.Sync(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(Result{Objects: 1, InLine: true, Created: []ObjectRef{ref}}, res); diff != "" {
+		t.Errorf("first Sync (-want +got):\n%s", diff)
+	}
+
+	// 2. Nothing is dirty: nothing is done.
+	res, err = e.Sync(ctx, "k")
+	if err != nil || len(res.Corrected)+len(res.Created) != 0 || !res.InLine {
+		t.Errorf("idle Sync = %+v, %v; want in line with no action", res, err)
+	}
+
+	// 3. An edit arrives as a watch event: the set is notified and the
+	// next Sync reverts it.
+	edited := drift(t, client, "edited")
+	e.onEvent(cmGVR, edited)
+	if diff := cmp.Diff([]string{"k"}, *notified); diff != "" {
+		t.Errorf("notified keys (-want +got):\n%s", diff)
+	}
+	res, err = e.Sync(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]ObjectRef{ref}, res.Corrected); diff != "" {
+		t.Errorf("corrected (-want +got):\n%s", diff)
+	}
+	if got := value(t, client); got != "declared" {
+		t.Errorf("after revert data.key = %q, want declared", got)
+	}
+
+	// 4. A write the caller refuses leaves the object dirty and out of
+	// line, and is retried by the next Sync.
+	e.onEvent(cmGVR, drift(t, client, "edited again"))
+	refuse = errors.New("release is being upgraded")
+	res, err = e.Sync(ctx, "k")
+	if !errors.Is(err, refuse) || res.InLine {
+		t.Fatalf("refused Sync = %+v, %v; want the refusal and not in line", res, err)
+	}
+	refuse = nil
+	res, err = e.Sync(ctx, "k")
+	if err != nil || !res.InLine || value(t, client) != "declared" {
+		t.Errorf("retried Sync = %+v, %v, value %q; want in line and declared", res, err, value(t, client))
+	}
+
+	// 5. Forgetting the set leaves the object alone.
+	e.Forget("k")
+	drift(t, client, "left alone")
+	e.onEvent(cmGVR, edited)
+	if res, err := e.Sync(ctx, "k"); err != nil || res.Objects != 0 {
+		t.Errorf("Sync after Forget = %+v, %v; want empty", res, err)
+	}
+	if got := value(t, client); got != "left alone" {
+		t.Errorf("after Forget data.key = %q, want left alone", got)
+	}
+}
+
+func TestDeclareResolvesScopeAndUnknownKinds(t *testing.T) {
+	e, _, _ := newTestEngine(t)
+	role := &unstructured.Unstructured{Object: obj(t, "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: r, namespace: ns}\n")}
+	widget := &unstructured.Unstructured{Object: obj(t, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n")}
+	e.Declare("k", ObjectSet{Objects: []*unstructured.Unstructured{role, widget, configMap(t, "x")}, DefaultNamespace: "ns"})
+	s := e.sets["k"]
+	var refs []ObjectRef
+	for ref := range s.objects {
+		refs = append(refs, ref)
+	}
+	want := map[ObjectRef]bool{{GVR: roleGVR, Name: "r"}: true, {GVR: cmGVR, Namespace: "ns", Name: "c"}: true}
+	if len(refs) != 2 || !want[refs[0]] || !want[refs[1]] {
+		t.Errorf("resolved objects = %v, want the ClusterRole without namespace and the ConfigMap in ns", refs)
+	}
+	if len(s.unresolved) != 1 {
+		t.Fatalf("unresolved = %d, want the Widget", len(s.unresolved))
+	}
+	var typeErr *TypeError
+	if !errors.As(s.unresolved[0].err, &typeErr) || typeErr.Kind.Kind != "Widget" {
+		t.Errorf("unresolved error = %v, want a TypeError for Widget", s.unresolved[0].err)
+	}
+	if !e.tracked(cmGVR, "ns", "c") || e.tracked(cmGVR, "ns", "other") {
+		t.Error("tracked() must hold exactly the declared objects")
+	}
+}
+
+// strategicMergeReactor applies strategic merge patches to ConfigMaps, which
+// the fake dynamic client cannot do for unstructured objects by itself.
+func strategicMergeReactor(client *dynamicfake.FakeDynamicClient) clienttesting.ReactionFunc {
+	return func(action clienttesting.Action) (bool, runtime.Object, error) {
+		patch := action.(clienttesting.PatchAction)
+		if patch.GetPatchType() != types.StrategicMergePatchType {
+			return false, nil, nil
+		}
+		current, err := client.Tracker().Get(cmGVR, patch.GetNamespace(), patch.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		data, err := json.Marshal(current)
+		if err != nil {
+			return true, nil, err
+		}
+		merged, err := strategicpatch.StrategicMergePatch(data, patch.GetPatch(), &corev1.ConfigMap{})
+		if err != nil {
+			return true, nil, err
+		}
+		out := &unstructured.Unstructured{}
+		if err := out.UnmarshalJSON(merged); err != nil {
+			return true, nil, err
+		}
+		return true, out, client.Tracker().Update(cmGVR, out, patch.GetNamespace())
+	}
+}
+
+func drift(t *testing.T, client *dynamicfake.FakeDynamicClient, v string) *unstructured.Unstructured {
+	t.Helper()
+	out, err := client.Resource(cmGVR).Namespace("ns").Patch(context.Background(), "c", types.MergePatchType, []byte(`{"data":{"key":"`+v+`"}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func value(t *testing.T, client *dynamicfake.FakeDynamicClient) string {
+	t.Helper()
+	got, err := client.Resource(cmGVR).Namespace("ns").Get(context.Background(), "c", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _, _ := unstructured.NestedString(got.Object, "data", "key")
+	return v
+}

@@ -1,0 +1,123 @@
+package informers
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+)
+
+var cmGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
+func cm(ns, name string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"data":     map[string]any{"big": "payload"},
+	}}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRegistryStartsAndStopsOnDemand(t *testing.T) {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		cmGVR:       "ConfigMapList",
+		crdResource: "CustomResourceDefinitionList",
+	}, cm("a", "tracked"), cm("a", "untracked"))
+	var mu sync.Mutex
+	var events []string
+	r := NewRegistry(client, Options{
+		Handler: func(gvr schema.GroupVersionResource, obj any) {
+			mu.Lock()
+			defer mu.Unlock()
+			events = append(events, obj.(metav1.Object).GetName())
+		},
+		Tracked: func(_ schema.GroupVersionResource, _, name string) bool { return name == "tracked" },
+	})
+
+	// Acquired before Run: starts with Run.
+	r.Acquire(cmGVR)
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error)
+	go func() { runDone <- r.Run(ctx) }()
+	waitFor(t, "the informer to sync", func() bool {
+		_, _, synced, _ := r.Get(cmGVR, "a", "tracked")
+		return synced
+	})
+	if got := r.Running(); !slices.Equal(got, []schema.GroupVersionResource{cmGVR}) {
+		t.Errorf("Running() = %v, want [%v]", got, cmGVR)
+	}
+
+	// Tracked objects are stored whole, the rest as metadata only.
+	full, _, _, _ := r.Get(cmGVR, "a", "tracked")
+	if _, ok := full.(*unstructured.Unstructured); !ok {
+		t.Errorf("tracked object stored as %T, want *unstructured.Unstructured", full)
+	}
+	stub, exists, _, _ := r.Get(cmGVR, "a", "untracked")
+	if _, ok := stub.(*metav1.PartialObjectMetadata); !exists || !ok {
+		t.Errorf("untracked object stored as %T (exists %v), want *metav1.PartialObjectMetadata", stub, exists)
+	}
+	waitFor(t, "initial events", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(events) == 2
+	})
+
+	// A second Acquire shares the informer; the first Release keeps it.
+	r.Acquire(cmGVR)
+	r.Release(cmGVR)
+	if len(r.Running()) != 1 {
+		t.Fatal("informer stopped while still acquired")
+	}
+	// The last Release stops it, removes its handler and waits for it.
+	r.Release(cmGVR)
+	if got := r.Running(); len(got) != 0 {
+		t.Errorf("Running() after the last Release = %v, want none", got)
+	}
+	if _, _, synced, _ := r.Get(cmGVR, "a", "tracked"); synced {
+		t.Error("Get on a released type says synced")
+	}
+	mu.Lock()
+	before := len(events)
+	mu.Unlock()
+	if _, err := client.Resource(cmGVR).Namespace("a").Create(ctx, cm("a", "late"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	after := len(events)
+	mu.Unlock()
+	if after != before {
+		t.Errorf("a stopped informer delivered %d more events", after-before)
+	}
+
+	// Acquired while running: starts at once.
+	r.Acquire(cmGVR)
+	waitFor(t, "the restarted informer", func() bool { return len(r.Running()) == 1 })
+
+	cancel()
+	select {
+	case err := <-runDone:
+		if err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}

@@ -1,0 +1,125 @@
+package manifest
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"helm.sh/helm/v3/pkg/release"
+)
+
+// encode stores a release the way Helm's Secret driver does, as the API
+// server returns it in Secret.Data.
+func encode(t *testing.T, json string, compress bool) []byte {
+	t.Helper()
+	raw := []byte(json)
+	if compress {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		_, _ = zw.Write(raw)
+		_ = zw.Close()
+		raw = buf.Bytes()
+	}
+	return []byte(base64.StdEncoding.EncodeToString(raw))
+}
+
+const releaseJSON = `{"name":"web","namespace":"apps","version":3,"info":{"status":"deployed","description":"Upgrade complete","notes":"hi"},"manifest":"---\n# Source: web/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  port: \"80\"\n","apply_method":"ssa","chart":{"templates":[{"name":"big","data":"AAAA"}]}}`
+
+func TestDecodeRelease(t *testing.T) {
+	for _, compress := range []bool{true, false} {
+		rel, err := DecodeRelease(encode(t, releaseJSON, compress))
+		if err != nil {
+			t.Fatalf("compress=%v: %v", compress, err)
+		}
+		if rel.Name != "web" || rel.Namespace != "apps" || rel.Version != 3 || rel.Status() != release.StatusDeployed || rel.ApplyMethod != ApplyMethodServerSide {
+			t.Errorf("compress=%v: decoded %+v", compress, rel)
+		}
+		if rel.Info.Description != "Upgrade complete" || rel.Info.Notes != "hi" {
+			t.Errorf("compress=%v: info %+v", compress, rel.Info)
+		}
+	}
+}
+
+func TestDecodeReleaseErrors(t *testing.T) {
+	tests := []struct {
+		name, data, want string
+	}{
+		{"not base64", "%%%", "not base64"},
+		{"not JSON", base64.StdEncoding.EncodeToString([]byte("{")), "decoding release"},
+		{"truncated gzip", base64.StdEncoding.EncodeToString([]byte{0x1f, 0x8b, 0x08, 0}), "decoding release"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := DecodeRelease([]byte(tt.data))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("DecodeRelease error = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestObjects(t *testing.T) {
+	manifest := `---
+# Source: web/templates/sa.yaml
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: web
+---
+# Source: web/templates/empty.yaml
+# only a comment
+---
+# Source: web/templates/role.yaml
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: web
+---
+# Source: web/templates/list.yaml
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: a, namespace: other}
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: b}
+  data: {replicas: "3"}
+`
+	objs, err := Objects(&Release{Name: "web", Namespace: "apps", Version: 1, Manifest: manifest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range objs {
+		got = append(got, o.GetKind()+"/"+o.GetNamespace()+"/"+o.GetName())
+	}
+	// Namespaces stay as declared: only the API server knows scopes.
+	want := []string{"ServiceAccount//web", "ClusterRole//web", "ConfigMap/other/a", "ConfigMap//b"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("objects (-want +got):\n%s", diff)
+	}
+}
+
+func TestObjectsErrorsNameTheDocument(t *testing.T) {
+	tests := []struct {
+		name, manifest, want string
+	}{
+		{"no kind", "# Source: web/templates/a.yaml\napiVersion: v1\nmetadata: {name: a}\n", "release apps/web revision 7, web/templates/a.yaml: object has no kind"},
+		{"no name", "# Source: web/templates/b.yaml\napiVersion: v1\nkind: ConfigMap\n", "web/templates/b.yaml: ConfigMap has no metadata.name"},
+		{"generateName", "# Source: web/templates/c.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata: {generateName: c-}\n", "web/templates/c.yaml: ConfigMap uses metadata.generateName"},
+		{"bad YAML", "apiVersion: v1\nkind: [\n", "document 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Objects(&Release{Name: "web", Namespace: "apps", Version: 7, Manifest: tt.manifest})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Objects error = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
