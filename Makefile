@@ -46,3 +46,11 @@ cluster: ## Start the local control plane in the background and print its kubeco
 .PHONY: cluster-down
 cluster-down: ## Stop the local control plane
 	@bash hack/cluster.sh down
+
+.PHONY: demo
+demo: ## Lock a real chart on a local control plane and watch an edit being reverted
+	@bash hack/demo.sh
+
+.PHONY: crd
+crd: ## Copy the CRD the operator installs to deploy/crds
+	cp api/helm.cattle.io_helmreleases.yaml deploy/crds/

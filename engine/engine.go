@@ -114,6 +114,11 @@ type lockedObject struct {
 	// applyManager is the Apply field manager last seen on the live
 	// object, for ObjectSet.ServerSideApply.
 	applyManager string
+	// superseded holds the resourceVersions of the engine's last write:
+	// the one it patched and the ones its own requests produced before
+	// the last. The informer may still deliver them after the write; they
+	// are known to be old, and the event of the newest version follows.
+	superseded []string
 }
 
 type noopPatch struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -105,6 +106,10 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 	if err != nil {
 		return actionNone, err
 	}
+	if rv := live.GetResourceVersion(); rv != "" && slices.Contains(obj.superseded, rv) {
+		obj.inLine = true
+		return actionNone, nil
+	}
 	desired := Desired(live.Object, obj.declared.Object, obj.meta)
 	patch, err := ComputePatch(live.Object, desired, obj.meta)
 	if err != nil {
@@ -132,6 +137,7 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 	if rv := live.GetResourceVersion(); rv != "" && out.GetResourceVersion() == rv {
 		obj.noop = &noopPatch{resourceVersion: live.GetResourceVersion(), data: string(patch.Data)}
 	}
+	obj.superseded = []string{live.GetResourceVersion()}
 	if err := e.handOver(ctx, spec, obj, out); err != nil {
 		return actionPatched, err
 	}
@@ -180,9 +186,17 @@ func (e *Engine) handOver(ctx context.Context, spec ObjectSet, obj *lockedObject
 	if err != nil || patch == nil {
 		return err
 	}
-	if _, err := e.resource(obj.ref).Patch(ctx, obj.ref.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: e.fieldManager}); err != nil {
+	_, err = e.resource(obj.ref).Patch(ctx, obj.ref.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: e.fieldManager})
+	switch {
+	case apierrors.IsConflict(err):
+		// Someone wrote since live was read; the event of that write
+		// brings the object back, and the hand-over is retried then.
+		return nil
+	case err != nil:
 		return fmt.Errorf("handing fields over to field manager %q: %w", manager, err)
 	}
+	// live is now older than the object the hand-over wrote.
+	obj.superseded = append(obj.superseded, live.GetResourceVersion())
 	return nil
 }
 
