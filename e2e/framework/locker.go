@@ -89,14 +89,21 @@ func (l *Locker) Stop() {
 // release and returns the CR's name.
 func (e *Env) Register(t testing.TB, releaseNamespace, releaseName string) string {
 	t.Helper()
+	return e.RegisterIn(t, RegistrationNamespace, releaseNamespace, releaseName)
+}
+
+// RegisterIn is Register for a locker serving another registration
+// namespace.
+func (e *Env) RegisterIn(t testing.TB, registration, releaseNamespace, releaseName string) string {
+	t.Helper()
 	name := releaseNamespace + "-" + releaseName
 	hr := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1alpha1.SchemeGroupVersion.String(),
 		"kind":       v1alpha1.Kind,
-		"metadata":   map[string]any{"name": name, "namespace": RegistrationNamespace},
+		"metadata":   map[string]any{"name": name, "namespace": registration},
 		"spec":       map[string]any{"release": map[string]any{"name": releaseName, "namespace": releaseNamespace}},
 	}}
-	if _, err := e.Dynamic.Resource(v1alpha1.Resource).Namespace(RegistrationNamespace).Create(t.Context(), hr, metav1.CreateOptions{}); err != nil {
+	if _, err := e.Dynamic.Resource(v1alpha1.Resource).Namespace(registration).Create(t.Context(), hr, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating HelmRelease %s: %v", name, err)
 	}
 	return name
@@ -105,7 +112,13 @@ func (e *Env) Register(t testing.TB, releaseNamespace, releaseName string) strin
 // HelmRelease reads a CR from the registration namespace.
 func (e *Env) HelmRelease(t testing.TB, name string) *v1alpha1.HelmRelease {
 	t.Helper()
-	u, err := e.Dynamic.Resource(v1alpha1.Resource).Namespace(RegistrationNamespace).Get(t.Context(), name, metav1.GetOptions{})
+	return e.HelmReleaseIn(t, RegistrationNamespace, name)
+}
+
+// HelmReleaseIn reads a CR from another registration namespace.
+func (e *Env) HelmReleaseIn(t testing.TB, registration, name string) *v1alpha1.HelmRelease {
+	t.Helper()
+	u, err := e.Dynamic.Resource(v1alpha1.Resource).Namespace(registration).Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("reading HelmRelease %s: %v", name, err)
 	}
@@ -120,9 +133,15 @@ func (e *Env) HelmRelease(t testing.TB, name string) *v1alpha1.HelmRelease {
 // revision if version is 0).
 func (e *Env) WaitForState(t testing.TB, name string, state v1alpha1.State, version int) *v1alpha1.HelmRelease {
 	t.Helper()
+	return e.WaitForStateIn(t, RegistrationNamespace, name, state, version)
+}
+
+// WaitForStateIn is WaitForState for another registration namespace.
+func (e *Env) WaitForStateIn(t testing.TB, registration, name string, state v1alpha1.State, version int) *v1alpha1.HelmRelease {
+	t.Helper()
 	var hr *v1alpha1.HelmRelease
 	e.Eventually(t, 60*time.Second, func() error {
-		hr = e.HelmRelease(t, name)
+		hr = e.HelmReleaseIn(t, registration, name)
 		if hr.Status.State != state || (version != 0 && hr.Status.Version != version) {
 			return fmt.Errorf("HelmRelease %s: state %q version %d, want %q version %d; conditions %+v", name, hr.Status.State, hr.Status.Version, state, version, hr.Status.Conditions)
 		}
