@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,6 +119,23 @@ func TestPendingUpgradeOpensTheLock(t *testing.T) {
 	}
 }
 
+func TestFailedRevisionIsNotLocked(t *testing.T) {
+	ns := env.Namespace(t)
+	cr := lockConfigMaps(t, framework.Helm3, ns, "cms", 1)
+	writeRevision(t, ns, "cms", 1, 2, "failed")
+	hr := env.WaitForState(t, cr, v1alpha1.StateFailed, 2)
+	if c := findCondition(hr, v1alpha1.ConditionLocked); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "ReleaseFailed" {
+		t.Errorf("Locked condition = %+v, want False/ReleaseFailed", c)
+	}
+	setKey(t, ns, "cms-0", "after a failed upgrade")
+	env.Consistently(t, 1500*time.Millisecond, func() error {
+		if got, _ := keyOf(t, ns, "cms-0"); got != "after a failed upgrade" {
+			return fmt.Errorf("data.key = %q: the locker re-applied an old manifest after a failed upgrade", got)
+		}
+		return nil
+	})
+}
+
 func TestChangingSpecReleaseMovesTheLock(t *testing.T) {
 	ns := env.Namespace(t)
 	cr := lockConfigMaps(t, framework.Helm3, ns, "first", 1)
@@ -215,4 +233,28 @@ func widgetIsDeclared(t *testing.T, apiVersion, ns, name string) error {
 		return fmt.Errorf("Widget spec size=%d colors=%v, want 3 [red green]", size, colors)
 	}
 	return nil
+}
+
+// TestBadReleaseDoesNotStopOthers stores a release Secret whose payload is
+// not a Helm release. Its CR must say so, naming the Secret, while a
+// release beside it keeps being locked.
+func TestBadReleaseDoesNotStopOthers(t *testing.T) {
+	ns := env.Namespace(t)
+	if _, err := env.Kube.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "sh.helm.release.v1.bad.v1", Labels: map[string]string{"owner": "helm", "name": "bad", "status": "deployed", "version": "1"}},
+		Type:       "helm.sh/release.v1",
+		Data:       map[string][]byte{"release": []byte("not a release")},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bad := env.Register(t, ns, "bad")
+	lockConfigMaps(t, framework.Helm3, ns, "good", 1)
+
+	hr := env.WaitForState(t, bad, v1alpha1.StateError, 1)
+	c := findCondition(hr, v1alpha1.ConditionLocked)
+	if c == nil || c.Reason != "InvalidRelease" || !strings.Contains(c.Message, "sh.helm.release.v1.bad.v1") {
+		t.Errorf("Locked condition of the bad release = %+v, want reason InvalidRelease naming its Secret", c)
+	}
+	setKey(t, ns, "good-0", "drifted")
+	waitForKey(t, ns, "good-0", "declared")
 }

@@ -81,8 +81,17 @@ func TestRevertsConfigMapEdit(t *testing.T) {
 		t.Run(v.String(), func(t *testing.T) {
 			ns := env.Namespace(t)
 			lockConfigMaps(t, v, ns, "cms", 1)
+			before := env.Get(t, "v1", "configmaps", ns, "cms-0")
 			setKey(t, ns, "cms-0", "drifted")
 			waitForKey(t, ns, "cms-0", "declared")
+			// The revert adds no labels or annotations of the locker's.
+			after := env.Get(t, "v1", "configmaps", ns, "cms-0")
+			if diff := cmp.Diff(before.GetLabels(), after.GetLabels()); diff != "" {
+				t.Errorf("labels changed by the revert (-before +after):\n%s", diff)
+			}
+			if diff := cmp.Diff(before.GetAnnotations(), after.GetAnnotations()); diff != "" {
+				t.Errorf("annotations changed by the revert (-before +after):\n%s", diff)
+			}
 		})
 	}
 }

@@ -18,9 +18,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/e2e/controlplane"
 )
 
@@ -91,6 +93,15 @@ func run(m *testing.M, envp **Env) int {
 		return 1
 	}
 	defer env.Locker.Stop()
+	// The locker installs the HelmRelease CRD at startup; tests create
+	// CRs right away.
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := env.Dynamic.Resource(v1alpha1.Resource).Namespace(RegistrationNamespace).List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil, nil
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: the locker did not install the HelmRelease CRD:", err)
+		return 1
+	}
 	*envp = env
 	return m.Run()
 }
