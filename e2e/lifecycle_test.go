@@ -103,13 +103,7 @@ func TestPendingUpgradeOpensTheLock(t *testing.T) {
 			if c := findCondition(hr, v1alpha1.ConditionLocked); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "HelmOperationInProgress" {
 				t.Errorf("Locked condition while pending-upgrade = %+v, want False/HelmOperationInProgress", c)
 			}
-			setKey(t, ns, "cms-0", "helm is upgrading")
-			env.Consistently(t, 1500*time.Millisecond, func() error {
-				if got, _ := keyOf(t, ns, "cms-0"); got != "helm is upgrading" {
-					return fmt.Errorf("data.key = %q: the locker wrote while the release was pending-upgrade", got)
-				}
-				return nil
-			})
+			editStays(t, ns, "cms-0", "helm is upgrading", "the release is pending-upgrade")
 
 			writeRevision(t, ns, "cms", 1, 1, "superseded")
 			writeRevision(t, ns, "cms", 1, 2, "deployed")
@@ -127,13 +121,7 @@ func TestFailedRevisionIsNotLocked(t *testing.T) {
 	if c := findCondition(hr, v1alpha1.ConditionLocked); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "ReleaseFailed" {
 		t.Errorf("Locked condition = %+v, want False/ReleaseFailed", c)
 	}
-	setKey(t, ns, "cms-0", "after a failed upgrade")
-	env.Consistently(t, 1500*time.Millisecond, func() error {
-		if got, _ := keyOf(t, ns, "cms-0"); got != "after a failed upgrade" {
-			return fmt.Errorf("data.key = %q: the locker re-applied an old manifest after a failed upgrade", got)
-		}
-		return nil
-	})
+	editStays(t, ns, "cms-0", "after a failed upgrade", "an old manifest is never re-applied after a failed upgrade")
 }
 
 func TestChangingSpecReleaseMovesTheLock(t *testing.T) {
@@ -153,13 +141,7 @@ func TestChangingSpecReleaseMovesTheLock(t *testing.T) {
 	})
 	setKey(t, ns, "second-0", "drifted")
 	waitForKey(t, ns, "second-0", "declared")
-	setKey(t, ns, "first-0", "no longer locked")
-	env.Consistently(t, 1500*time.Millisecond, func() error {
-		if got, _ := keyOf(t, ns, "first-0"); got != "no longer locked" {
-			return fmt.Errorf("data.key = %q: the old release is still locked", got)
-		}
-		return nil
-	})
+	editStays(t, ns, "first-0", "no longer locked", "the CR moved to another release")
 }
 
 func TestConfigMapStorageDriverIsReported(t *testing.T) {

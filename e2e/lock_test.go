@@ -62,6 +62,30 @@ func keyOf(t *testing.T, ns, name string) (string, bool) {
 	return v, true
 }
 
+// editStays edits data.key and checks for a while that the locker leaves
+// the edit alone, because why says it must.
+func editStays(t *testing.T, ns, name, value, why string) {
+	t.Helper()
+	setKey(t, ns, name, value)
+	env.Consistently(t, 1500*time.Millisecond, func() error {
+		if got, _ := keyOf(t, ns, name); got != value {
+			return fmt.Errorf("ConfigMap %s/%s data.key = %q, want the edit %q to stay: %s", ns, name, got, value, why)
+		}
+		return nil
+	})
+}
+
+// lockCreatedChart installs the chart `helm create` makes as release
+// "demo", registers it and waits until it is locked.
+func lockCreatedChart(t *testing.T, v framework.HelmVersion, ns string) (chart, cr string) {
+	t.Helper()
+	chart = env.CreateChart(t, "web")
+	env.Helm(t, v, "install", "demo", chart, "-n", ns)
+	cr = env.Register(t, ns, "demo")
+	env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)
+	return chart, cr
+}
+
 func waitForKey(t *testing.T, ns, name, want string) {
 	t.Helper()
 	env.Eventually(t, 30*time.Second, func() error {
@@ -115,10 +139,7 @@ func TestRecreatesDeletedObjects(t *testing.T) {
 	for _, v := range framework.HelmVersions {
 		t.Run(v.String(), func(t *testing.T) {
 			ns := env.Namespace(t)
-			chart := env.CreateChart(t, "web")
-			env.Helm(t, v, "install", "demo", chart, "-n", ns)
-			cr := env.Register(t, ns, "demo")
-			env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)
+			lockCreatedChart(t, v, ns)
 			env.Kubectl(t, "delete", "-n", ns, "service/demo-web", "serviceaccount/demo-web", "deployment/demo-web", "--wait=false")
 			env.Eventually(t, 30*time.Second, func() error {
 				for _, o := range []struct{ apiVersion, resource string }{{"v1", "services"}, {"v1", "serviceaccounts"}, {"apps/v1", "deployments"}} {
@@ -142,10 +163,7 @@ func TestRecreatesDeletedObjects(t *testing.T) {
 // the release namespace, and never create one in default.
 func TestRevertsServiceOfCreatedChart(t *testing.T) {
 	ns := env.Namespace(t)
-	chart := env.CreateChart(t, "web")
-	env.Helm(t, framework.Helm3, "install", "demo", chart, "-n", ns)
-	cr := env.Register(t, ns, "demo")
-	env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)
+	lockCreatedChart(t, framework.Helm3, ns)
 	env.Kubectl(t, "patch", "-n", ns, "service", "demo-web", "--type", "merge", "-p", `{"spec":{"type":"NodePort"}}`)
 	env.Eventually(t, 30*time.Second, func() error {
 		svc := env.Get(t, "v1", "services", ns, "demo-web")
@@ -171,10 +189,7 @@ func TestServicePortsRevertThenHelmUpgrade(t *testing.T) {
 	for _, v := range framework.HelmVersions {
 		t.Run(v.String(), func(t *testing.T) {
 			ns := env.Namespace(t)
-			chart := env.CreateChart(t, "web")
-			env.Helm(t, v, "install", "demo", chart, "-n", ns)
-			cr := env.Register(t, ns, "demo")
-			env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)
+			chart, cr := lockCreatedChart(t, v, ns)
 
 			env.Kubectl(t, "patch", "-n", ns, "service", "demo-web", "--type", "merge",
 				"-p", `{"spec":{"ports":[{"port":81,"targetPort":"http","protocol":"TCP","name":"http"}]}}`)
@@ -259,13 +274,7 @@ func TestDeletingTheCRLeavesEditsAlone(t *testing.T) {
 		}
 		return nil
 	})
-	setKey(t, ns, "cms-0", "edited after unregistering")
-	env.Consistently(t, 2*time.Second, func() error {
-		if got, _ := keyOf(t, ns, "cms-0"); got != "edited after unregistering" {
-			return fmt.Errorf("data.key = %q: the locker reverted an object after its CR was deleted", got)
-		}
-		return nil
-	})
+	editStays(t, ns, "cms-0", "edited after unregistering", "the CR was deleted")
 }
 
 func TestCRManagedByAnotherControllerIsLeftAlone(t *testing.T) {
