@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -16,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
@@ -142,7 +142,6 @@ func (c *Controller) Engine() *engine.Engine { return c.engine }
 // Run starts the informers and workers and blocks until ctx is done. It then
 // stops everything it started and waits for it.
 func (c *Controller) Run(ctx context.Context) error {
-	defer utilruntime.HandleCrash()
 	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -183,7 +182,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	}
 	defer c.queue.Done(key)
 	logger := klog.FromContext(ctx).WithValues("helmRelease", key)
-	err := c.sync(klog.NewContext(ctx, logger), key)
+	err := c.safeSync(klog.NewContext(ctx, logger), key)
 	if err == nil {
 		c.queue.Forget(key)
 		return true
@@ -191,6 +190,19 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	logger.V(2).Info("Sync failed, retrying", "err", err, "retries", c.queue.NumRequeues(key))
 	c.queue.AddRateLimited(key)
 	return true
+}
+
+// safeSync turns a panic while syncing one release into an error for that
+// release, retried with backoff, so one bad release cannot take the process
+// and every other lock down with it.
+func (c *Controller) safeSync(ctx context.Context, key string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic while syncing HelmRelease %s: %v", key, r)
+			klog.FromContext(ctx).Error(err, "Recovered; the release will be retried", "stack", string(debug.Stack()))
+		}
+	}()
+	return c.sync(ctx, key)
 }
 
 func (c *Controller) enqueueCR(obj any) {

@@ -1,0 +1,160 @@
+package controller
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"strconv"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/kubernetes/scheme"
+	metadatafake "k8s.io/client-go/metadata/fake"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+)
+
+type resettable struct{ meta.RESTMapper }
+
+func (resettable) Reset() {}
+
+var cmGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
+const manifestYAML = "---\n# Source: c/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  key: declared\n"
+
+// releaseSecret is a release Secret as Helm writes it.
+func releaseSecret(t *testing.T, status string, version int) *corev1.Secret {
+	t.Helper()
+	raw, _ := json.Marshal(map[string]any{
+		"name": "rel", "namespace": "apps", "version": version,
+		"info":     map[string]any{"status": status, "description": "Install complete"},
+		"manifest": manifestYAML,
+	})
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	_, _ = zw.Write(raw)
+	_ = zw.Close()
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "sh.helm.release.v1.rel.v" + strconv.Itoa(version), Namespace: "apps", UID: types.UID("uid-" + status), ResourceVersion: "1",
+			Labels: map[string]string{"owner": "helm", "name": "rel", "status": status, "version": strconv.Itoa(version)},
+		},
+		Type: releaseSecretType,
+		Data: map[string][]byte{"release": []byte(base64.StdEncoding.EncodeToString(buf.Bytes()))},
+	}
+}
+
+func helmRelease(annotations map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "helm.cattle.io/v1alpha1", "kind": "HelmRelease",
+		"metadata": map[string]any{"name": "hr", "namespace": "cattle-helm-system", "generation": int64(1), "annotations": annotations},
+		"spec":     map[string]any{"release": map[string]any{"name": "rel", "namespace": "apps"}},
+	}}
+}
+
+// newTestController builds a controller on fake clients and fills its
+// caches by hand, so sync can be driven one call at a time.
+func newTestController(t *testing.T, hr *unstructured.Unstructured, secret *corev1.Secret) (*Controller, *dynamicfake.FakeDynamicClient) {
+	t.Helper()
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme.Scheme, map[schema.GroupVersionResource]string{
+		v1alpha1.Resource: "HelmReleaseList",
+	}, hr)
+	var kubeObjs []runtime.Object
+	if secret != nil {
+		kubeObjs = append(kubeObjs, secret)
+	}
+	metaScheme := runtime.NewScheme()
+	_ = metav1.AddMetaToScheme(metaScheme)
+	var metaObjs []runtime.Object
+	if secret != nil {
+		metaObjs = append(metaObjs, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: secret.ObjectMeta})
+	}
+	c := New(Config{
+		Namespace: "cattle-helm-system", ControllerName: "helm-locker", HelmManagers: []string{"helm"},
+		Dynamic: dyn, Kube: fake.NewClientset(kubeObjs...), Metadata: metadatafake.NewSimpleMetadataClient(metaScheme, metaObjs...),
+		Mapper: resettable{mapper},
+	})
+	if err := c.crs.GetIndexer().Add(hr); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range metaObjs {
+		if err := c.secrets.GetIndexer().Add(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c, dyn
+}
+
+func statusOf(t *testing.T, dyn *dynamicfake.FakeDynamicClient) v1alpha1.HelmReleaseStatus {
+	t.Helper()
+	u, err := dyn.Resource(v1alpha1.Resource).Namespace("cattle-helm-system").Get(context.Background(), "hr", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr := &v1alpha1.HelmRelease{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, hr); err != nil {
+		t.Fatal(err)
+	}
+	return hr.Status
+}
+
+func TestSync(t *testing.T) {
+	tests := []struct {
+		name        string
+		annotations map[string]any
+		secret      *corev1.Secret
+		wantState   v1alpha1.State
+		wantReason  string
+		wantObject  bool // the ConfigMap was created from the manifest
+	}{
+		{name: "deployed release is locked", secret: releaseSecret(t, "deployed", 2), wantState: v1alpha1.StateDeployed, wantReason: "Locked", wantObject: true},
+		{name: "pending upgrade opens the lock", secret: releaseSecret(t, "pending-upgrade", 2), wantState: v1alpha1.StateTransitioning, wantReason: "HelmOperationInProgress"},
+		{name: "failed release is not re-applied", secret: releaseSecret(t, "failed", 2), wantState: v1alpha1.StateFailed, wantReason: "ReleaseFailed"},
+		{name: "no release Secret", wantState: v1alpha1.StateSecretNotFound, wantReason: "SecretNotFound"},
+		{name: "another controller's CR is left alone", annotations: map[string]any{v1alpha1.ManagedByAnnotation: "other"}, secret: releaseSecret(t, "deployed", 1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, dyn := newTestController(t, helmRelease(tt.annotations), tt.secret)
+			if err := c.sync(context.Background(), "cattle-helm-system/hr"); err != nil {
+				t.Fatalf("sync: %v", err)
+			}
+			st := statusOf(t, dyn)
+			if st.State != tt.wantState {
+				t.Errorf("state = %q, want %q", st.State, tt.wantState)
+			}
+			if tt.wantReason != "" {
+				c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionLocked)
+				if c == nil || c.Reason != tt.wantReason {
+					t.Errorf("Locked condition = %+v, want reason %s", c, tt.wantReason)
+				}
+			}
+			_, err := dyn.Resource(cmGVR).Namespace("apps").Get(context.Background(), "cm", metav1.GetOptions{})
+			if gotObject := err == nil; gotObject != tt.wantObject {
+				t.Errorf("ConfigMap apps/cm exists = %v, want %v (a namespace-less object belongs to the release namespace)", gotObject, tt.wantObject)
+			}
+		})
+	}
+}
+
+// TestSyncRecoversFromPanics shows one release's panic becomes that
+// release's error rather than the process's crash.
+func TestSyncRecoversFromPanics(t *testing.T) {
+	c, _ := newTestController(t, helmRelease(nil), nil)
+	c.cfg.Kube = nil // noSecretStatus dereferences it
+	if err := c.safeSync(context.Background(), "cattle-helm-system/hr"); err == nil {
+		t.Fatal("want an error from the recovered panic")
+	}
+}
