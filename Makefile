@@ -54,3 +54,8 @@ demo: ## Lock a real chart on a local control plane and watch an edit being reve
 .PHONY: crd
 crd: ## Copy the CRD the operator installs to deploy/crds
 	cp api/helm.cattle.io_helmreleases.yaml deploy/crds/
+
+.PHONY: bench
+bench: build ## Measure cold lock, revert latency against the floor, memory and idle load; writes docs/benchmarks.*
+	go test -run '^$$' -bench . -benchmem -count 5 ./manifest/ ./engine/ | tee docs/go-benchmarks.txt
+	HELM_LOCKER_TOOLS_BIN=$$(bash hack/tools.sh) go run ./e2e/cmd/bench $(BENCH_FLAGS)

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-func obj(t *testing.T, y string) map[string]any {
+func obj(t testing.TB, y string) map[string]any {
 	t.Helper()
 	data, err := yaml.YAMLToJSON([]byte(y))
 	if err != nil {

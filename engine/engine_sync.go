@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/util/csaupgrade"
@@ -53,6 +55,20 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 		e.informers.Acquire(gvr)
 	}
 
+	// Reading a type's objects from its informer beats a GET per object,
+	// so a type whose informer is still listing (it was just acquired) is
+	// waited for, briefly: past that, or for a type not served, objects
+	// are read one by one.
+	waited := map[schema.GroupVersionResource]bool{}
+	for _, obj := range todo {
+		if gvr := obj.ref.GVR; !waited[gvr] {
+			waited[gvr] = true
+			wctx, cancel := context.WithTimeout(ctx, informerSyncWait)
+			e.informers.WaitForSync(wctx, gvr)
+			cancel()
+		}
+	}
+
 	var res Result
 	var errs []error
 	for _, obj := range todo {
@@ -86,6 +102,10 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 	}
 	return res, errors.Join(errs...)
 }
+
+// informerSyncWait bounds how long Sync waits for a new informer's first
+// list before reading objects one by one.
+const informerSyncWait = 5 * time.Second
 
 type action int
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -126,6 +127,33 @@ func (r *Registry) Get(gvr schema.GroupVersionResource, namespace, name string) 
 	}
 	obj, exists, err = informer.GetStore().GetByKey(key)
 	return obj, exists, true, err
+}
+
+// WaitForSync waits until gvr's informer has finished its first list, ctx
+// is done, or the type is not acquired or not served. It reports whether
+// the informer synced.
+func (r *Registry) WaitForSync(ctx context.Context, gvr schema.GroupVersionResource) bool {
+	for {
+		r.mu.Lock()
+		e := r.entries[gvr]
+		var informer cache.SharedIndexInformer
+		if e != nil && e.cancel != nil {
+			informer = e.informer
+		}
+		running := r.ctx != nil
+		r.mu.Unlock()
+		if informer == nil || !running {
+			return false
+		}
+		if informer.HasSynced() {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // Running lists the types whose informers run now, for tests and metrics.

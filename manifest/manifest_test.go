@@ -13,7 +13,7 @@ import (
 
 // encode stores a release the way Helm's Secret driver does, as the API
 // server returns it in Secret.Data.
-func encode(t *testing.T, json string, compress bool) []byte {
+func encode(t testing.TB, json string, compress bool) []byte {
 	t.Helper()
 	raw := []byte(json)
 	if compress {

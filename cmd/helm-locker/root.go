@@ -17,6 +17,8 @@ type options struct {
 	nodeName       string
 	workers        int
 	helmManagers   []string
+	qps            float32
+	burst          int
 }
 
 // newRootCommand builds the command tree. Run with no subcommand, it runs
@@ -49,7 +51,9 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.StringVar(&opts.namespace, "namespace", "cattle-helm-system", "registration namespace: the HelmRelease CRs served live here; created if missing")
 	f.StringVar(&opts.controllerName, "controller-name", "helm-locker", "name written into the helmreleases.cattle.io/managed-by annotation; CRs naming another controller are left alone")
 	f.StringVar(&opts.nodeName, "node-name", "", "name of the node the operator runs on, for logs")
-	f.IntVar(&opts.workers, "workers", 4, "releases synced at once")
+	f.IntVar(&opts.workers, "workers", 16, "releases synced at once")
+	f.Float32Var(&opts.qps, "kube-api-qps", -1, "client-side limit on requests per second to the API server; negative leaves it to the server's priority and fairness")
+	f.IntVar(&opts.burst, "kube-api-burst", 1000, "burst above --kube-api-qps")
 	f.StringSliceVar(&opts.helmManagers, "helm-field-managers", []string{"helm"}, "field managers Helm writes with (Helm names its manager after its binary)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)

@@ -30,7 +30,7 @@ func runOperator(ctx context.Context, opts *options) error {
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting helm-locker", "version", versionString(), "namespace", opts.namespace)
 
-	cfg, err := restConfig(opts.kubeconfig)
+	cfg, err := restConfig(opts.kubeconfig, opts.qps, opts.burst)
 	if err != nil {
 		return err
 	}
@@ -71,16 +71,17 @@ func runOperator(ctx context.Context, opts *options) error {
 }
 
 // restConfig loads the kubeconfig the way kubectl does, falling back to the
-// in-cluster service account. The locker's own client-side rate limit is
-// raised: it must react to drift as fast as the API server lets it.
-func restConfig(kubeconfig string) (*rest.Config, error) {
+// in-cluster service account. By default there is no client-side rate
+// limit: a locker must react to drift, and lock thousands of objects at
+// start, as fast as the API server's priority and fairness lets it.
+func restConfig(kubeconfig string, qps float32, burst int) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	cfg.QPS, cfg.Burst = 500, 1000
+	cfg.QPS, cfg.Burst = qps, burst
 	cfg.UserAgent = "helm-locker/" + version
 	return cfg, nil
 }

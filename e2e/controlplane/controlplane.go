@@ -103,7 +103,7 @@ func Start(ctx context.Context, tools Tools, dir string) (_ *ControlPlane, err e
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file="+keyFile,
 		"--service-account-signing-key-file="+keyFile,
-		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-cluster-ip-range=10.0.0.0/16",
 		// No controller-manager runs to make the token Secrets this
 		// admission plugin waits for.
 		"--disable-admission-plugins=ServiceAccount",

@@ -150,29 +150,54 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.queue.ShutDown()
 		wg.Wait()
 	}()
-	for _, run := range []func(context.Context){c.crs.RunWithContext, c.secrets.RunWithContext, func(ctx context.Context) { _ = c.engine.Run(ctx) }} {
+	start := func(run func(context.Context)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			run(ctx)
 		}()
 	}
+	start(c.crs.RunWithContext)
+	start(c.secrets.RunWithContext)
 	logger.Info("Waiting for caches to sync")
 	if !cache.WaitForCacheSync(ctx.Done(), c.crs.HasSynced, c.secrets.HasSynced) {
 		return errors.New("caches did not sync before shutdown")
 	}
+	c.declareAll(ctx)
+	start(func(ctx context.Context) { _ = c.engine.Run(ctx) })
 	logger.Info("Starting workers", "count", c.cfg.Workers)
 	for range c.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		start(func(ctx context.Context) {
 			for c.processNext(ctx) {
 			}
-		}()
+		})
 	}
 	<-ctx.Done()
 	logger.Info("Shutting down")
 	return nil
+}
+
+// declareAll declares the objects of every registered, deployed release
+// before the engine starts its informers. Each informer's first list then
+// finds the objects it must keep whole already tracked, and the first sync
+// of every release reads them from the cache instead of one GET each.
+func (c *Controller) declareAll(ctx context.Context) {
+	keys := make(chan string)
+	var wg sync.WaitGroup
+	for range c.cfg.Workers {
+		wg.Go(func() {
+			for key := range keys {
+				if err := c.safeSync(ctx, key, true); err != nil {
+					klog.FromContext(ctx).V(2).Info("Could not declare release at startup; the first sync retries", "helmRelease", key, "err", err)
+				}
+			}
+		})
+	}
+	for _, key := range c.crs.GetIndexer().ListKeys() {
+		keys <- key
+	}
+	close(keys)
+	wg.Wait()
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {
@@ -182,7 +207,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	}
 	defer c.queue.Done(key)
 	logger := klog.FromContext(ctx).WithValues("helmRelease", key)
-	err := c.safeSync(klog.NewContext(ctx, logger), key)
+	err := c.safeSync(klog.NewContext(ctx, logger), key, false)
 	if err == nil {
 		c.queue.Forget(key)
 		return true
@@ -195,14 +220,14 @@ func (c *Controller) processNext(ctx context.Context) bool {
 // safeSync turns a panic while syncing one release into an error for that
 // release, retried with backoff, so one bad release cannot take the process
 // and every other lock down with it.
-func (c *Controller) safeSync(ctx context.Context, key string) (err error) {
+func (c *Controller) safeSync(ctx context.Context, key string, declareOnly bool) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic while syncing HelmRelease %s: %v", key, r)
 			klog.FromContext(ctx).Error(err, "Recovered; the release will be retried", "stack", string(debug.Stack()))
 		}
 	}()
-	return c.sync(ctx, key)
+	return c.sync(ctx, key, declareOnly)
 }
 
 func (c *Controller) enqueueCR(obj any) {
@@ -251,8 +276,10 @@ func secretReleaseIndex(obj any) ([]string, error) {
 	return []string{m.GetNamespace() + "/" + name}, nil
 }
 
-// sync brings one HelmRelease CR's lock in line with its release.
-func (c *Controller) sync(ctx context.Context, key string) error {
+// sync brings one HelmRelease CR's lock in line with its release. With
+// declareOnly it stops once the release's objects are declared to the
+// engine, and writes nothing.
+func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) error {
 	obj, exists, err := c.crs.GetIndexer().GetByKey(key)
 	if err != nil {
 		return err
@@ -269,11 +296,11 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	switch owner := hr.Annotations[v1alpha1.ManagedByAnnotation]; {
-	case owner == "":
+	case owner == "" && !declareOnly:
 		if err := c.claim(ctx, hr); err != nil {
 			return err
 		}
-	case owner != c.cfg.ControllerName:
+	case owner != "" && owner != c.cfg.ControllerName:
 		// Another locker serves it.
 		c.open(key)
 		c.dropState(key)
@@ -285,7 +312,10 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		c.open(key)
 		*st = releaseState{release: hr.Spec.Release}
 	}
-	status, syncErr := c.syncRelease(ctx, key, hr, st)
+	status, syncErr := c.syncRelease(ctx, key, hr, st, declareOnly)
+	if declareOnly {
+		return syncErr
+	}
 	if err := c.writeStatus(ctx, hr, status); err != nil {
 		return errors.Join(syncErr, err)
 	}
@@ -294,7 +324,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 
 // syncRelease decides the lock from the release's storage and syncs the
 // engine. It returns the status to report and an error to retry on.
-func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.HelmRelease, st *releaseState) (v1alpha1.HelmReleaseStatus, error) {
+func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.HelmRelease, st *releaseState, declareOnly bool) (v1alpha1.HelmReleaseStatus, error) {
 	logger := klog.FromContext(ctx)
 	rk := hr.Spec.Release
 	if rk.Name == "" || rk.Namespace == "" {
@@ -336,6 +366,9 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 		logger.V(2).Info("Lock engaged", "release", rk.Namespace+"/"+rk.Name, "revision", rel.Version, "objects", len(objs))
 	}
 
+	if declareOnly {
+		return hr.Status, nil
+	}
 	res, err := c.engine.Sync(ctx, key)
 	before := st.lock
 	if res.InLine {

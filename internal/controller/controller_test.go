@@ -128,7 +128,7 @@ func TestSync(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, dyn := newTestController(t, helmRelease(tt.annotations), tt.secret)
-			if err := c.sync(context.Background(), "cattle-helm-system/hr"); err != nil {
+			if err := c.sync(context.Background(), "cattle-helm-system/hr", false); err != nil {
 				t.Fatalf("sync: %v", err)
 			}
 			st := statusOf(t, dyn)
@@ -154,7 +154,7 @@ func TestSync(t *testing.T) {
 func TestSyncRecoversFromPanics(t *testing.T) {
 	c, _ := newTestController(t, helmRelease(nil), nil)
 	c.cfg.Kube = nil // noSecretStatus dereferences it
-	if err := c.safeSync(context.Background(), "cattle-helm-system/hr"); err == nil {
+	if err := c.safeSync(context.Background(), "cattle-helm-system/hr", false); err == nil {
 		t.Fatal("want an error from the recovered panic")
 	}
 }

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+)
+
+const editTimeout = 10 * time.Second
+
+// measureLatency measures, in one run:
+//   - the floor: an edit of an untracked ConfigMap until its own watch event
+//     arrives, which is one PATCH round trip plus the API server's watch
+//     delivery, and which no locker can beat;
+//   - single edits of locked ConfigMaps, one after another;
+//   - rounds of concurrent edits of locked ConfigMaps in distinct releases,
+//     and the floor under the same concurrency.
+//
+// Revert latency runs from the edit's response to the watch event that
+// shows the value restored.
+func measureLatency(ctx context.Context, dyn dynamic.Interface, cw *configMapWatch, locked map[string][]ref, full *fullMeasure, res *scenarioResult) error {
+	var releases []string
+	for name := range locked {
+		releases = append(releases, name)
+	}
+	sort.Strings(releases)
+	lockedCM := func(i int) ref {
+		cms := locked[releases[i%len(releases)]]
+		return cms[1+(i/len(releases))%(len(cms)-1)] // cms[0] was drifted at start
+	}
+	// Untracked object j is in namespace noise-(j % namespaces) and is a
+	// ConfigMap when j%5 == 0; these are ConfigMaps in noise-0.
+	stride := 5 * res.Params.noiseNamespaces()
+	untrackedCM := func(i int) ref {
+		return ref{ns: "noise-0", name: fmt.Sprintf("u%06d", (i*stride)%(res.Params.Untracked-res.Params.Untracked%stride))}
+	}
+
+	// floorSample edits an untracked object and times it to its own event.
+	floorSample := func(i int, tag string) (time.Duration, bool, error) {
+		r := untrackedCM(i)
+		value := fmt.Sprintf("%s-%d", tag, i)
+		sent, _, rv, err := edit(ctx, dyn, r, value)
+		if err != nil {
+			return 0, false, err
+		}
+		return waitFor(cw.wait(r.ns+"/"+r.name, value, rv-1), sent)
+	}
+	// revertSample edits a locked object and times it to its restoration.
+	revertSample := func(i int, tag string) (time.Duration, bool, error) {
+		r := lockedCM(i)
+		_, answered, rv, err := edit(ctx, dyn, r, fmt.Sprintf("%s-%d", tag, i))
+		if err != nil {
+			return 0, false, err
+		}
+		return waitFor(cw.wait(r.ns+"/"+r.name, "declared", rv), answered)
+	}
+
+	var err error
+	if res.Floor, err = sequential(full.edits, func(i int) (time.Duration, bool, error) { return floorSample(i, "floor") }); err != nil {
+		return err
+	}
+	if res.Single, err = sequential(full.edits, func(i int) (time.Duration, bool, error) { return revertSample(i, "single") }); err != nil {
+		return err
+	}
+	rounds := max(1, full.edits/full.concurrency)
+	if res.ConcurrentFloor, err = concurrent(rounds, full.concurrency, func(i int) (time.Duration, bool, error) { return floorSample(i, "cfloor") }); err != nil {
+		return err
+	}
+	res.Concurrent, err = concurrent(rounds, full.concurrency, func(i int) (time.Duration, bool, error) { return revertSample(i+full.edits, "concurrent") })
+	return err
+}
+
+// waitFor returns the time from since to the event, or false on timeout.
+func waitFor(event <-chan time.Time, since time.Time) (time.Duration, bool, error) {
+	select {
+	case at := <-event:
+		return at.Sub(since), true, nil
+	case <-time.After(editTimeout):
+		return 0, false, nil
+	}
+}
+
+func sequential(n int, sample func(i int) (time.Duration, bool, error)) (distribution, error) {
+	var samples []time.Duration
+	timeouts := 0
+	for i := range n {
+		d, ok, err := sample(i)
+		if err != nil {
+			return distribution{}, err
+		}
+		if !ok {
+			timeouts++
+			continue
+		}
+		samples = append(samples, d)
+	}
+	return summarize(samples, timeouts), nil
+}
+
+// concurrent runs rounds of width samples released at the same instant.
+func concurrent(rounds, width int, sample func(i int) (time.Duration, bool, error)) (distribution, error) {
+	var mu sync.Mutex
+	var samples []time.Duration
+	var firstErr error
+	timeouts := 0
+	for round := range rounds {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for k := range width {
+			wg.Go(func() {
+				<-start
+				d, ok, err := sample(round*width + k)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					firstErr = err
+				case !ok:
+					timeouts++
+				default:
+					samples = append(samples, d)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if firstErr != nil {
+			return distribution{}, firstErr
+		}
+	}
+	return summarize(samples, timeouts), nil
+}

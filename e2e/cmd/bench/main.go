@@ -1,0 +1,352 @@
+// Command bench measures helm-locker against a real control plane: cold
+// lock time, revert latency against the physical floor, memory per locked
+// and untracked object, and idle API load. `make bench` runs it and writes
+// docs/benchmarks.{json,md} and docs/revert-latency.png.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+
+	"github.com/helm-locker/helm-locker/api"
+	"github.com/helm-locker/helm-locker/e2e/controlplane"
+)
+
+// params describe one scenario.
+type params struct {
+	Releases  int `json:"releases"`
+	Objects   int `json:"objectsPerRelease"`
+	Untracked int `json:"untrackedObjects"`
+}
+
+func (p params) namespaces() int      { return max(1, p.Releases/10) }
+func (p params) noiseNamespaces() int { return max(1, p.Untracked/1000) }
+
+func main() {
+	var (
+		base         params
+		out          string
+		edits        int
+		concurrency  int
+		idle         time.Duration
+		scale        bool
+		lockerBinary string
+	)
+	flag.IntVar(&base.Releases, "releases", 200, "N: releases")
+	flag.IntVar(&base.Objects, "objects", 25, "M: objects per release")
+	flag.IntVar(&base.Untracked, "untracked", 20000, "B: objects no release tracks")
+	flag.IntVar(&edits, "edits", 200, "single edits measured")
+	flag.IntVar(&concurrency, "concurrency", 50, "edits sent at once in the concurrent measurement")
+	flag.DurationVar(&idle, "idle", time.Minute, "length of each idle window")
+	flag.BoolVar(&scale, "scale", true, "also run 2x and 4x of N, M and B for the growth table")
+	flag.StringVar(&out, "out", "docs", "folder for benchmarks.json, benchmarks.md and revert-latency.png")
+	flag.StringVar(&lockerBinary, "locker", "bin/helm-locker", "helm-locker binary to measure")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, base, edits, concurrency, idle, scale, out, lockerBinary); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// report is everything one `make bench` measures.
+type report struct {
+	Date     string          `json:"date"`
+	Machine  string          `json:"machine"`
+	Base     *scenarioResult `json:"base"`
+	Growth   []growthRow     `json:"growth,omitempty"`
+	Derived  derived         `json:"derived"`
+	Settings map[string]any  `json:"settings"`
+}
+
+type growthRow struct {
+	Dimension string  `json:"dimension"`
+	Factor    int     `json:"factor"`
+	Params    params  `json:"params"`
+	RSSMiB    float64 `json:"rssMiB"`
+	ColdLockS float64 `json:"coldLockSeconds"`
+}
+
+type derived struct {
+	BytesPerLockedObject    float64 `json:"bytesPerLockedObject"`
+	BytesPerUntrackedObject float64 `json:"bytesPerUntrackedObject"`
+	SingleP50xFloor         float64 `json:"singleP50OverFloor"`
+	SingleP99xFloor         float64 `json:"singleP99OverFloor"`
+	ConcurrentP50xFloor     float64 `json:"concurrentP50OverFloor"`
+	ConcurrentP99xFloor     float64 `json:"concurrentP99OverFloor"`
+}
+
+func run(ctx context.Context, base params, edits, concurrency int, idle time.Duration, scale bool, out, lockerBinary string) error {
+	tools, err := controlplane.FindTools(ctx)
+	if err != nil {
+		return err
+	}
+	lockerBinary, err = filepath.Abs(lockerBinary)
+	if err != nil {
+		return err
+	}
+	rep := &report{
+		Date:     time.Now().UTC().Format(time.RFC3339),
+		Machine:  machine(),
+		Settings: map[string]any{"edits": edits, "concurrency": concurrency, "idleWindow": idle.String()},
+	}
+	fmt.Fprintf(os.Stderr, "bench: base scenario %+v\n", base)
+	rep.Base, err = scenario(ctx, tools, lockerBinary, base, &fullMeasure{edits: edits, concurrency: concurrency, idle: idle})
+	if err != nil {
+		return err
+	}
+	f := rep.Base.Floor.P50
+	rep.Derived.SingleP50xFloor = rep.Base.Single.P50 / f
+	rep.Derived.SingleP99xFloor = rep.Base.Single.P99 / rep.Base.Floor.P99
+	rep.Derived.ConcurrentP50xFloor = rep.Base.Concurrent.P50 / rep.Base.ConcurrentFloor.P50
+	rep.Derived.ConcurrentP99xFloor = rep.Base.Concurrent.P99 / rep.Base.ConcurrentFloor.P99
+	if scale {
+		rep.Growth = append(rep.Growth, growthRow{Dimension: "base", Factor: 1, Params: base, RSSMiB: rep.Base.RSSMiB, ColdLockS: rep.Base.ColdLockS})
+		for _, dim := range []string{"N", "M", "B"} {
+			for _, factor := range []int{2, 4} {
+				p := base
+				switch dim {
+				case "N":
+					p.Releases *= factor
+				case "M":
+					p.Objects *= factor
+				case "B":
+					p.Untracked *= factor
+				}
+				fmt.Fprintf(os.Stderr, "bench: growth %s x%d %+v\n", dim, factor, p)
+				res, err := scenario(ctx, tools, lockerBinary, p, nil)
+				if err != nil {
+					return err
+				}
+				rep.Growth = append(rep.Growth, growthRow{Dimension: dim, Factor: factor, Params: p, RSSMiB: res.RSSMiB, ColdLockS: res.ColdLockS})
+			}
+		}
+		for _, g := range rep.Growth {
+			if g.Dimension == "M" && g.Factor == 2 {
+				rep.Derived.BytesPerLockedObject = (g.RSSMiB - rep.Base.RSSMiB) * (1 << 20) / float64(base.Releases*base.Objects)
+			}
+			if g.Dimension == "B" && g.Factor == 2 {
+				rep.Derived.BytesPerUntrackedObject = (g.RSSMiB - rep.Base.RSSMiB) * (1 << 20) / float64(base.Untracked)
+			}
+		}
+	}
+	return write(out, rep)
+}
+
+func machine() string {
+	data, _ := exec.Command("uname", "-srm").Output()
+	return fmt.Sprintf("%s, %d CPUs", string(data[:max(0, len(data)-1)]), numCPU())
+}
+
+// scenarioResult is what one control plane, set up once, measured.
+type scenarioResult struct {
+	Params      params       `json:"params"`
+	SetupS      float64      `json:"setupSeconds"`
+	DeployedS   float64      `json:"allDeployedSeconds"`
+	RestoredS   float64      `json:"allDriftRestoredSeconds"`
+	ColdLockS   float64      `json:"coldLockSeconds"`
+	ObjectsPerS float64      `json:"objectsLockedPerSecond"`
+	RSSMiB      float64      `json:"rssMiB"`
+	Floor           distribution `json:"floor"`
+	Single          distribution `json:"single"`
+	ConcurrentFloor distribution `json:"concurrentFloor"`
+	Concurrent      distribution `json:"concurrent"`
+	Idle        *idleResult  `json:"idle,omitempty"`
+}
+
+type idleResult struct {
+	BaselineRequestsPerMin float64 `json:"apiServerBaselineRequestsPerMinute"`
+	WithLockerPerMin       float64 `json:"apiServerRequestsPerMinuteWithLocker"`
+	LockerRequestsPerMin   float64 `json:"lockerRequestsPerMinute"`
+	LockerCPUSecondsPerMin float64 `json:"lockerCpuSecondsPerMinute"`
+}
+
+// fullMeasure asks a scenario for latency and idle figures too.
+type fullMeasure struct {
+	edits, concurrency int
+	idle               time.Duration
+}
+
+func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string, p params, full *fullMeasure) (*scenarioResult, error) {
+	dir, err := os.MkdirTemp("", "helm-locker-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	cp, err := controlplane.Start(ctx, tools, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = cp.Stop() }()
+	kube, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cp.Config)
+	if err != nil {
+		return nil, err
+	}
+	ext, err := apiextensionsclient.NewForConfig(cp.Config)
+	if err != nil {
+		return nil, err
+	}
+	if err := api.InstallCRD(ctx, ext); err != nil {
+		return nil, err
+	}
+	res := &scenarioResult{Params: p}
+	start := time.Now()
+	locked, err := setup(ctx, kube, dyn, p)
+	if err != nil {
+		return nil, err
+	}
+	res.SetupS = time.Since(start).Seconds()
+
+	// Drift one ConfigMap of every release before the locker starts: cold
+	// lock is over only when each is restored.
+	var drifted []ref
+	for _, cms := range locked {
+		drifted = append(drifted, cms[0])
+	}
+	restored, err := watchConfigMaps(ctx, dyn, metav1.NamespaceAll, "app.kubernetes.io/managed-by=Helm")
+	if err != nil {
+		return nil, err
+	}
+	var restoredAt []<-chan time.Time
+	for _, r := range drifted {
+		_, _, rv, err := edit(ctx, dyn, r, "drifted before start")
+		if err != nil {
+			return nil, err
+		}
+		restoredAt = append(restoredAt, restored.wait(r.ns+"/"+r.name, "declared", rv))
+	}
+
+	var idle *idleResult
+	if full != nil {
+		// The API server's own requests, with nothing else running.
+		idle = &idleResult{}
+		if idle.BaselineRequestsPerMin, err = requestRate(ctx, kube, full.idle); err != nil {
+			return nil, err
+		}
+	}
+
+	l, err := startLocker(lockerBinary, cp.Kubeconfig, filepath.Join(dir, "locker.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer l.stop()
+	timeout := time.Duration(10+p.Releases*p.Objects/100) * time.Second
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	deployedAt, err := waitDeployed(cctx, dyn, p.Releases)
+	if err != nil {
+		return nil, fmt.Errorf("cold lock: %w\n%s", err, tailFile(filepath.Join(dir, "locker.log")))
+	}
+	last := deployedAt
+	for i, ch := range restoredAt {
+		select {
+		case t := <-ch:
+			last = later(last, t)
+		case <-cctx.Done():
+			r := drifted[i]
+			obj, err := dyn.Resource(cmGVR).Namespace(r.ns).Get(ctx, r.name, metav1.GetOptions{})
+			if err == nil {
+				v, _, _ := unstructured.NestedString(obj.Object, "data", "key")
+				return nil, fmt.Errorf("cold lock: %s/%s was not seen restored within %s; it now has data.key=%q at resourceVersion %s\n%s", r.ns, r.name, timeout, v, obj.GetResourceVersion(), tailFile(filepath.Join(dir, "locker.log")))
+			}
+			return nil, fmt.Errorf("cold lock: %s/%s was not seen restored within %s: %v", r.ns, r.name, timeout, err)
+		}
+	}
+	res.DeployedS = deployedAt.Sub(l.start).Seconds()
+	res.RestoredS = last.Sub(l.start).Seconds()
+	res.ColdLockS = max(res.DeployedS, res.RestoredS)
+	res.ObjectsPerS = float64(p.Releases*p.Objects) / res.ColdLockS
+
+	if full != nil {
+		if err := measureLatency(ctx, dyn, restored, locked, full, res); err != nil {
+			return nil, err
+		}
+		cpu0, _ := l.cpu()
+		if idle.WithLockerPerMin, err = requestRate(ctx, kube, full.idle); err != nil {
+			return nil, err
+		}
+		cpu1, _ := l.cpu()
+		idle.LockerRequestsPerMin = max(0, idle.WithLockerPerMin-idle.BaselineRequestsPerMin)
+		idle.LockerCPUSecondsPerMin = (cpu1 - cpu0).Seconds() / full.idle.Minutes()
+		res.Idle = idle
+	} else {
+		time.Sleep(5 * time.Second) // let the heap settle
+	}
+	rss, err := l.rss()
+	if err != nil {
+		return nil, err
+	}
+	res.RSSMiB = float64(rss) / (1 << 20)
+	fmt.Fprintf(os.Stderr, "bench: %+v\n", *res)
+	return res, nil
+}
+
+// requestRate counts the requests the API server answers per minute over a
+// window, and names what they were.
+func requestRate(ctx context.Context, kube kubernetes.Interface, window time.Duration) (float64, error) {
+	before, err := requestCounts(ctx, kube)
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case <-time.After(window):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	after, err := requestCounts(ctx, kube)
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			total += d
+			fmt.Fprintf(os.Stderr, "bench: idle window: %.0f × %s\n", d, k)
+		}
+	}
+	return total / window.Minutes(), nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func tailFile(path string) string {
+	data, _ := os.ReadFile(path)
+	if len(data) > 3000 {
+		data = data[len(data)-3000:]
+	}
+	return string(data)
+}
+
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}

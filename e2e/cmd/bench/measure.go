@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+)
+
+// locker is the helm-locker process under measurement.
+type locker struct {
+	cmd   *exec.Cmd
+	start time.Time
+	done  chan struct{}
+}
+
+func startLocker(bin, kubeconfig, log string) (*locker, error) {
+	f, err := os.Create(log)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--namespace", v1alpha1Namespace)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	l := &locker{cmd: cmd, start: start, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); f.Close(); close(l.done) }()
+	return l, nil
+}
+
+func (l *locker) stop() {
+	_ = l.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-l.done:
+	case <-time.After(10 * time.Second):
+		_ = l.cmd.Process.Kill()
+		<-l.done
+	}
+}
+
+// rss is the process's resident set, from /proc.
+func (l *locker) rss() (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", l.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for pid %d", l.cmd.Process.Pid)
+}
+
+// cpu is the process's user plus system time.
+func (l *locker) cpu() (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", l.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil // USER_HZ is 100 on Linux
+}
+
+// configMapWatch follows every ConfigMap with a given label and tells when
+// an object reached a value at a resourceVersion after a given one.
+type configMapWatch struct {
+	mu      sync.Mutex
+	last    map[string]observed
+	waiters map[string][]*waiter
+}
+
+type observed struct {
+	rv    int64
+	value string
+	at    time.Time
+}
+
+type waiter struct {
+	afterRV int64
+	value   string
+	done    chan time.Time
+}
+
+func watchConfigMaps(ctx context.Context, dyn dynamic.Interface, namespace, selector string) (*configMapWatch, error) {
+	w, err := dyn.Resource(cmGVR).Namespace(namespace).Watch(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, err
+	}
+	cw := &configMapWatch{last: map[string]observed{}, waiters: map[string][]*waiter{}}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Modified && ev.Type != watch.Added {
+				continue
+			}
+			now := time.Now()
+			obj := ev.Object.(*unstructured.Unstructured)
+			rv, _ := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
+			value, _, _ := unstructured.NestedString(obj.Object, "data", "key")
+			key := obj.GetNamespace() + "/" + obj.GetName()
+			cw.mu.Lock()
+			cw.last[key] = observed{rv: rv, value: value, at: now}
+			kept := cw.waiters[key][:0]
+			for _, wt := range cw.waiters[key] {
+				if rv > wt.afterRV && value == wt.value {
+					wt.done <- now
+				} else {
+					kept = append(kept, wt)
+				}
+			}
+			cw.waiters[key] = kept
+			cw.mu.Unlock()
+		}
+	}()
+	return cw, nil
+}
+
+// wait returns a channel that receives the time an event showed key at
+// value with a resourceVersion after afterRV, including an event that
+// arrived before wait was called.
+func (cw *configMapWatch) wait(key, value string, afterRV int64) <-chan time.Time {
+	wt := &waiter{afterRV: afterRV, value: value, done: make(chan time.Time, 1)}
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	if last, ok := cw.last[key]; ok && last.rv > afterRV && last.value == value {
+		wt.done <- last.at
+		return wt.done
+	}
+	cw.waiters[key] = append(cw.waiters[key], wt)
+	return wt.done
+}
+
+// edit patches data.key and returns when the request was sent, when its
+// response arrived, and the resourceVersion it produced.
+func edit(ctx context.Context, dyn dynamic.Interface, r ref, value string) (sent, answered time.Time, rv int64, err error) {
+	patch := fmt.Appendf(nil, `{"data":{"key":%q}}`, value)
+	sent = time.Now()
+	out, err := dyn.Resource(cmGVR).Namespace(r.ns).Patch(ctx, r.name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kubectl-edit"})
+	answered = time.Now()
+	if err != nil {
+		return sent, answered, 0, err
+	}
+	rv, _ = strconv.ParseInt(out.GetResourceVersion(), 10, 64)
+	return sent, answered, rv, nil
+}
+
+// waitDeployed waits until every HelmRelease CR says Deployed.
+func waitDeployed(ctx context.Context, dyn dynamic.Interface, want int) (time.Time, error) {
+	for {
+		list, err := dyn.Resource(v1alpha1.Resource).Namespace(v1alpha1Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return time.Time{}, err
+		}
+		deployed := 0
+		for _, item := range list.Items {
+			if s, _, _ := unstructured.NestedString(item.Object, "status", "state"); s == string(v1alpha1.StateDeployed) {
+				deployed++
+			}
+		}
+		if deployed == want {
+			return time.Now(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("%d of %d HelmReleases Deployed: %w", deployed, want, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// requestCounts reads apiserver_request_total by label set: every request
+// the API server has answered, by verb, resource and code.
+func requestCounts(ctx context.Context, kube kubernetes.Interface) (map[string]float64, error) {
+	data, err := kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	counts := map[string]float64{}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err == nil {
+			counts[line[len("apiserver_request_total"):i]] = v
+		}
+	}
+	return counts, nil
+}
+
+// distribution summarises latency samples.
+type distribution struct {
+	Count    int     `json:"count"`
+	Timeouts int     `json:"timeouts"`
+	P50      float64 `json:"p50Ms"`
+	P90      float64 `json:"p90Ms"`
+	P99      float64 `json:"p99Ms"`
+	Max      float64 `json:"maxMs"`
+	samples  []time.Duration
+}
+
+func summarize(samples []time.Duration, timeouts int) distribution {
+	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+	d := distribution{Count: len(samples), Timeouts: timeouts, samples: samples}
+	if len(samples) == 0 {
+		return d
+	}
+	q := func(p float64) float64 {
+		i := int(p * float64(len(samples)-1))
+		return ms(samples[i])
+	}
+	d.P50, d.P90, d.P99, d.Max = q(0.50), q(0.90), q(0.99), ms(samples[len(samples)-1])
+	return d
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+)
+
+func numCPU() int { return runtime.NumCPU() }
+
+// write stores the report as JSON, a markdown summary and a plot.
+func write(dir string, rep *report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(dir, "benchmarks.json"), rep); err != nil {
+		return err
+	}
+	if err := plotLatency(filepath.Join(dir, "revert-latency.png"), rep.Base); err != nil {
+		return err
+	}
+	md := markdown(rep)
+	fmt.Print(md)
+	return os.WriteFile(filepath.Join(dir, "benchmarks.md"), []byte(md), 0o644)
+}
+
+func markdown(rep *report) string {
+	b := &strings.Builder{}
+	r := rep.Base
+	p := r.Params
+	fmt.Fprintf(b, "# Benchmarks\n\nMeasured by `make bench` on %s, %s, against a local etcd 3.6 and kube-apiserver v1.36 on the same machine. ", rep.Date, rep.Machine)
+	fmt.Fprintf(b, "The locker runs as its own process. Scenario: N=%d releases × M=%d objects (60%% ConfigMaps of ~1 KB, 20%% Services, 20%% Secrets), B=%d untracked objects; release Secrets written by Helm's own storage driver.\n\n", p.Releases, p.Objects, p.Untracked)
+	fmt.Fprintf(b, "## Cold lock\n\n| figure | value |\n|---|---|\n")
+	fmt.Fprintf(b, "| every CR `Deployed` | %.2f s after process start |\n", r.DeployedS)
+	fmt.Fprintf(b, "| every object drifted before start restored | %.2f s |\n", r.RestoredS)
+	fmt.Fprintf(b, "| cold lock | %.2f s, **%.0f objects/s** |\n\n", r.ColdLockS, r.ObjectsPerS)
+	fmt.Fprintf(b, "## Revert latency\n\nFrom the edit's response to the watch event showing the value restored. The floor, measured in the same run, is an edit of an untracked ConfigMap until its own watch event arrives: one PATCH round trip plus watch delivery. The concurrent floor sends as many such edits at once as the concurrent measurement does, since the API server slows under that load for every client.\n\n")
+	fmt.Fprintf(b, "| | samples | timeouts | p50 ms | p90 ms | p99 ms | max ms | p50 / floor p50 | p99 / floor p99 |\n|---|---|---|---|---|---|---|---|---|\n")
+	row := func(name string, d, floor distribution) {
+		fmt.Fprintf(b, "| %s | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f× | %.2f× |\n", name, d.Count, d.Timeouts, d.P50, d.P90, d.P99, d.Max, d.P50/floor.P50, d.P99/floor.P99)
+	}
+	row("floor", r.Floor, r.Floor)
+	row("single edits", r.Single, r.Floor)
+	row(fmt.Sprintf("floor, %v at once", rep.Settings["concurrency"]), r.ConcurrentFloor, r.ConcurrentFloor)
+	row(fmt.Sprintf("%v concurrent edits", rep.Settings["concurrency"]), r.Concurrent, r.ConcurrentFloor)
+	fmt.Fprintf(b, "\n![revert latency](revert-latency.png)\n\n")
+	fmt.Fprintf(b, "## Memory and idle load\n\n| figure | value |\n|---|---|\n| RSS, settled | %.1f MiB |\n", r.RSSMiB)
+	if rep.Derived.BytesPerLockedObject != 0 || rep.Derived.BytesPerUntrackedObject != 0 {
+		fmt.Fprintf(b, "| per locked object (2×M − 1×M) | %.0f bytes |\n| per untracked object (2×B − 1×B) | %.0f bytes |\n", rep.Derived.BytesPerLockedObject, rep.Derived.BytesPerUntrackedObject)
+	}
+	if r.Idle != nil {
+		fmt.Fprintf(b, "| API server requests/min with nothing running (baseline) | %.1f |\n", r.Idle.BaselineRequestsPerMin)
+		fmt.Fprintf(b, "| the same with the locker idle | %.1f |\n", r.Idle.WithLockerPerMin)
+		fmt.Fprintf(b, "| **the locker's idle requests/min** (difference; no leader election yet) | %.1f |\n", r.Idle.LockerRequestsPerMin)
+		fmt.Fprintf(b, "| the locker's idle CPU | %.3f s/min |\n", r.Idle.LockerCPUSecondsPerMin)
+	}
+	if len(rep.Growth) > 0 {
+		fmt.Fprintf(b, "\n## How cost grows\n\nEach row is its own control plane; only the named dimension changes.\n\n| dimension | factor | N | M | B | RSS MiB | cold lock s |\n|---|---|---|---|---|---|---|\n")
+		for _, g := range rep.Growth {
+			fmt.Fprintf(b, "| %s | %d× | %d | %d | %d | %.1f | %.2f |\n", g.Dimension, g.Factor, g.Params.Releases, g.Params.Objects, g.Params.Untracked, g.RSSMiB, g.ColdLockS)
+		}
+	}
+	fmt.Fprintf(b, "\nRaw figures: [benchmarks.json](benchmarks.json).\n")
+	return b.String()
+}
+
+// plotLatency draws the cumulative distributions of the floor and of both
+// revert measurements.
+func plotLatency(path string, r *scenarioResult) error {
+	p := plot.New()
+	p.Title.Text = "Revert latency against the floor"
+	p.X.Label.Text = "milliseconds"
+	p.Y.Label.Text = "fraction of edits"
+	for i, s := range []struct {
+		name string
+		d    distribution
+		c    color.RGBA
+	}{
+		{"floor (PATCH + watch delivery)", r.Floor, color.RGBA{R: 30, G: 100, B: 200, A: 255}},
+		{"single edits", r.Single, color.RGBA{R: 30, G: 100, B: 200, A: 255}},
+		{"floor, concurrent", r.ConcurrentFloor, color.RGBA{R: 200, G: 60, B: 40, A: 255}},
+		{"concurrent edits", r.Concurrent, color.RGBA{R: 200, G: 60, B: 40, A: 255}},
+	} {
+		if len(s.d.samples) == 0 {
+			continue
+		}
+		pts := make(plotter.XYs, len(s.d.samples))
+		for j, v := range s.d.samples {
+			pts[j].X = ms(v)
+			pts[j].Y = float64(j+1) / float64(len(s.d.samples))
+		}
+		line, err := plotter.NewLine(pts)
+		if err != nil {
+			return err
+		}
+		line.Color = s.c
+		line.Width = vg.Points(2)
+		if i%2 == 0 {
+			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(line)
+		p.Legend.Add(s.name, line)
+	}
+	p.Legend.Top = false
+	p.Legend.Left = false
+	p.Add(plotter.NewGrid())
+	return p.Save(7*vg.Inch, 4*vg.Inch, path)
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/storage/driver"
+	helmtime "helm.sh/helm/v3/pkg/time"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+)
+
+var (
+	cmGVR     = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	svcGVR    = schema.GroupVersionResource{Version: "v1", Resource: "services"}
+	secretGVR = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+)
+
+// payload is ~1 KB of ConfigMap data, the size the issue names.
+var payload = strings.Repeat("locked-data-", 85)
+
+// releaseObjects returns the M objects of release i: 60% ConfigMaps, 20%
+// Services, 20% Secrets, none with metadata.namespace, as charts write them.
+func releaseObjects(name string, m int) []*unstructured.Unstructured {
+	var objs []*unstructured.Unstructured
+	for j := range m {
+		obj := map[string]any{"metadata": map[string]any{
+			"name":   fmt.Sprintf("%s-%d", name, j),
+			"labels": map[string]any{"app.kubernetes.io/instance": name, "app.kubernetes.io/managed-by": "Helm"},
+		}}
+		switch j % 5 {
+		case 3:
+			obj["apiVersion"], obj["kind"] = "v1", "Service"
+			obj["spec"] = map[string]any{"ports": []any{map[string]any{"name": "http", "port": int64(80), "targetPort": "http", "protocol": "TCP"}},
+				"selector": map[string]any{"app": name}}
+		case 4:
+			obj["apiVersion"], obj["kind"] = "v1", "Secret"
+			obj["type"] = "Opaque"
+			obj["data"] = map[string]any{"password": "c2VjcmV0"}
+		default:
+			obj["apiVersion"], obj["kind"] = "v1", "ConfigMap"
+			obj["data"] = map[string]any{"key": "declared", "payload": payload}
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: obj})
+	}
+	return objs
+}
+
+func gvrOf(obj *unstructured.Unstructured) schema.GroupVersionResource {
+	switch obj.GetKind() {
+	case "Service":
+		return svcGVR
+	case "Secret":
+		return secretGVR
+	default:
+		return cmGVR
+	}
+}
+
+// manifestOf renders objects the way Helm stores a manifest.
+func manifestOf(objs []*unstructured.Unstructured) (string, error) {
+	var b strings.Builder
+	for _, o := range objs {
+		y, err := yaml.Marshal(o.Object)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "---\n# Source: bench/templates/%s.yaml\n%s", o.GetName(), y)
+	}
+	return b.String(), nil
+}
+
+// setup creates the releases (objects, Helm's release Secret written by
+// Helm's own storage driver, and a HelmRelease CR each) and the untracked
+// objects. It returns the locked ConfigMaps, by release, for edits.
+func setup(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, p params) (map[string][]ref, error) {
+	work := make(chan func() error)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for range 16 {
+		wg.Go(func() {
+			for job := range work {
+				if err := job(); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	send := func(job func() error) {
+		select {
+		case work <- job:
+		case <-ctx.Done():
+		}
+	}
+
+	namespaces := []string{}
+	for i := range p.namespaces() {
+		namespaces = append(namespaces, fmt.Sprintf("rel-%d", i))
+	}
+	for i := range p.noiseNamespaces() {
+		namespaces = append(namespaces, fmt.Sprintf("noise-%d", i))
+	}
+	namespaces = append(namespaces, v1alpha1Namespace)
+	for _, ns := range namespaces {
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+	}
+
+	locked := map[string][]ref{}
+	for i := range p.Releases {
+		name := fmt.Sprintf("r%04d", i)
+		ns := fmt.Sprintf("rel-%d", i%p.namespaces())
+		objs := releaseObjects(name, p.Objects)
+		for _, o := range objs {
+			if o.GetKind() == "ConfigMap" {
+				locked[name] = append(locked[name], ref{ns: ns, name: o.GetName()})
+			}
+			send(func() error {
+				_, err := dyn.Resource(gvrOf(o)).Namespace(ns).Create(ctx, o, metav1.CreateOptions{FieldManager: "helm"})
+				return err
+			})
+		}
+		send(func() error {
+			manifest, err := manifestOf(objs)
+			if err != nil {
+				return err
+			}
+			now := helmtime.Now()
+			rel := &release.Release{
+				Name: name, Namespace: ns, Version: 1, Manifest: manifest,
+				Info:  &release.Info{FirstDeployed: now, LastDeployed: now, Status: release.StatusDeployed, Description: "Install complete"},
+				Chart: &chart.Chart{Metadata: &chart.Metadata{Name: "bench", Version: "0.1.0", APIVersion: "v2"}},
+			}
+			return driver.NewSecrets(kube.CoreV1().Secrets(ns)).Create(fmt.Sprintf("sh.helm.release.v1.%s.v1", name), rel)
+		})
+		send(func() error {
+			hr := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": v1alpha1.Kind,
+				"metadata": map[string]any{"name": name, "namespace": v1alpha1Namespace},
+				"spec":     map[string]any{"release": map[string]any{"name": name, "namespace": ns}},
+			}}
+			_, err := dyn.Resource(v1alpha1.Resource).Namespace(v1alpha1Namespace).Create(ctx, hr, metav1.CreateOptions{})
+			return err
+		})
+	}
+	for i := range p.Untracked {
+		ns := fmt.Sprintf("noise-%d", i%p.noiseNamespaces())
+		objs := releaseObjects(fmt.Sprintf("u%06d", i), 5)
+		o := objs[i%5]
+		o.SetName(fmt.Sprintf("u%06d", i))
+		send(func() error {
+			_, err := dyn.Resource(gvrOf(o)).Namespace(ns).Create(ctx, o, metav1.CreateOptions{})
+			return err
+		})
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		return nil, fmt.Errorf("setup: %w", firstErr)
+	}
+	return locked, ctx.Err()
+}
+
+// ref names a namespaced object.
+type ref struct{ ns, name string }
+
+// v1alpha1Namespace is the registration namespace the locker serves.
+const v1alpha1Namespace = "cattle-helm-system"
