@@ -150,6 +150,7 @@ func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func
 	e.informers = informers.NewRegistry(client, informers.Options{
 		Handler:        e.onEvent,
 		Tracked:        e.tracked,
+		Trim:           trimManagedFields,
 		OnTypesChanged: e.typesChanged,
 	})
 	return e
@@ -310,6 +311,20 @@ func (e *Engine) onEvent(gvr schema.GroupVersionResource, obj any) {
 	e.mu.Unlock()
 	for _, key := range keys {
 		e.notify(key)
+	}
+}
+
+// trimManagedFields drops the field sets from an object's managedFields,
+// which are most of its size in the cache. Who manages the object, how and
+// when stays: that is what the engine reads from cached objects. Handing
+// fields over reads the full entries from the API server instead.
+func trimManagedFields(obj *unstructured.Unstructured) {
+	md, _ := obj.Object["metadata"].(map[string]any)
+	entries, _ := md["managedFields"].([]any)
+	for _, e := range entries {
+		if m, ok := e.(map[string]any); ok {
+			delete(m, "fieldsV1")
+		}
 	}
 }
 

@@ -201,6 +201,18 @@ func (e *Engine) handOver(ctx context.Context, spec ObjectSet, obj *lockedObject
 	if m := applyManagerOf(live, e.fieldManager); m != "" {
 		obj.applyManager = m
 	}
+	if !hasUpdateEntry(live, e.fieldManager) {
+		return nil
+	}
+	if trimmed(live) {
+		// The cache keeps no field sets (see trimManagedFields); the
+		// hand-over needs them.
+		full, err := e.resource(obj.ref).Get(ctx, obj.ref.Name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading managedFields to hand fields over: %w", err)
+		}
+		live = full
+	}
 	manager := obj.applyManagerOrDefault()
 	patch, err := csaupgrade.UpgradeManagedFieldsPatch(live, sets.New(e.fieldManager), manager)
 	if err != nil || patch == nil {
@@ -218,6 +230,29 @@ func (e *Engine) handOver(ctx context.Context, spec ObjectSet, obj *lockedObject
 	// live is now older than the object the hand-over wrote.
 	obj.superseded = append(obj.superseded, live.GetResourceVersion())
 	return nil
+}
+
+// hasUpdateEntry reports whether manager has an Update entry on obj.
+func hasUpdateEntry(obj *unstructured.Unstructured, manager string) bool {
+	for _, f := range obj.GetManagedFields() {
+		if f.Manager == manager && f.Operation == metav1.ManagedFieldsOperationUpdate {
+			return true
+		}
+	}
+	return false
+}
+
+// trimmed reports whether obj came from the cache with its field sets
+// dropped: the API server always sends fieldsV1.
+func trimmed(obj *unstructured.Unstructured) bool {
+	md, _ := obj.Object["metadata"].(map[string]any)
+	entries, _ := md["managedFields"].([]any)
+	for _, e := range entries {
+		if m, ok := e.(map[string]any); ok && m["fieldsV1"] == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // applyManagerOf returns the Apply field manager of obj other than own,

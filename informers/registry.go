@@ -25,10 +25,13 @@ type Options struct {
 	// Handler is called for every event of every running informer.
 	Handler Handler
 	// Tracked reports whether an object is one a caller needs in full. The
-	// others are stored as metav1.PartialObjectMetadata only, so that a
-	// cluster-wide informer for, say, Secrets does not hold a copy of every
-	// Secret in the cluster. Nil means every object is tracked.
+	// others are stored as a *Stub only, so that a cluster-wide informer
+	// for, say, Secrets does not hold a copy of every Secret in the
+	// cluster. Nil means every object is tracked.
 	Tracked func(gvr schema.GroupVersionResource, namespace, name string) bool
+	// Trim, if set, is applied to every tracked object before it is
+	// stored, to drop what the caller never reads from the cache.
+	Trim func(obj *unstructured.Unstructured)
 	// OnTypesChanged is called when a CustomResourceDefinition is created,
 	// changed or deleted, so that callers can refresh their RESTMapper and
 	// retry kinds that did not exist before.
@@ -107,7 +110,8 @@ func (r *Registry) Release(gvr schema.GroupVersionResource) {
 	}
 }
 
-// Get returns the stored object, as Options.Tracked left it. synced is false
+// Get returns the stored object: an *unstructured.Unstructured, or a *Stub
+// for an object that was not tracked when it was last stored. synced is false
 // while the type's informer has not finished its first list (or is not
 // running); callers must then not take a missing object as deleted.
 func (r *Registry) Get(gvr schema.GroupVersionResource, namespace, name string) (obj any, exists, synced bool, err error) {
@@ -205,7 +209,7 @@ func (r *Registry) startLocked(e *entry) {
 	}
 	gvr := e.gvr
 	informer := dynamicinformer.NewFilteredDynamicInformer(r.client, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
-	if r.opts.Tracked != nil {
+	if r.opts.Tracked != nil || r.opts.Trim != nil {
 		// SetTransform only fails once the informer runs.
 		_ = informer.SetTransform(func(obj any) (any, error) { return r.strip(gvr, obj), nil })
 	}
@@ -291,16 +295,14 @@ func (r *Registry) retryMissing() {
 // strip keeps full copies of tracked objects only.
 func (r *Registry) strip(gvr schema.GroupVersionResource, obj any) any {
 	u, ok := obj.(*unstructured.Unstructured)
-	if !ok || r.opts.Tracked(gvr, u.GetNamespace(), u.GetName()) {
+	if !ok {
 		return obj
 	}
-	return &metav1.PartialObjectMetadata{
-		TypeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:            u.GetName(),
-			Namespace:       u.GetNamespace(),
-			UID:             u.GetUID(),
-			ResourceVersion: u.GetResourceVersion(),
-		},
+	if r.opts.Tracked != nil && !r.opts.Tracked(gvr, u.GetNamespace(), u.GetName()) {
+		return NewStub(u)
 	}
+	if r.opts.Trim != nil {
+		r.opts.Trim(u)
+	}
+	return u
 }

@@ -19,7 +19,7 @@ var cmGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 func cm(ns, name string) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata": map[string]any{"name": name, "namespace": ns},
+		"metadata": map[string]any{"name": name, "namespace": ns, "resourceVersion": "1"},
 		"data":     map[string]any{"big": "payload"},
 	}}
 }
@@ -70,8 +70,8 @@ func TestRegistryStartsAndStopsOnDemand(t *testing.T) {
 		t.Errorf("tracked object stored as %T, want *unstructured.Unstructured", full)
 	}
 	stub, exists, _, _ := r.Get(cmGVR, "a", "untracked")
-	if _, ok := stub.(*metav1.PartialObjectMetadata); !exists || !ok {
-		t.Errorf("untracked object stored as %T (exists %v), want *metav1.PartialObjectMetadata", stub, exists)
+	if st, ok := stub.(*Stub); !exists || !ok || st.GetNamespace() != "a" || st.GetName() != "untracked" || st.GetResourceVersion() == "" {
+		t.Errorf("untracked object stored as %#v (exists %v), want a *Stub with namespace, name and resourceVersion", stub, exists)
 	}
 	waitFor(t, "initial events", func() bool {
 		mu.Lock()

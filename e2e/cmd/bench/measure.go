@@ -107,37 +107,68 @@ type waiter struct {
 }
 
 func watchConfigMaps(ctx context.Context, dyn dynamic.Interface, namespace, selector string) (*configMapWatch, error) {
-	w, err := dyn.Resource(cmGVR).Namespace(namespace).Watch(ctx, metav1.ListOptions{LabelSelector: selector})
+	res := dyn.Resource(cmGVR).Namespace(namespace)
+	// Start from now rather than from a synthetic ADDED event per existing
+	// object.
+	list, err := res.List(ctx, metav1.ListOptions{LabelSelector: selector, Limit: 1})
+	if err != nil {
+		return nil, err
+	}
+	rv := list.GetResourceVersion()
+	w, err := res.Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv, AllowWatchBookmarks: true})
 	if err != nil {
 		return nil, err
 	}
 	cw := &configMapWatch{last: map[string]observed{}, waiters: map[string][]*waiter{}}
 	go func() {
-		defer w.Stop()
-		for ev := range w.ResultChan() {
-			if ev.Type != watch.Modified && ev.Type != watch.Added {
-				continue
-			}
-			now := time.Now()
-			obj := ev.Object.(*unstructured.Unstructured)
-			rv, _ := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
-			value, _, _ := unstructured.NestedString(obj.Object, "data", "key")
-			key := obj.GetNamespace() + "/" + obj.GetName()
-			cw.mu.Lock()
-			cw.last[key] = observed{rv: rv, value: value, at: now}
-			kept := cw.waiters[key][:0]
-			for _, wt := range cw.waiters[key] {
-				if rv > wt.afterRV && value == wt.value {
-					wt.done <- now
-				} else {
-					kept = append(kept, wt)
+		for {
+			for ev := range w.ResultChan() {
+				obj, ok := ev.Object.(*unstructured.Unstructured)
+				if !ok {
+					continue
+				}
+				rv = obj.GetResourceVersion()
+				if ev.Type == watch.Modified || ev.Type == watch.Added {
+					cw.observe(obj, time.Now())
 				}
 			}
-			cw.waiters[key] = kept
-			cw.mu.Unlock()
+			// The API server ends watches now and then; carry on
+			// from the last version seen, so no event is missed.
+			if ctx.Err() != nil {
+				return
+			}
+			for {
+				w, err = res.Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv, AllowWatchBookmarks: true})
+				if err == nil || ctx.Err() != nil {
+					break
+				}
+				fmt.Fprintln(os.Stderr, "bench: re-watching ConfigMaps:", err)
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err != nil {
+				return
+			}
 		}
 	}()
 	return cw, nil
+}
+
+func (cw *configMapWatch) observe(obj *unstructured.Unstructured, now time.Time) {
+	rv, _ := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
+	value, _, _ := unstructured.NestedString(obj.Object, "data", "key")
+	key := obj.GetNamespace() + "/" + obj.GetName()
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	cw.last[key] = observed{rv: rv, value: value, at: now}
+	kept := cw.waiters[key][:0]
+	for _, wt := range cw.waiters[key] {
+		if rv > wt.afterRV && value == wt.value {
+			wt.done <- now
+		} else {
+			kept = append(kept, wt)
+		}
+	}
+	cw.waiters[key] = kept
 }
 
 // wait returns a channel that receives the time an event showed key at
