@@ -150,7 +150,7 @@ func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func
 	e.informers = informers.NewRegistry(client, informers.Options{
 		Handler:        e.onEvent,
 		Tracked:        e.tracked,
-		Trim:           trimManagedFields,
+		Trim:           e.trim,
 		OnTypesChanged: e.typesChanged,
 	})
 	return e
@@ -178,6 +178,9 @@ func (e *Engine) Declare(key string, set ObjectSet) {
 	for _, obj := range set.Objects {
 		s.unresolved = append(s.unresolved, &unresolvedObject{obj: obj})
 	}
+	// Resolved objects are kept normalized (see resolve); the caller's
+	// copies are not held on to.
+	s.spec.Objects = nil
 	e.mu.Lock()
 	old := e.sets[key]
 	e.sets[key] = s
@@ -311,6 +314,63 @@ func (e *Engine) onEvent(gvr schema.GroupVersionResource, obj any) {
 	e.mu.Unlock()
 	for _, key := range keys {
 		e.notify(key)
+	}
+}
+
+// trim shrinks a tracked object before the informer caches it: field sets
+// go (see trimManagedFields), and strings equal to the declared ones share
+// the declared copy, so a locked object in line costs little more than its
+// declaration.
+func (e *Engine) trim(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) {
+	trimManagedFields(obj)
+	ref := ObjectRef{GVR: gvr, Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	e.mu.Lock()
+	var declared map[string]any
+	for key := range e.owners[ref] {
+		if s := e.sets[key]; s != nil && s.objects[ref] != nil {
+			declared = s.objects[ref].declared.Object
+			break
+		}
+	}
+	e.mu.Unlock()
+	if declared != nil {
+		shareStrings(obj.Object, declared)
+	}
+}
+
+// shareStrings replaces, in live, every string equal to the string at the
+// same place in declared with declared's, so the two share one copy.
+func shareStrings(live, declared map[string]any) {
+	for k, lv := range live {
+		dv, ok := declared[k]
+		if !ok {
+			continue
+		}
+		switch lv := lv.(type) {
+		case string:
+			if ds, ok := dv.(string); ok && ds == lv {
+				live[k] = ds
+			}
+		case map[string]any:
+			if dm, ok := dv.(map[string]any); ok {
+				shareStrings(lv, dm)
+			}
+		case []any:
+			if dl, ok := dv.([]any); ok && len(dl) == len(lv) {
+				for i := range lv {
+					switch le := lv[i].(type) {
+					case string:
+						if ds, ok := dl[i].(string); ok && ds == le {
+							lv[i] = ds
+						}
+					case map[string]any:
+						if dm, ok := dl[i].(map[string]any); ok {
+							shareStrings(le, dm)
+						}
+					}
+				}
+			}
+		}
 	}
 }
 

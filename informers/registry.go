@@ -30,8 +30,8 @@ type Options struct {
 	// cluster. Nil means every object is tracked.
 	Tracked func(gvr schema.GroupVersionResource, namespace, name string) bool
 	// Trim, if set, is applied to every tracked object before it is
-	// stored, to drop what the caller never reads from the cache.
-	Trim func(obj *unstructured.Unstructured)
+	// stored, to drop or share what the caller does not need to hold.
+	Trim func(gvr schema.GroupVersionResource, obj *unstructured.Unstructured)
 	// OnTypesChanged is called when a CustomResourceDefinition is created,
 	// changed or deleted, so that callers can refresh their RESTMapper and
 	// retry kinds that did not exist before.
@@ -158,6 +158,30 @@ func (r *Registry) WaitForSync(ctx context.Context, gvr schema.GroupVersionResou
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// WaitForAllSynced waits until Run has started and every informer it runs
+// has finished its first list, or ctx is done.
+func (r *Registry) WaitForAllSynced(ctx context.Context) bool {
+	for {
+		r.mu.Lock()
+		running := r.ctx != nil
+		r.mu.Unlock()
+		if running {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	for _, gvr := range r.Running() {
+		if !r.WaitForSync(ctx, gvr) && ctx.Err() != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // Running lists the types whose informers run now, for tests and metrics.
@@ -302,7 +326,7 @@ func (r *Registry) strip(gvr schema.GroupVersionResource, obj any) any {
 		return NewStub(u)
 	}
 	if r.opts.Trim != nil {
-		r.opts.Trim(u)
+		r.opts.Trim(gvr, u)
 	}
 	return u
 }

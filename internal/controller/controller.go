@@ -165,6 +165,15 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	c.declareAll(ctx)
 	start(func(ctx context.Context) { _ = c.engine.Run(ctx) })
+	start(func(ctx context.Context) {
+		// The first lists decode every object of every watched type,
+		// most of which the cache then drops (see informers.Stub).
+		// Hand that memory back now rather than over the next minutes.
+		if c.engine.Informers().WaitForAllSynced(ctx) {
+			debug.FreeOSMemory()
+			logger.V(2).Info("Informers synced")
+		}
+	})
 	logger.Info("Starting workers", "count", c.cfg.Workers)
 	for range c.cfg.Workers {
 		start(func(ctx context.Context) {
@@ -361,6 +370,9 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 			ServerSideApply:  rel.ApplyMethod == manifest.ApplyMethodServerSide,
 			BeforeWrite:      c.confirmLocked(rk, rel.Version, time.Now()),
 		})
+		// The engine holds the parsed objects; the manifest text
+		// would only double them.
+		rel.Manifest = ""
 		st.rel, st.secretUID, st.secretVersion = rel, latest.GetUID(), latest.GetResourceVersion()
 		st.lock = st.lock.Next(lock.Event{Type: lock.Engage, Revision: rel.Version})
 		logger.V(2).Info("Lock engaged", "release", rk.Namespace+"/"+rk.Name, "revision", rel.Version, "objects", len(objs))

@@ -185,6 +185,9 @@ type fullMeasure struct {
 }
 
 func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string, p params, full *fullMeasure) (*scenarioResult, error) {
+	// Ends the watches of this scenario with its control plane.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	dir, err := os.MkdirTemp("", "helm-locker-bench-")
 	if err != nil {
 		return nil, err
@@ -252,8 +255,8 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 	}
 	defer l.stop()
 	timeout := time.Duration(10+p.Releases*p.Objects/100) * time.Second
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	cctx, cancelCold := context.WithTimeout(ctx, timeout)
+	defer cancelCold()
 	deployedAt, err := waitDeployed(cctx, dyn, p.Releases)
 	if err != nil {
 		return nil, fmt.Errorf("cold lock: %w\n%s", err, tailFile(filepath.Join(dir, "locker.log")))
