@@ -197,7 +197,10 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = cp.Stop() }()
+	defer func() {
+		cancel() // end the watches first, so they do not retry a stopped server
+		_ = cp.Stop()
+	}()
 	kube, err := kubernetes.NewForConfig(cp.Config)
 	if err != nil {
 		return nil, err
