@@ -3,10 +3,14 @@ package engine
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
@@ -85,9 +89,11 @@ type Engine struct {
 	fieldManager string
 	informers    *informers.Registry
 
+	generations atomic.Uint64
+
 	mu     sync.Mutex
 	sets   map[string]*objectSet
-	owners map[ObjectRef]map[string]struct{} // which keys hold each object
+	owners map[ObjectRef][]string // which keys hold each object; almost always one
 }
 
 // objectSet is the engine's state for one key.
@@ -102,7 +108,10 @@ type objectSet struct {
 // lockedObject is one declared object whose type the API server serves.
 type lockedObject struct {
 	ref      ObjectRef
-	declared *unstructured.Unstructured // normalized, namespace resolved
+	// declared is the normalized declaration, namespace resolved, as
+	// JSON: a third of its size as nested maps, and decoded in
+	// microseconds when an event needs it.
+	declared []byte
 	meta     strategicpatch.LookupPatchMeta
 	// inLine is set once the object was checked and found, or made, as
 	// declared, and cleared when that check fails.
@@ -114,6 +123,9 @@ type lockedObject struct {
 	// applyManager is the Apply field manager last seen on the live
 	// object, for ObjectSet.ServerSideApply.
 	applyManager string
+	// generation tells this declaration from earlier ones of the same
+	// object, for inLineStub.
+	generation uint64
 	// superseded holds the resourceVersions of the engine's last write:
 	// the one it patched and the ones its own requests produced before
 	// the last. The informer may still deliver them after the write; they
@@ -124,6 +136,15 @@ type lockedObject struct {
 type noopPatch struct {
 	resourceVersion string
 	data            string
+}
+
+// declaration decodes the declared object.
+func (o *lockedObject) declaration() (*unstructured.Unstructured, error) {
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(o.declared); err != nil {
+		return nil, fmt.Errorf("decoding the declared object: %w", err)
+	}
+	return u, nil
 }
 
 // unresolvedObject is a declared object whose kind the API server does not
@@ -142,7 +163,7 @@ func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func
 		notify:       notify,
 		fieldManager: opts.FieldManager,
 		sets:         map[string]*objectSet{},
-		owners:       map[ObjectRef]map[string]struct{}{},
+		owners:       map[ObjectRef][]string{},
 	}
 	if e.fieldManager == "" {
 		e.fieldManager = DefaultFieldManager
@@ -150,7 +171,7 @@ func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func
 	e.informers = informers.NewRegistry(client, informers.Options{
 		Handler:        e.onEvent,
 		Tracked:        e.tracked,
-		Trim:           e.trim,
+		Store:          e.store,
 		OnTypesChanged: e.typesChanged,
 	})
 	return e
@@ -220,9 +241,11 @@ func (e *Engine) Holds(key string) bool {
 
 func (e *Engine) disownLocked(key string, s *objectSet) {
 	for ref := range s.objects {
-		delete(e.owners[ref], key)
-		if len(e.owners[ref]) == 0 {
+		keys := slices.DeleteFunc(e.owners[ref], func(k string) bool { return k == key })
+		if len(keys) == 0 {
 			delete(e.owners, ref)
+		} else {
+			e.owners[ref] = keys
 		}
 	}
 }
@@ -255,10 +278,9 @@ func (e *Engine) resolveLocked(key string, s *objectSet) []schema.GroupVersionRe
 		}
 		s.objects[obj.ref] = obj
 		s.dirty[obj.ref] = struct{}{}
-		if e.owners[obj.ref] == nil {
-			e.owners[obj.ref] = map[string]struct{}{}
+		if !slices.Contains(e.owners[obj.ref], key) {
+			e.owners[obj.ref] = append(e.owners[obj.ref], key)
 		}
-		e.owners[obj.ref][key] = struct{}{}
 		if s.gvrs[obj.ref.GVR] == 0 {
 			s.gvrs[obj.ref.GVR] = 1
 			acquire = append(acquire, obj.ref.GVR)
@@ -286,10 +308,15 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, defaultNamespace string
 	} else {
 		declared.SetNamespace("")
 	}
+	data, err := declared.MarshalJSON()
+	if err != nil {
+		return nil, &ObjectError{Ref: ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()}, Err: err}
+	}
 	return &lockedObject{
-		ref:      ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()},
-		declared: declared,
-		meta:     patchMetaFor(gvk),
+		ref:        ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()},
+		declared:   data,
+		meta:       patchMetaFor(gvk),
+		generation: e.generations.Add(1),
 	}, nil
 }
 
@@ -305,7 +332,7 @@ func (e *Engine) onEvent(gvr schema.GroupVersionResource, obj any) {
 	ref := ObjectRef{GVR: gvr, Namespace: m.GetNamespace(), Name: m.GetName()}
 	e.mu.Lock()
 	var keys []string
-	for key := range e.owners[ref] {
+	for _, key := range e.owners[ref] {
 		if s := e.sets[key]; s != nil {
 			s.dirty[ref] = struct{}{}
 			keys = append(keys, key)
@@ -317,61 +344,39 @@ func (e *Engine) onEvent(gvr schema.GroupVersionResource, obj any) {
 	}
 }
 
-// trim shrinks a tracked object before the informer caches it: field sets
-// go (see trimManagedFields), and strings equal to the declared ones share
-// the declared copy, so a locked object in line costs little more than its
-// declaration.
-func (e *Engine) trim(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) {
-	trimManagedFields(obj)
+// inLineStub stands in the informer cache for a locked object that was as
+// declared when it was stored, checked against the declaration with the
+// given generation. Most locked objects are in line most of the time, so
+// the cache holds little more than a name for them; an object that drifts
+// is stored whole until it is back in line.
+type inLineStub struct {
+	*informers.Stub
+	generation uint64
+}
+
+// store decides what the informer cache keeps of a tracked object: an
+// inLineStub when it is as declared for the one set that holds it, else the
+// object with its field sets dropped (see trimManagedFields).
+func (e *Engine) store(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) metav1.Object {
 	ref := ObjectRef{GVR: gvr, Namespace: obj.GetNamespace(), Name: obj.GetName()}
 	e.mu.Lock()
-	var declared map[string]any
-	for key := range e.owners[ref] {
+	var locked *lockedObject
+	var spec ObjectSet
+	owners := 0
+	for _, key := range e.owners[ref] {
 		if s := e.sets[key]; s != nil && s.objects[ref] != nil {
-			declared = s.objects[ref].declared.Object
-			break
+			locked, spec = s.objects[ref], s.spec
+			owners++
 		}
 	}
 	e.mu.Unlock()
-	if declared != nil {
-		shareStrings(obj.Object, declared)
-	}
-}
-
-// shareStrings replaces, in live, every string equal to the string at the
-// same place in declared with declared's, so the two share one copy.
-func shareStrings(live, declared map[string]any) {
-	for k, lv := range live {
-		dv, ok := declared[k]
-		if !ok {
-			continue
-		}
-		switch lv := lv.(type) {
-		case string:
-			if ds, ok := dv.(string); ok && ds == lv {
-				live[k] = ds
-			}
-		case map[string]any:
-			if dm, ok := dv.(map[string]any); ok {
-				shareStrings(lv, dm)
-			}
-		case []any:
-			if dl, ok := dv.([]any); ok && len(dl) == len(lv) {
-				for i := range lv {
-					switch le := lv[i].(type) {
-					case string:
-						if ds, ok := dl[i].(string); ok && ds == le {
-							lv[i] = ds
-						}
-					case map[string]any:
-						if dm, ok := dl[i].(map[string]any); ok {
-							shareStrings(le, dm)
-						}
-					}
-				}
-			}
+	if owners == 1 && !(spec.ServerSideApply && hasUpdateEntry(obj, e.fieldManager)) {
+		if declared, err := locked.declaration(); err == nil && reflect.DeepEqual(Desired(obj.Object, declared.Object, locked.meta), obj.Object) {
+			return &inLineStub{Stub: informers.NewStub(obj), generation: locked.generation}
 		}
 	}
+	trimManagedFields(obj)
+	return obj
 }
 
 // trimManagedFields drops the field sets from an object's managedFields,

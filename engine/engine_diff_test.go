@@ -3,7 +3,6 @@ package engine
 import (
 	"encoding/json"
 	"testing"
-	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -273,24 +272,5 @@ func TestNormalize(t *testing.T) {
 				t.Errorf("normalize (-want +got):\n%s", diff)
 			}
 		})
-	}
-}
-
-func TestShareStrings(t *testing.T) {
-	declared := obj(t, "kind: X\napiVersion: v1\ndata: {payload: abcdefghij, other: x}\nlist: [a, {k: abcdefghij}]\n")
-	live := obj(t, "kind: X\napiVersion: v1\ndata: {payload: abcdefghij, other: drifted, extra: z1}\nlist: [a, {k: abcdefghij}]\n")
-	shareStrings(live, declared)
-	same := func(a, b any) bool { return unsafe.StringData(a.(string)) == unsafe.StringData(b.(string)) }
-	ld, dd := live["data"].(map[string]any), declared["data"].(map[string]any)
-	if !same(ld["payload"], dd["payload"]) {
-		t.Error("equal payload strings are not shared")
-	}
-	if ld["other"] != "drifted" || ld["extra"] != "z1" {
-		t.Errorf("shareStrings changed values: %v", ld)
-	}
-	lk := live["list"].([]any)[1].(map[string]any)["k"]
-	dk := declared["list"].([]any)[1].(map[string]any)["k"]
-	if !same(lk, dk) {
-		t.Error("equal strings inside lists are not shared")
 	}
 }

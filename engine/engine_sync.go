@@ -119,7 +119,11 @@ const (
 // afterwards; only the goroutine syncing obj's set writes it.
 func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObject) (action, error) {
 	obj.inLine = false
-	live, err := e.live(ctx, obj.ref)
+	live, inLine, err := e.live(ctx, obj)
+	if inLine {
+		obj.inLine = true
+		return actionNone, nil
+	}
 	if apierrors.IsNotFound(err) {
 		return actionCreated, e.create(ctx, spec, obj)
 	}
@@ -130,7 +134,11 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 		obj.inLine = true
 		return actionNone, nil
 	}
-	desired := Desired(live.Object, obj.declared.Object, obj.meta)
+	declared, err := obj.declaration()
+	if err != nil {
+		return actionNone, err
+	}
+	desired := Desired(live.Object, declared.Object, obj.meta)
 	patch, err := ComputePatch(live.Object, desired, obj.meta)
 	if err != nil {
 		return actionNone, err
@@ -174,11 +182,14 @@ func (e *Engine) create(ctx context.Context, spec ObjectSet, obj *lockedObject) 
 			return err
 		}
 	}
-	var err error
+	declared, err := obj.declaration()
+	if err != nil {
+		return err
+	}
 	if spec.ServerSideApply {
-		_, err = e.resource(obj.ref).Apply(ctx, obj.ref.Name, obj.declared, metav1.ApplyOptions{FieldManager: obj.applyManagerOrDefault(), Force: true})
+		_, err = e.resource(obj.ref).Apply(ctx, obj.ref.Name, declared, metav1.ApplyOptions{FieldManager: obj.applyManagerOrDefault(), Force: true})
 	} else {
-		_, err = e.resource(obj.ref).Create(ctx, obj.declared, metav1.CreateOptions{FieldManager: e.fieldManager})
+		_, err = e.resource(obj.ref).Create(ctx, declared, metav1.CreateOptions{FieldManager: e.fieldManager})
 	}
 	if err != nil {
 		// AlreadyExists means the cache was behind; the event that
@@ -281,18 +292,27 @@ func (o *lockedObject) applyManagerOrDefault() string {
 }
 
 // live returns the object from the informer cache, or from the API server
-// while the cache is not synced or holds only the object's metadata.
-func (e *Engine) live(ctx context.Context, ref ObjectRef) (*unstructured.Unstructured, error) {
+// while the cache is not synced or holds only a stand-in. inLine is true,
+// with no object, when the cache says the object was as declared by obj's
+// current declaration when last stored.
+func (e *Engine) live(ctx context.Context, obj *lockedObject) (live *unstructured.Unstructured, inLine bool, err error) {
+	ref := obj.ref
 	cached, exists, synced, err := e.informers.Get(ref.GVR, ref.Namespace, ref.Name)
 	if err == nil && synced {
 		if !exists {
-			return nil, apierrors.NewNotFound(ref.GVR.GroupResource(), ref.Name)
+			return nil, false, apierrors.NewNotFound(ref.GVR.GroupResource(), ref.Name)
 		}
-		if u, ok := cached.(*unstructured.Unstructured); ok {
-			return u, nil
+		switch c := cached.(type) {
+		case *unstructured.Unstructured:
+			return c, false, nil
+		case *inLineStub:
+			if c.generation == obj.generation {
+				return nil, true, nil
+			}
 		}
 	}
-	return e.resource(ref).Get(ctx, ref.Name, metav1.GetOptions{})
+	live, err = e.resource(ref).Get(ctx, ref.Name, metav1.GetOptions{})
+	return live, false, err
 }
 
 func (e *Engine) resource(ref ObjectRef) dynamicResource {

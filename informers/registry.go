@@ -29,9 +29,9 @@ type Options struct {
 	// for, say, Secrets does not hold a copy of every Secret in the
 	// cluster. Nil means every object is tracked.
 	Tracked func(gvr schema.GroupVersionResource, namespace, name string) bool
-	// Trim, if set, is applied to every tracked object before it is
-	// stored, to drop or share what the caller does not need to hold.
-	Trim func(gvr schema.GroupVersionResource, obj *unstructured.Unstructured)
+	// Store, if set, decides what the cache keeps of a tracked object: the
+	// object itself, trimmed, or a smaller stand-in such as a *Stub.
+	Store func(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) metav1.Object
 	// OnTypesChanged is called when a CustomResourceDefinition is created,
 	// changed or deleted, so that callers can refresh their RESTMapper and
 	// retry kinds that did not exist before.
@@ -110,8 +110,9 @@ func (r *Registry) Release(gvr schema.GroupVersionResource) {
 	}
 }
 
-// Get returns the stored object: an *unstructured.Unstructured, or a *Stub
-// for an object that was not tracked when it was last stored. synced is false
+// Get returns the stored object: a *Stub for an object that was not
+// tracked when it was last stored, else what Options.Store returned (by
+// default the *unstructured.Unstructured). synced is false
 // while the type's informer has not finished its first list (or is not
 // running); callers must then not take a missing object as deleted.
 func (r *Registry) Get(gvr schema.GroupVersionResource, namespace, name string) (obj any, exists, synced bool, err error) {
@@ -233,7 +234,7 @@ func (r *Registry) startLocked(e *entry) {
 	}
 	gvr := e.gvr
 	informer := dynamicinformer.NewFilteredDynamicInformer(r.client, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
-	if r.opts.Tracked != nil || r.opts.Trim != nil {
+	if r.opts.Tracked != nil || r.opts.Store != nil {
 		// SetTransform only fails once the informer runs.
 		_ = informer.SetTransform(func(obj any) (any, error) { return r.strip(gvr, obj), nil })
 	}
@@ -325,8 +326,8 @@ func (r *Registry) strip(gvr schema.GroupVersionResource, obj any) any {
 	if r.opts.Tracked != nil && !r.opts.Tracked(gvr, u.GetNamespace(), u.GetName()) {
 		return NewStub(u)
 	}
-	if r.opts.Trim != nil {
-		r.opts.Trim(gvr, u)
+	if r.opts.Store != nil {
+		return r.opts.Store(gvr, u)
 	}
 	return u
 }
