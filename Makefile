@@ -29,6 +29,7 @@ test: test-unit test-e2e ## Run every test: unit and e2e, then check that none l
 
 .PHONY: test-unit
 test-unit: ## Run the unit tests with the race detector
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	go vet ./...
 	go test -race -count=1 $(UNIT_PKGS)
 

@@ -46,7 +46,7 @@ func TestDeployManifestsGrantEnough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer locker.Stop()
+	defer func() { _ = locker.Stop(10 * time.Second) }()
 
 	env.Helm(t, framework.Helm4, "install", "web", env.CreateChart(t, "web"), "-n", ns)
 	env.Helm(t, framework.Helm3, "install", "crds", framework.Chart(t, "crds"), "-n", ns, "--set", "group="+ns+".example.com")

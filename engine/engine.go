@@ -107,7 +107,7 @@ type objectSet struct {
 
 // lockedObject is one declared object whose type the API server serves.
 type lockedObject struct {
-	ref      ObjectRef
+	ref ObjectRef
 	// declared is the normalized declaration, namespace resolved, as
 	// JSON: a third of its size as nested maps, and decoded in
 	// microseconds when an event needs it.
@@ -230,13 +230,6 @@ func (e *Engine) Forget(key string) {
 	e.disownLocked(key, s)
 	e.mu.Unlock()
 	e.releaseInformers(s)
-}
-
-// Holds reports whether key has a declared set.
-func (e *Engine) Holds(key string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.sets[key] != nil
 }
 
 func (e *Engine) disownLocked(key string, s *objectSet) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
@@ -19,6 +20,10 @@ type options struct {
 	helmManagers   []string
 	qps            float32
 	burst          int
+	leaderElect    bool
+	leaseDuration  time.Duration
+	renewDeadline  time.Duration
+	retryPeriod    time.Duration
 }
 
 // newRootCommand builds the command tree. Run with no subcommand, it runs
@@ -54,6 +59,10 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.IntVar(&opts.workers, "workers", 16, "releases synced at once")
 	f.Float32Var(&opts.qps, "kube-api-qps", -1, "client-side limit on requests per second to the API server; negative leaves it to the server's priority and fairness")
 	f.IntVar(&opts.burst, "kube-api-burst", 1000, "burst above --kube-api-qps")
+	f.BoolVar(&opts.leaderElect, "leader-elect", true, "run only while holding the Lease <controller-name> in the registration namespace, so that of several replicas only one writes")
+	f.DurationVar(&opts.leaseDuration, "leader-elect-lease-duration", 30*time.Second, "how long a leader's Lease lasts without renewal: the longest a crashed leader goes unreplaced")
+	f.DurationVar(&opts.renewDeadline, "leader-elect-renew-deadline", 20*time.Second, "how long the leader keeps trying to renew before it gives up leading")
+	f.DurationVar(&opts.retryPeriod, "leader-elect-retry-period", 10*time.Second, "how often the leader renews its Lease, and others try to take it: the locker's only requests when nothing changes")
 	f.StringSliceVar(&opts.helmManagers, "helm-field-managers", []string{"helm"}, "field managers Helm writes with (Helm names its manager after its binary)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)

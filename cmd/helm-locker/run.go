@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -15,6 +18,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
 	"github.com/helm-locker/helm-locker/api"
@@ -67,7 +72,61 @@ func runOperator(ctx context.Context, opts *options) error {
 		Mapper:         mapper,
 		Workers:        opts.workers,
 	})
-	return c.Run(ctx)
+	if !opts.leaderElect {
+		return c.Run(ctx)
+	}
+	return runAsLeader(ctx, kube, opts, c.Run)
+}
+
+// runAsLeader runs run while this process holds the Lease, and returns
+// when ctx is done (releasing the Lease, so a successor takes over at once)
+// or when leadership is lost, as an error, so that the process exits and
+// starts afresh rather than keep caches it no longer owns.
+func runAsLeader(ctx context.Context, kube kubernetes.Interface, opts *options, run func(context.Context) error) error {
+	logger := klog.FromContext(ctx)
+	host, err := os.Hostname()
+	if err != nil {
+		return err
+	}
+	identity := host + "_" + string(uuid.NewUUID())
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: opts.controllerName, Namespace: opts.namespace},
+		Client:     kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+	}
+	var runErr error
+	lost := false
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   opts.leaseDuration,
+		RenewDeadline:   opts.renewDeadline,
+		RetryPeriod:     opts.retryPeriod,
+		ReleaseOnCancel: true,
+		Name:            opts.controllerName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				logger.Info("Leading", "lease", opts.namespace+"/"+opts.controllerName, "identity", identity)
+				runErr = run(ctx)
+			},
+			OnStoppedLeading: func() {
+				lost = ctx.Err() == nil
+			},
+			OnNewLeader: func(leader string) {
+				if leader != identity {
+					logger.Info("Another replica leads; standing by", "leader", leader)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	logger.Info("Waiting to lead", "lease", opts.namespace+"/"+opts.controllerName, "identity", identity)
+	elector.Run(ctx)
+	if lost {
+		return errors.New("lost the leader Lease; exiting so a fresh process can compete for it")
+	}
+	return runErr
 }
 
 // restConfig loads the kubeconfig the way kubectl does, falling back to the

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -36,15 +35,7 @@ type ControlPlane struct {
 	Config *rest.Config
 
 	stopOnce sync.Once
-	procs    []*process
-}
-
-type process struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error // set before done is closed
+	procs    []*Process
 }
 
 // Start runs etcd and kube-apiserver from tools, keeping all their state
@@ -128,24 +119,10 @@ func Start(ctx context.Context, tools Tools, dir string) (_ *ControlPlane, err e
 
 // start launches one binary, logging to <dir>/<name>.log.
 func (cp *ControlPlane) start(name, path string, args ...string) error {
-	logPath := filepath.Join(cp.Dir, name+".log")
-	logFile, err := os.Create(logPath)
+	p, err := StartProcess(name, path, args, filepath.Join(cp.Dir, name+".log"))
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = processAttrs()
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return fmt.Errorf("starting %s: %w", name, err)
-	}
-	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		logFile.Close()
-		close(p.done)
-	}()
 	cp.procs = append(cp.procs, p)
 	return nil
 }
@@ -174,7 +151,7 @@ func (cp *ControlPlane) waitReady(ctx context.Context, timeout time.Duration) er
 		for _, p := range cp.procs {
 			select {
 			case <-p.done:
-				return fmt.Errorf("%s exited before the API server was ready: %v\n%s", p.name, p.err, tail(p.log))
+				return fmt.Errorf("%s exited before the API server was ready: %v\n%s", p.Name, p.err, tail(p.Log))
 			default:
 			}
 		}
@@ -196,7 +173,7 @@ func (cp *ControlPlane) waitReady(ctx context.Context, timeout time.Duration) er
 func (cp *ControlPlane) PIDs() []int {
 	var pids []int
 	for _, p := range cp.procs {
-		pids = append(pids, p.cmd.Process.Pid)
+		pids = append(pids, p.PID())
 	}
 	return pids
 }
@@ -207,14 +184,8 @@ func (cp *ControlPlane) Stop() error {
 	var errs []error
 	cp.stopOnce.Do(func() {
 		for i := len(cp.procs) - 1; i >= 0; i-- {
-			p := cp.procs[i]
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-p.done:
-			case <-time.After(10 * time.Second):
-				_ = p.cmd.Process.Kill()
-				<-p.done
-				errs = append(errs, fmt.Errorf("%s did not stop within 10s of SIGTERM and was killed", p.name))
+			if err := cp.procs[i].Stop(10 * time.Second); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	})

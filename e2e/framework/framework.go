@@ -92,7 +92,7 @@ func run(m *testing.M, envp **Env) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	defer env.Locker.Stop()
+	defer func() { _ = env.Locker.Stop(10 * time.Second) }()
 	// The locker installs the HelmRelease CRD at startup; tests create
 	// CRs right away.
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {

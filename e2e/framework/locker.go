@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,11 +25,7 @@ import (
 const RegistrationNamespace = "cattle-helm-system"
 
 // Locker is a running helm-locker process.
-type Locker struct {
-	Log  string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
+type Locker = controlplane.Process
 
 // buildLocker compiles cmd/helm-locker into dir.
 func buildLocker(ctx context.Context, dir string) (string, error) {
@@ -51,38 +46,8 @@ func buildLocker(ctx context.Context, dir string) (string, error) {
 // the given extra flags, logging to a file in the test binary's folder. The
 // kernel kills it if the test binary dies.
 func (e *Env) StartLocker(name string, args ...string) (*Locker, error) {
-	log := filepath.Join(e.CP.Dir, name+".log")
-	f, err := os.Create(log)
-	if err != nil {
-		return nil, err
-	}
 	args = append([]string{"--kubeconfig", e.CP.Kubeconfig, "--v=4"}, args...)
-	cmd := exec.Command(e.lockerBin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("starting helm-locker: %w", err)
-	}
-	l := &Locker{Log: log, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		f.Close()
-		close(l.done)
-	}()
-	return l, nil
-}
-
-// Stop sends SIGTERM and waits for the locker to exit, killing it after
-// 10 s.
-func (l *Locker) Stop() {
-	_ = l.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-l.done:
-	case <-time.After(10 * time.Second):
-		_ = l.cmd.Process.Kill()
-		<-l.done
-	}
+	return controlplane.StartProcess(name, e.lockerBin, args, filepath.Join(e.CP.Dir, name+".log"))
 }
 
 // Register creates a HelmRelease CR in the registration namespace for the

@@ -136,9 +136,6 @@ func New(cfg Config) *Controller {
 	return c
 }
 
-// Engine is the engine that holds the locked objects.
-func (c *Controller) Engine() *engine.Engine { return c.engine }
-
 // Run starts the informers and workers and blocks until ctx is done. It then
 // stops everything it started and waits for it.
 func (c *Controller) Run(ctx context.Context) error {

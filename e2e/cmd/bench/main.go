@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -157,25 +158,28 @@ func machine() string {
 
 // scenarioResult is what one control plane, set up once, measured.
 type scenarioResult struct {
-	Params      params       `json:"params"`
-	SetupS      float64      `json:"setupSeconds"`
-	DeployedS   float64      `json:"allDeployedSeconds"`
-	RestoredS   float64      `json:"allDriftRestoredSeconds"`
-	ColdLockS   float64      `json:"coldLockSeconds"`
-	ObjectsPerS float64      `json:"objectsLockedPerSecond"`
-	RSSMiB      float64      `json:"rssMiB"`
+	Params          params       `json:"params"`
+	SetupS          float64      `json:"setupSeconds"`
+	DeployedS       float64      `json:"allDeployedSeconds"`
+	RestoredS       float64      `json:"allDriftRestoredSeconds"`
+	ColdLockS       float64      `json:"coldLockSeconds"`
+	ObjectsPerS     float64      `json:"objectsLockedPerSecond"`
+	RSSMiB          float64      `json:"rssMiB"`
 	Floor           distribution `json:"floor"`
 	Single          distribution `json:"single"`
 	ConcurrentFloor distribution `json:"concurrentFloor"`
 	Concurrent      distribution `json:"concurrent"`
-	Idle        *idleResult  `json:"idle,omitempty"`
+	Idle            *idleResult  `json:"idle,omitempty"`
 }
 
 type idleResult struct {
 	BaselineRequestsPerMin float64 `json:"apiServerBaselineRequestsPerMinute"`
 	WithLockerPerMin       float64 `json:"apiServerRequestsPerMinuteWithLocker"`
 	LockerRequestsPerMin   float64 `json:"lockerRequestsPerMinute"`
-	LockerCPUSecondsPerMin float64 `json:"lockerCpuSecondsPerMinute"`
+	// LockerLeaseRequestsPerMin are the locker's Lease requests: leader
+	// election renewals.
+	LockerLeaseRequestsPerMin float64 `json:"lockerLeaseRequestsPerMinute"`
+	LockerCPUSecondsPerMin    float64 `json:"lockerCpuSecondsPerMinute"`
 }
 
 // fullMeasure asks a scenario for latency and idle figures too.
@@ -244,10 +248,11 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 	}
 
 	var idle *idleResult
+	var baselineLeases float64
 	if full != nil {
 		// The API server's own requests, with nothing else running.
 		idle = &idleResult{}
-		if idle.BaselineRequestsPerMin, err = requestRate(ctx, kube, full.idle); err != nil {
+		if idle.BaselineRequestsPerMin, baselineLeases, err = requestRate(ctx, kube, full.idle); err != nil {
 			return nil, err
 		}
 	}
@@ -289,11 +294,13 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 			return nil, err
 		}
 		cpu0, _ := l.cpu()
-		if idle.WithLockerPerMin, err = requestRate(ctx, kube, full.idle); err != nil {
+		var leases float64
+		if idle.WithLockerPerMin, leases, err = requestRate(ctx, kube, full.idle); err != nil {
 			return nil, err
 		}
 		cpu1, _ := l.cpu()
 		idle.LockerRequestsPerMin = max(0, idle.WithLockerPerMin-idle.BaselineRequestsPerMin)
+		idle.LockerLeaseRequestsPerMin = max(0, leases-baselineLeases)
 		idle.LockerCPUSecondsPerMin = (cpu1 - cpu0).Seconds() / full.idle.Minutes()
 		res.Idle = idle
 	} else {
@@ -309,29 +316,31 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 }
 
 // requestRate counts the requests the API server answers per minute over a
-// window, and names what they were.
-func requestRate(ctx context.Context, kube kubernetes.Interface, window time.Duration) (float64, error) {
+// window, in all and to Leases, and names what they were.
+func requestRate(ctx context.Context, kube kubernetes.Interface, window time.Duration) (total, leases float64, err error) {
 	before, err := requestCounts(ctx, kube)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	select {
 	case <-time.After(window):
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, 0, ctx.Err()
 	}
 	after, err := requestCounts(ctx, kube)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var total float64
 	for k, v := range after {
 		if d := v - before[k]; d > 0 {
 			total += d
+			if strings.Contains(k, `resource="leases"`) {
+				leases += d
+			}
 			fmt.Fprintf(os.Stderr, "bench: idle window: %.0f × %s\n", d, k)
 		}
 	}
-	return total / window.Minutes(), nil
+	return total / window.Minutes(), leases / window.Minutes(), nil
 }
 
 func later(a, b time.Time) time.Time {

@@ -5,12 +5,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,45 +19,29 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/e2e/controlplane"
 )
 
 // locker is the helm-locker process under measurement.
 type locker struct {
-	cmd   *exec.Cmd
+	*controlplane.Process
 	start time.Time
-	done  chan struct{}
 }
 
 func startLocker(bin, kubeconfig, log string) (*locker, error) {
-	f, err := os.Create(log)
+	start := time.Now()
+	p, err := controlplane.StartProcess("helm-locker", bin, []string{"--kubeconfig", kubeconfig, "--namespace", v1alpha1Namespace}, log)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--namespace", v1alpha1Namespace)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	l := &locker{cmd: cmd, start: start, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); f.Close(); close(l.done) }()
-	return l, nil
+	return &locker{Process: p, start: start}, nil
 }
 
-func (l *locker) stop() {
-	_ = l.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-l.done:
-	case <-time.After(10 * time.Second):
-		_ = l.cmd.Process.Kill()
-		<-l.done
-	}
-}
+func (l *locker) stop() { _ = l.Stop(10 * time.Second) }
 
 // rss is the process's resident set, from /proc.
 func (l *locker) rss() (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", l.cmd.Process.Pid))
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", l.PID()))
 	if err != nil {
 		return 0, err
 	}
@@ -71,12 +53,12 @@ func (l *locker) rss() (int64, error) {
 			return kb * 1024, err
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", l.cmd.Process.Pid)
+	return 0, fmt.Errorf("no VmRSS for pid %d", l.PID())
 }
 
 // cpu is the process's user plus system time.
 func (l *locker) cpu() (time.Duration, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", l.cmd.Process.Pid))
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", l.PID()))
 	if err != nil {
 		return 0, err
 	}

@@ -1,0 +1,67 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/e2e/framework"
+)
+
+// TestLeaderHandover runs two lockers for one registration namespace. Only
+// the Lease holder locks; when it stops, the other takes the Lease and
+// reverts the next edit.
+func TestLeaderHandover(t *testing.T) {
+	ns := env.Namespace(t)
+	registration := env.Namespace(t)
+	flags := []string{"--namespace", registration, "--controller-name", "ha-locker",
+		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms"}
+	first, err := env.StartLocker("ha-first", flags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = first.Stop(10 * time.Second) }()
+	holder := func() string {
+		lease, err := env.Kube.CoordinationV1().Leases(registration).Get(t.Context(), "ha-locker", metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *lease.Spec.HolderIdentity
+	}
+	env.Eventually(t, 30*time.Second, func() error {
+		if holder() == "" {
+			return fmt.Errorf("no one holds Lease %s/ha-locker", registration)
+		}
+		return nil
+	})
+	leader := holder()
+	second, err := env.StartLocker("ha-second", flags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = second.Stop(10 * time.Second) }()
+
+	env.Helm(t, framework.Helm3, "install", "cms", framework.Chart(t, "configmaps"), "-n", ns)
+	cr := env.RegisterIn(t, registration, ns, "cms")
+	env.WaitForStateIn(t, registration, cr, v1alpha1.StateDeployed, 1)
+	if log, _ := os.ReadFile(second.Log); strings.Contains(string(log), "Starting workers") {
+		t.Errorf("the standby started workers while %s led:\n%s", leader, log)
+	}
+
+	if err := first.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	env.Eventually(t, 30*time.Second, func() error {
+		if h := holder(); h == "" || h == leader {
+			return fmt.Errorf("Lease holder %q, want the second locker", h)
+		}
+		return nil
+	})
+	setKey(t, ns, "cms-0", "after handover")
+	waitForKey(t, ns, "cms-0", "declared")
+}
