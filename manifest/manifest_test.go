@@ -34,7 +34,7 @@ func TestDecodeRelease(t *testing.T) {
 		if err != nil {
 			t.Fatalf("compress=%v: %v", compress, err)
 		}
-		if rel.Name != "web" || rel.Namespace != "apps" || rel.Version != 3 || rel.Status() != release.StatusDeployed || rel.ApplyMethod != ApplyMethodServerSide {
+		if rel.Name != "web" || rel.Namespace != "apps" || rel.Version != 3 || rel.Info.Status != release.StatusDeployed || rel.ApplyMethod != ApplyMethodServerSide {
 			t.Errorf("compress=%v: decoded %+v", compress, rel)
 		}
 		if rel.Info.Description != "Upgrade complete" || rel.Info.Notes != "hi" {

@@ -29,14 +29,6 @@ type Release struct {
 	ApplyMethod string `json:"apply_method,omitempty"`
 }
 
-// Status is the release's status, or "" if it has no info.
-func (r *Release) Status() release.Status {
-	if r.Info == nil {
-		return ""
-	}
-	return r.Info.Status
-}
-
 var gzipMagic = []byte{0x1f, 0x8b, 0x08}
 
 // DecodeRelease decodes the value of a release Secret's "release" key as the

@@ -45,9 +45,6 @@ func StartProcess(name, path string, args []string, log string) (*Process, error
 // PID is the process's ID.
 func (p *Process) PID() int { return p.cmd.Process.Pid }
 
-// Exited is closed once the process has exited.
-func (p *Process) Exited() <-chan struct{} { return p.done }
-
 // Stop sends SIGTERM and waits for the process to exit, killing it if it
 // has not after timeout, which it reports as an error.
 func (p *Process) Stop(timeout time.Duration) error {
