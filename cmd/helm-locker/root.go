@@ -56,7 +56,7 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.StringVar(&opts.namespace, "namespace", "cattle-helm-system", "registration namespace: the HelmRelease CRs served live here; created if missing")
 	f.StringVar(&opts.controllerName, "controller-name", "helm-locker", "name written into the helmreleases.cattle.io/managed-by annotation; CRs naming another controller are left alone")
 	f.StringVar(&opts.nodeName, "node-name", "", "name of the node the operator runs on, for logs")
-	f.IntVar(&opts.workers, "workers", 16, "releases synced at once")
+	f.IntVar(&opts.workers, "workers", 64, "releases synced at once")
 	f.Float32Var(&opts.qps, "kube-api-qps", -1, "client-side limit on requests per second to the API server; negative leaves it to the server's priority and fairness")
 	f.IntVar(&opts.burst, "kube-api-burst", 1000, "burst above --kube-api-qps")
 	f.BoolVar(&opts.leaderElect, "leader-elect", true, "run only while holding the Lease <controller-name> in the registration namespace, so that of several replicas only one writes")
