@@ -292,16 +292,16 @@ func (o *lockedObject) applyManagerOrDefault() string {
 }
 
 // live returns the object from the informer cache, or from the API server
-// while the cache is not synced or holds only a stand-in. inLine is true,
+// while the cache is not synced, does not hold it, or holds a stale stand-in. inLine is true,
 // with no object, when the cache says the object was as declared by obj's
 // current declaration when last stored.
 func (e *Engine) live(ctx context.Context, obj *lockedObject) (live *unstructured.Unstructured, inLine bool, err error) {
 	ref := obj.ref
 	cached, exists, synced, err := e.informers.Get(ref.GVR, ref.Namespace, ref.Name)
-	if err == nil && synced {
-		if !exists {
-			return nil, false, apierrors.NewNotFound(ref.GVR.GroupResource(), ref.Name)
-		}
+	// The cache does not hold objects that were untracked at their last
+	// event, so a missing object is looked up: it may have been created
+	// while no release locked it. A deleted object costs one GET more.
+	if err == nil && synced && exists {
 		switch c := cached.(type) {
 		case *unstructured.Unstructured:
 			return c, false, nil

@@ -9,9 +9,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -24,13 +25,14 @@ type Handler func(gvr schema.GroupVersionResource, obj any)
 type Options struct {
 	// Handler is called for every event of every running informer.
 	Handler Handler
-	// Tracked reports whether an object is one a caller needs in full. The
-	// others are stored as a *Stub only, so that a cluster-wide informer
-	// for, say, Secrets does not hold a copy of every Secret in the
-	// cluster. Nil means every object is tracked.
+	// Tracked reports whether an object is one a caller needs. The others
+	// are not stored at all, so that a cluster-wide informer for, say,
+	// Secrets costs nothing per Secret the caller does not lock; their
+	// events reach Handler as a *Stub. Nil means every object is tracked.
 	Tracked func(gvr schema.GroupVersionResource, namespace, name string) bool
 	// Store, if set, decides what the cache keeps of a tracked object: the
-	// object itself, trimmed, or a smaller stand-in such as a *Stub.
+	// object itself, trimmed, or a smaller stand-in of the caller's own
+	// (a bare *Stub means untracked, and is not stored).
 	Store func(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) metav1.Object
 	// OnTypesChanged is called when a CustomResourceDefinition is created,
 	// changed or deleted, so that callers can refresh their RESTMapper and
@@ -56,12 +58,11 @@ type Registry struct {
 // entry is one type's informer. refs counts Acquires; cancel and done are set
 // while the informer runs.
 type entry struct {
-	gvr      schema.GroupVersionResource
-	refs     int
-	informer cache.SharedIndexInformer
-	handle   cache.ResourceEventHandlerRegistration
-	cancel   context.CancelFunc
-	done     chan struct{}
+	gvr    schema.GroupVersionResource
+	refs   int
+	store  *trackingStore
+	cancel context.CancelFunc
+	done   chan struct{}
 	// missing is set when the API server says the type does not exist; the
 	// informer is stopped until a CRD change says to try again.
 	missing bool
@@ -88,8 +89,8 @@ func (r *Registry) Acquire(gvr schema.GroupVersionResource) {
 	}
 }
 
-// Release undoes one Acquire. The last Release stops the informer, removes
-// its handler and waits for its goroutine to exit.
+// Release undoes one Acquire. The last Release stops the informer and waits
+// for its goroutine to exit; no event is delivered after that.
 func (r *Registry) Release(gvr schema.GroupVersionResource) {
 	r.mu.Lock()
 	e := r.entries[gvr]
@@ -110,27 +111,28 @@ func (r *Registry) Release(gvr schema.GroupVersionResource) {
 	}
 }
 
-// Get returns the stored object: a *Stub for an object that was not
-// tracked when it was last stored, else what Options.Store returned (by
-// default the *unstructured.Unstructured). synced is false
-// while the type's informer has not finished its first list (or is not
-// running); callers must then not take a missing object as deleted.
+// Get returns the stored object: what Options.Store returned for it (by
+// default the *unstructured.Unstructured). An object that was not tracked
+// when its last event arrived is not stored, so exists is false both for an
+// object that is gone and for one that became tracked since; callers that
+// need to tell them apart ask the API server. synced is false while the
+// type's informer has not finished its first list (or is not running).
 func (r *Registry) Get(gvr schema.GroupVersionResource, namespace, name string) (obj any, exists, synced bool, err error) {
 	r.mu.Lock()
 	e := r.entries[gvr]
-	var informer cache.SharedIndexInformer
+	var store *trackingStore
 	if e != nil && e.cancel != nil {
-		informer = e.informer
+		store = e.store
 	}
 	r.mu.Unlock()
-	if informer == nil || !informer.HasSynced() {
+	if store == nil || !store.HasSynced() {
 		return nil, false, false, nil
 	}
 	key := name
 	if namespace != "" {
 		key = namespace + "/" + name
 	}
-	obj, exists, err = informer.GetStore().GetByKey(key)
+	obj, exists, err = store.GetByKey(key)
 	return obj, exists, true, err
 }
 
@@ -141,16 +143,16 @@ func (r *Registry) WaitForSync(ctx context.Context, gvr schema.GroupVersionResou
 	for {
 		r.mu.Lock()
 		e := r.entries[gvr]
-		var informer cache.SharedIndexInformer
+		var store *trackingStore
 		if e != nil && e.cancel != nil {
-			informer = e.informer
+			store = e.store
 		}
 		running := r.ctx != nil
 		r.mu.Unlock()
-		if informer == nil || !running {
+		if store == nil || !running {
 			return false
 		}
-		if informer.HasSynced() {
+		if store.HasSynced() {
 			return true
 		}
 		select {
@@ -232,54 +234,57 @@ func (r *Registry) startLocked(e *entry) {
 	if e.cancel != nil || e.missing {
 		return
 	}
-	gvr := e.gvr
-	informer := dynamicinformer.NewFilteredDynamicInformer(r.client, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
-	if r.opts.Tracked != nil || r.opts.Store != nil {
-		// SetTransform only fails once the informer runs.
-		_ = informer.SetTransform(func(obj any) (any, error) { return r.strip(gvr, obj), nil })
-	}
-	_ = informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, refl *cache.Reflector, err error) {
-		if apierrors.IsNotFound(err) {
-			// The type is gone, usually because its CRD was deleted.
-			// Stop here rather than retry forever; a CRD event
-			// starts the informer again.
-			go r.markMissing(gvr)
-			return
-		}
-		cache.DefaultWatchErrorHandler(ctx, refl, err)
-	})
-	handle, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { r.opts.Handler(gvr, obj) },
-		UpdateFunc: func(_, obj any) { r.opts.Handler(gvr, obj) },
-		DeleteFunc: func(obj any) { r.opts.Handler(gvr, obj) },
-	})
-	if err != nil {
-		// Only an informer that has been stopped refuses a handler,
-		// and this one is new.
-		return
-	}
+	store := newTrackingStore(e.gvr, r.strip, r.opts.Handler)
+	reflector := cache.NewReflectorWithOptions(
+		cache.ToListWatcherWithWatchListSemantics(r.listWatch(e.gvr), r.client),
+		&unstructured.Unstructured{}, store,
+		cache.ReflectorOptions{Name: "helm-locker", TypeDescription: e.gvr.String()})
 	ctx, cancel := context.WithCancel(r.ctx)
 	done := make(chan struct{})
-	e.informer, e.handle, e.cancel, e.done = informer, handle, cancel, done
+	e.store, e.cancel, e.done = store, cancel, done
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		defer close(done)
-		informer.RunWithContext(ctx)
+		reflector.RunWithContext(ctx)
 	}()
 }
 
-// stopLocked cancels e's informer and removes its handler, returning a
-// channel closed once the informer's goroutine has exited (nil if it was not
-// running). r.mu must be held.
+// listWatch lists and watches gvr in every namespace. A NotFound from
+// either means the type is gone, usually because its CRD was deleted: the
+// informer stops rather than retry forever, and a CRD event starts it
+// again.
+func (r *Registry) listWatch(gvr schema.GroupVersionResource) *cache.ListWatch {
+	resource := r.client.Resource(gvr)
+	missing := func(ctx context.Context, err error) error {
+		// A stopped informer's last error says nothing about the
+		// informer that may have replaced it.
+		if apierrors.IsNotFound(err) && ctx.Err() == nil {
+			go r.markMissing(gvr)
+		}
+		return err
+	}
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+			list, err := resource.List(ctx, options)
+			return list, missing(ctx, err)
+		},
+		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			w, err := resource.Watch(ctx, options)
+			return w, missing(ctx, err)
+		},
+	}
+}
+
+// stopLocked cancels e's informer, returning a channel closed once its
+// goroutine has exited (nil if it was not running). r.mu must be held.
 func (r *Registry) stopLocked(e *entry) <-chan struct{} {
 	if e.cancel == nil {
 		return nil
 	}
 	e.cancel()
-	_ = e.informer.RemoveEventHandler(e.handle)
 	done := e.done
-	e.informer, e.handle, e.cancel, e.done = nil, nil, nil, nil
+	e.store, e.cancel, e.done = nil, nil, nil
 	return done
 }
 
@@ -317,7 +322,8 @@ func (r *Registry) retryMissing() {
 	}
 }
 
-// strip keeps full copies of tracked objects only.
+// strip turns an untracked object into a *Stub, which process does not
+// store, and a tracked one into what Options.Store keeps of it.
 func (r *Registry) strip(gvr schema.GroupVersionResource, obj any) any {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {

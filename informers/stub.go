@@ -7,13 +7,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// Stub stands in an informer's cache for an object no caller tracks. It
-// keeps what the cache itself reads (namespace, name and resourceVersion)
-// and nothing else, so that a cluster-wide informer costs about a hundred
-// bytes per object it does not need: a metav1.PartialObjectMetadata is
-// over 300. Namespaces are interned, since thousands of objects share few.
+// Stub is the smallest stand-in for an object: namespace, name and
+// resourceVersion, what a cache keys and versions objects by. A Registry
+// hands an untracked object to its Handler as a *Stub and does not store
+// it; callers embed a Stub in stand-ins of their own for tracked objects
+// they do not need whole. Namespaces are interned, since thousands of
+// objects share few.
 //
-// Stub implements metav1.Object so the cache can key and version it; the
+// Stub implements metav1.Object so caches can key and version it; the
 // other getters return zero values and the setters do nothing.
 type Stub struct {
 	namespace       unique.Handle[string]

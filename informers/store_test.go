@@ -1,0 +1,99 @@
+package informers
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
+)
+
+func TestTrackingStore(t *testing.T) {
+	tracked := map[string]bool{"t1": true}
+	strip := func(_ schema.GroupVersionResource, obj any) any {
+		if u, ok := obj.(*unstructured.Unstructured); ok && !tracked[u.GetName()] {
+			return NewStub(u)
+		}
+		return obj
+	}
+	type step struct {
+		name   string
+		do     func(s *trackingStore) error
+		stored []string // keys stored afterwards
+		events []string // what the handler saw, as type:key
+	}
+	steps := []step{
+		{
+			name:   "the first list stores tracked objects only and reports every object",
+			do:     func(s *trackingStore) error { return s.Replace([]any{cm("a", "t1"), cm("a", "u1")}, "1") },
+			stored: []string{"a/t1"},
+			events: []string{"full:a/t1", "stub:a/u1"},
+		},
+		{
+			name:   "an untracked object that becomes tracked is stored at its next event",
+			do:     func(s *trackingStore) error { tracked["u1"] = true; return s.Update(cm("a", "u1")) },
+			stored: []string{"a/t1", "a/u1"},
+			events: []string{"full:a/u1"},
+		},
+		{
+			name:   "an object that is no longer tracked leaves the store",
+			do:     func(s *trackingStore) error { tracked["t1"] = false; return s.Update(cm("a", "t1")) },
+			stored: []string{"a/u1"},
+			events: []string{"stub:a/t1"},
+		},
+		{
+			name:   "a delete removes and reports",
+			do:     func(s *trackingStore) error { return s.Delete(cm("a", "u1")) },
+			stored: nil,
+			events: []string{"full:a/u1"},
+		},
+		{
+			name: "a relist reports stored objects it lacks as deleted",
+			do: func(s *trackingStore) error {
+				tracked["t2"] = true
+				if err := s.Add(cm("b", "t2")); err != nil {
+					return err
+				}
+				return s.Replace([]any{cm("a", "u2")}, "2")
+			},
+			stored: nil,
+			events: []string{"full:b/t2", "gone:b/t2", "stub:a/u2"},
+		},
+	}
+	var events []string
+	s := newTrackingStore(cmGVR, strip, func(_ schema.GroupVersionResource, obj any) {
+		kind := "full"
+		switch o := obj.(type) {
+		case *Stub:
+			kind = "stub"
+		case cache.DeletedFinalStateUnknown:
+			events = append(events, "gone:"+o.Key)
+			return
+		}
+		key, _ := cache.MetaNamespaceKeyFunc(obj)
+		events = append(events, kind+":"+key)
+	})
+	if s.HasSynced() {
+		t.Fatal("synced before the first list")
+	}
+	for _, st := range steps {
+		events = nil
+		if err := st.do(s); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if !s.HasSynced() {
+			t.Errorf("%s: not synced", st.name)
+		}
+		if got := s.objects.ListKeys(); !sameSet(got, st.stored) {
+			t.Errorf("%s: stored %v, want %v", st.name, got, st.stored)
+		}
+		if !sameSet(events, st.events) {
+			t.Errorf("%s: handler saw %v, want %v", st.name, events, st.events)
+		}
+	}
+}
+
+func sameSet(a, b []string) bool {
+	return len(a) == len(b) && sets.New(a...).Equal(sets.New(b...))
+}
