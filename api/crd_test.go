@@ -68,7 +68,7 @@ func TestCRDSchemaMatchesGoTypes(t *testing.T) {
 	}
 	for _, enum := range root.Properties["status"].Properties["state"].Enum {
 		found := false
-		for _, s := range []v1alpha1.State{v1alpha1.StateDeployed, v1alpha1.StateTransitioning, v1alpha1.StateFailed, v1alpha1.StateUninstalled, v1alpha1.StateSecretNotFound, v1alpha1.StateError, v1alpha1.StateUnknown} {
+		for _, s := range []v1alpha1.State{v1alpha1.StateDeployed, v1alpha1.StateTransitioning, v1alpha1.StateFailed, v1alpha1.StateUninstalled, v1alpha1.StateSecretNotFound, v1alpha1.StateError, v1alpha1.StateUnknown, v1alpha1.StateSuspended} {
 			if string(enum.Raw) == `"`+string(s)+`"` {
 				found = true
 			}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,13 +70,38 @@ type ObjectSet struct {
 	// confirm that the lock still holds, for example that Helm has not
 	// started an upgrade whose writes the engine would otherwise revert.
 	BeforeWrite func(ctx context.Context, ref ObjectRef, live *unstructured.Unstructured) error
+	// ReportOnly makes the engine detect and report drift (see
+	// Result.Drifts) and never write.
+	ReportOnly bool
+	// Ignore, if set, returns the fields of a declared object (namespace
+	// resolved) that are neither compared nor reverted: the live value,
+	// or its absence, is kept.
+	Ignore func(declared *unstructured.Unstructured) []Pointer
 }
 
-// Options configure an Engine.
+// Options configure an Engine. Zero fields take the Default values.
 type Options struct {
 	// FieldManager names the engine's writes; DefaultFieldManager if empty.
 	FieldManager string
+	// FightThreshold drifts of one object within FightWindow make a fight
+	// (see Fight): the next correction waits FightBackoff, and each one
+	// after it twice as long, up to MaxFightBackoff.
+	FightThreshold  int
+	FightWindow     time.Duration
+	FightBackoff    time.Duration
+	MaxFightBackoff time.Duration
+	// Now is the clock, for tests.
+	Now func() time.Time
 }
+
+// The defaults of Options: more than 5 reverts of one object in a minute
+// is a fight, answered with waits of 10 s doubling up to 5 minutes.
+const (
+	DefaultFightThreshold  = 5
+	DefaultFightWindow     = time.Minute
+	DefaultFightBackoff    = 10 * time.Second
+	DefaultMaxFightBackoff = 5 * time.Minute
+)
 
 // Engine keeps object sets, each under a caller's key, as declared. Watch
 // events on a set's objects mark them dirty and call notify with the key;
@@ -87,6 +113,7 @@ type Engine struct {
 	mapper       meta.ResettableRESTMapper
 	notify       func(key string)
 	fieldManager string
+	opts         Options
 	informers    *informers.Registry
 
 	generations atomic.Uint64
@@ -101,7 +128,7 @@ type objectSet struct {
 	spec       ObjectSet
 	objects    map[ObjectRef]*lockedObject
 	unresolved []*unresolvedObject
-	dirty      map[ObjectRef]struct{}
+	dirty      map[ObjectRef]time.Time             // when each was first marked
 	gvrs       map[schema.GroupVersionResource]int // informers acquired
 }
 
@@ -126,6 +153,19 @@ type lockedObject struct {
 	// generation tells this declaration from earlier ones of the same
 	// object, for inLineStub.
 	generation uint64
+	// kind is the declared kind, for reports.
+	kind string
+	// ignore are the declared fields the engine keeps as they are live.
+	ignore []Pointer
+	// drifted is set while the object is known to differ from its
+	// declaration, at driftVersion ("" when it was deleted).
+	drifted      bool
+	driftVersion string
+	// drifts are the times of drifts reported within the fight window;
+	// fight and backoff describe a fight under way (see countDrift).
+	drifts  []time.Time
+	fight   *Fight
+	backoff time.Duration
 	// superseded holds the resourceVersions of the engine's last write:
 	// the one it patched and the ones its own requests produced before
 	// the last. The informer may still deliver them after the write; they
@@ -136,6 +176,14 @@ type lockedObject struct {
 type noopPatch struct {
 	resourceVersion string
 	data            string
+}
+
+// desired is the live object as it must be (see Desired), with the
+// ignored fields as they are live.
+func (o *lockedObject) desired(live, declared map[string]any) map[string]any {
+	d := Desired(live, declared, o.meta)
+	keepLive(d, live, o.ignore)
+	return d
 }
 
 // declaration decodes the declared object.
@@ -168,6 +216,7 @@ func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func
 	if e.fieldManager == "" {
 		e.fieldManager = DefaultFieldManager
 	}
+	e.opts = withDefaults(opts)
 	e.informers = informers.NewRegistry(client, informers.Options{
 		Handler:        e.onEvent,
 		Tracked:        e.tracked,
@@ -176,6 +225,27 @@ func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func
 	})
 	return e
 }
+
+func withDefaults(o Options) Options {
+	if o.FightThreshold <= 0 {
+		o.FightThreshold = DefaultFightThreshold
+	}
+	if o.FightWindow <= 0 {
+		o.FightWindow = DefaultFightWindow
+	}
+	if o.FightBackoff <= 0 {
+		o.FightBackoff = DefaultFightBackoff
+	}
+	if o.MaxFightBackoff <= 0 {
+		o.MaxFightBackoff = DefaultMaxFightBackoff
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+func (e *Engine) now() time.Time { return e.opts.Now() }
 
 // Run runs the engine's informers until ctx is done, then stops them and
 // waits for them to exit.
@@ -193,7 +263,7 @@ func (e *Engine) Declare(key string, set ObjectSet) {
 	s := &objectSet{
 		spec:    set,
 		objects: map[ObjectRef]*lockedObject{},
-		dirty:   map[ObjectRef]struct{}{},
+		dirty:   map[ObjectRef]time.Time{},
 		gvrs:    map[schema.GroupVersionResource]int{},
 	}
 	for _, obj := range set.Objects {
@@ -260,7 +330,7 @@ func (e *Engine) resolveLocked(key string, s *objectSet) []schema.GroupVersionRe
 	var acquire []schema.GroupVersionResource
 	var still []*unresolvedObject
 	for _, u := range s.unresolved {
-		obj, err := e.resolve(u.obj, s.spec.DefaultNamespace)
+		obj, err := e.resolve(u.obj, s.spec)
 		if err != nil {
 			still = append(still, &unresolvedObject{obj: u.obj, err: err})
 			continue
@@ -270,7 +340,7 @@ func (e *Engine) resolveLocked(key string, s *objectSet) []schema.GroupVersionRe
 			continue
 		}
 		s.objects[obj.ref] = obj
-		s.dirty[obj.ref] = struct{}{}
+		s.dirty[obj.ref] = e.now()
 		if !slices.Contains(e.owners[obj.ref], key) {
 			e.owners[obj.ref] = append(e.owners[obj.ref], key)
 		}
@@ -284,7 +354,8 @@ func (e *Engine) resolveLocked(key string, s *objectSet) []schema.GroupVersionRe
 }
 
 // resolve finds obj's resource and scope through the RESTMapper.
-func (e *Engine) resolve(obj *unstructured.Unstructured, defaultNamespace string) (*lockedObject, error) {
+func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*lockedObject, error) {
+	defaultNamespace := spec.DefaultNamespace
 	gvk := obj.GroupVersionKind()
 	mapping, err := e.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
@@ -305,10 +376,16 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, defaultNamespace string
 	if err != nil {
 		return nil, &ObjectError{Ref: ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()}, Err: err}
 	}
+	var ignore []Pointer
+	if spec.Ignore != nil {
+		ignore = spec.Ignore(declared)
+	}
 	return &lockedObject{
 		ref:        ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()},
+		kind:       gvk.Kind,
 		declared:   data,
 		meta:       patchMetaFor(gvk),
+		ignore:     ignore,
 		generation: e.generations.Add(1),
 	}, nil
 }
@@ -323,11 +400,14 @@ func (e *Engine) onEvent(gvr schema.GroupVersionResource, obj any) {
 		return
 	}
 	ref := ObjectRef{GVR: gvr, Namespace: m.GetNamespace(), Name: m.GetName()}
+	now := e.now()
 	e.mu.Lock()
 	var keys []string
 	for _, key := range e.owners[ref] {
 		if s := e.sets[key]; s != nil {
-			s.dirty[ref] = struct{}{}
+			if _, ok := s.dirty[ref]; !ok {
+				s.dirty[ref] = now
+			}
 			keys = append(keys, key)
 		}
 	}
@@ -349,7 +429,7 @@ type inLineStub struct {
 
 // store decides what the informer cache keeps of a tracked object: an
 // inLineStub when it is as declared for the one set that holds it, else the
-// object with its field sets dropped (see trimManagedFields).
+// whole object: its managedFields name who made the drift.
 func (e *Engine) store(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) metav1.Object {
 	ref := ObjectRef{GVR: gvr, Namespace: obj.GetNamespace(), Name: obj.GetName()}
 	e.mu.Lock()
@@ -364,26 +444,11 @@ func (e *Engine) store(gvr schema.GroupVersionResource, obj *unstructured.Unstru
 	}
 	e.mu.Unlock()
 	if owners == 1 && !(spec.ServerSideApply && hasUpdateEntry(obj, e.fieldManager)) {
-		if declared, err := locked.declaration(); err == nil && reflect.DeepEqual(Desired(obj.Object, declared.Object, locked.meta), obj.Object) {
+		if declared, err := locked.declaration(); err == nil && reflect.DeepEqual(locked.desired(obj.Object, declared.Object), obj.Object) {
 			return &inLineStub{Stub: informers.NewStub(obj), generation: locked.generation}
 		}
 	}
-	trimManagedFields(obj)
 	return obj
-}
-
-// trimManagedFields drops the field sets from an object's managedFields,
-// which are most of its size in the cache. Who manages the object, how and
-// when stays: that is what the engine reads from cached objects. Handing
-// fields over reads the full entries from the API server instead.
-func trimManagedFields(obj *unstructured.Unstructured) {
-	md, _ := obj.Object["metadata"].(map[string]any)
-	entries, _ := md["managedFields"].([]any)
-	for _, e := range entries {
-		if m, ok := e.(map[string]any); ok {
-			delete(m, "fieldsV1")
-		}
-	}
 }
 
 // tracked tells the informers which objects to keep in full.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,17 +21,61 @@ import (
 type Result struct {
 	// Objects is the number of declared objects.
 	Objects int
+	// Locked is the number of objects checked and, as far as the engine
+	// has seen, as declared.
+	Locked int
 	// InLine is true when every declared object has been checked and is
 	// as declared, as far as the engine has seen. It is what a caller may
 	// report as "locked".
 	InLine bool
-	// Corrected and Created list the objects this Sync patched or
-	// recreated.
-	Corrected []ObjectRef
-	Created   []ObjectRef
+	// Drifts are the differences this Sync found, corrected or not.
+	Drifts []Drift
+	// Drifted is the number of objects known to differ from their
+	// declaration after this Sync: not corrected (ReportOnly, a fight) or
+	// whose correction failed.
+	Drifted int
+	// Fights lists the objects whose corrections are held back because
+	// another actor keeps undoing them.
+	Fights []Fight
+	// RequeueAfter, when not zero, is when the caller should Sync again:
+	// a held-back correction is due then.
+	RequeueAfter time.Duration
 	// Unresolved lists declared objects whose kind the API server does not
 	// serve yet (see TypeError).
 	Unresolved []error
+}
+
+// Drift is one object found not as declared.
+type Drift struct {
+	Ref  ObjectRef
+	Kind string
+	// Paths are the JSON pointers that differ; empty when Deleted.
+	Paths   []string
+	Deleted bool
+	// Managers are who changed the drifted fields (see Manager). A
+	// deletion leaves no record of who made it.
+	Managers []Manager
+	// Corrected says the engine wrote the object back. Held says it did
+	// not, and that the drift need not be reported again: a fight holds
+	// the object back (see Fight), or a ReportOnly set already reported
+	// this version of it. Err is the correction's failure.
+	Corrected bool
+	Held      bool
+	Err       error
+	// Latency is from the watch event that showed the drift to the
+	// correction's response.
+	Latency time.Duration
+}
+
+// Fight is an object whose corrections another actor keeps undoing. The
+// engine backs off exponentially rather than join a write loop.
+type Fight struct {
+	Ref      ObjectRef
+	Kind     string
+	Managers []Manager
+	Paths    []string
+	// Until is when the next correction is allowed.
+	Until time.Time
 }
 
 // Sync checks every dirty object of key's set and corrects those that are
@@ -46,8 +91,10 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 	}
 	acquire := e.resolveLocked(key, s)
 	var todo []*lockedObject
-	for ref := range s.dirty {
+	var marked []time.Time
+	for ref, at := range s.dirty {
 		todo = append(todo, s.objects[ref])
+		marked = append(marked, at)
 	}
 	clear(s.dirty)
 	e.mu.Unlock()
@@ -71,32 +118,49 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 
 	var res Result
 	var errs []error
-	for _, obj := range todo {
-		action, err := e.syncObject(ctx, s.spec, obj)
-		switch {
-		case err != nil:
+	for i, obj := range todo {
+		drift, err := e.syncObject(ctx, s.spec, obj)
+		if drift != nil {
+			if drift.Corrected {
+				drift.Latency = e.now().Sub(marked[i])
+			}
+			drift.Err = err
+			res.Drifts = append(res.Drifts, *drift)
+		}
+		if err != nil {
 			errs = append(errs, &ObjectError{Ref: obj.ref, Err: err})
-		case action == actionPatched:
-			res.Corrected = append(res.Corrected, obj.ref)
-		case action == actionCreated:
-			res.Created = append(res.Created, obj.ref)
 		}
 	}
 
+	now := e.now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, obj := range todo {
+	for i, obj := range todo {
 		if !obj.inLine {
-			s.dirty[obj.ref] = struct{}{}
+			if _, again := s.dirty[obj.ref]; !again {
+				s.dirty[obj.ref] = marked[i]
+			}
 		}
 	}
 	res.Objects = len(s.objects) + len(s.unresolved)
 	res.InLine = len(s.unresolved) == 0
 	for _, obj := range s.objects {
-		if !obj.inLine {
+		if obj.inLine {
+			res.Locked++
+		} else {
 			res.InLine = false
 		}
+		if obj.drifted {
+			res.Drifted++
+		}
+		if f := obj.fight; f != nil && now.Before(f.Until) {
+			res.Fights = append(res.Fights, *f)
+			if d := f.Until.Sub(now); res.RequeueAfter == 0 || d < res.RequeueAfter {
+				res.RequeueAfter = d
+			}
+		}
 	}
+	sort.Slice(res.Fights, func(i, j int) bool { return res.Fights[i].Ref.String() < res.Fights[j].Ref.String() })
 	for _, u := range s.unresolved {
 		res.Unresolved = append(res.Unresolved, u.err)
 	}
@@ -107,70 +171,126 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 // list before reading objects one by one.
 const informerSyncWait = 5 * time.Second
 
-type action int
-
-const (
-	actionNone action = iota
-	actionPatched
-	actionCreated
-)
-
-// syncObject brings one object in line. obj.inLine says whether it is
-// afterwards; only the goroutine syncing obj's set writes it.
-func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObject) (action, error) {
+// syncObject brings one object in line, and returns the drift it found, if
+// any. obj.inLine says whether the object is in line afterwards; only the
+// goroutine syncing obj's set writes obj.
+func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObject) (*Drift, error) {
 	obj.inLine = false
 	live, inLine, err := e.live(ctx, obj)
 	if inLine {
-		obj.inLine = true
-		return actionNone, nil
+		obj.inLine, obj.drifted = true, false
+		return nil, nil
 	}
 	if apierrors.IsNotFound(err) {
-		return actionCreated, e.create(ctx, spec, obj)
+		drift := &Drift{Ref: obj.ref, Kind: obj.kind, Deleted: true}
+		return drift, e.correct(ctx, spec, obj, drift, "", func() error { return e.create(ctx, spec, obj) })
 	}
 	if err != nil {
-		return actionNone, err
+		return nil, err
 	}
 	if rv := live.GetResourceVersion(); rv != "" && slices.Contains(obj.superseded, rv) {
-		obj.inLine = true
-		return actionNone, nil
+		obj.inLine, obj.drifted = true, false
+		return nil, nil
 	}
 	declared, err := obj.declaration()
 	if err != nil {
-		return actionNone, err
+		return nil, err
 	}
-	desired := Desired(live.Object, declared.Object, obj.meta)
+	desired := obj.desired(live.Object, declared.Object)
 	patch, err := ComputePatch(live.Object, desired, obj.meta)
 	if err != nil {
-		return actionNone, err
+		return nil, err
 	}
 	if patch != nil && obj.noop != nil && obj.noop.resourceVersion == live.GetResourceVersion() && obj.noop.data == string(patch.Data) {
 		patch = nil
 	}
 	if patch == nil {
-		if err := e.handOver(ctx, spec, obj, live); err != nil {
-			return actionNone, err
+		if !spec.ReportOnly {
+			if err := e.handOver(ctx, spec, obj, live); err != nil {
+				return nil, err
+			}
 		}
-		obj.inLine = true
-		return actionNone, nil
+		obj.inLine, obj.drifted = true, false
+		return nil, nil
 	}
-	if spec.BeforeWrite != nil {
-		if err := spec.BeforeWrite(ctx, obj.ref, live); err != nil {
-			return actionNone, err
+	paths := driftPaths(live.Object, desired)
+	drift := &Drift{Ref: obj.ref, Kind: obj.kind, Paths: paths, Managers: attribute(live, paths, e.fieldManager)}
+	return drift, e.correct(ctx, spec, obj, drift, live.GetResourceVersion(), func() error {
+		if spec.BeforeWrite != nil {
+			if err := spec.BeforeWrite(ctx, obj.ref, live); err != nil {
+				return err
+			}
+		}
+		out, err := e.resource(obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager})
+		if err != nil {
+			return fmt.Errorf("patching: %w", err)
+		}
+		if rv := live.GetResourceVersion(); rv != "" && out.GetResourceVersion() == rv {
+			obj.noop = &noopPatch{resourceVersion: live.GetResourceVersion(), data: string(patch.Data)}
+		}
+		obj.superseded = []string{live.GetResourceVersion()}
+		return e.handOver(ctx, spec, obj, out)
+	})
+}
+
+// correct runs write for a drift unless the set only reports, or a fight
+// holds the object back. version is the drifted resourceVersion ("" for a
+// deleted object): a drift already reported at that version, while it
+// stays uncorrected, is not reported again.
+func (e *Engine) correct(ctx context.Context, spec ObjectSet, obj *lockedObject, drift *Drift, version string, write func() error) error {
+	now := e.now()
+	seen := obj.drifted && obj.driftVersion == version
+	obj.drifted, obj.driftVersion = true, version
+	if f := obj.fight; f != nil && now.Before(f.Until) {
+		drift.Held = true
+		return nil
+	}
+	if spec.ReportOnly {
+		if seen {
+			drift.Held = true
+			return nil
+		}
+		e.countDrift(obj, drift, now)
+		return nil
+	}
+	if err := write(); err != nil {
+		return err
+	}
+	obj.inLine, obj.drifted = true, false
+	drift.Corrected = true
+	e.countDrift(obj, drift, now)
+	return nil
+}
+
+// countDrift records a reported drift of obj at now. Past FightThreshold
+// drifts within FightWindow, or while a fight is under way, it holds obj's
+// next correction back, doubling the wait each time up to MaxFightBackoff,
+// so the writes to one object are bounded whatever another actor does. A
+// fight is over once the object stays alone for FightWindow after a hold.
+func (e *Engine) countDrift(obj *lockedObject, drift *Drift, now time.Time) {
+	if obj.fight != nil && now.Sub(obj.fight.Until) > e.opts.FightWindow {
+		obj.fight, obj.backoff = nil, 0
+	}
+	kept := obj.drifts[:0]
+	for _, t := range obj.drifts {
+		if now.Sub(t) < e.opts.FightWindow {
+			kept = append(kept, t)
 		}
 	}
-	out, err := e.resource(obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager})
-	if err != nil {
-		return actionNone, fmt.Errorf("patching: %w", err)
+	obj.drifts = append(kept, now)
+	if obj.fight == nil && len(obj.drifts) <= e.opts.FightThreshold {
+		return
 	}
-	if rv := live.GetResourceVersion(); rv != "" && out.GetResourceVersion() == rv {
-		obj.noop = &noopPatch{resourceVersion: live.GetResourceVersion(), data: string(patch.Data)}
+	if obj.backoff == 0 {
+		obj.backoff = e.opts.FightBackoff
+	} else {
+		obj.backoff = min(2*obj.backoff, e.opts.MaxFightBackoff)
 	}
-	obj.superseded = []string{live.GetResourceVersion()}
-	if err := e.handOver(ctx, spec, obj, out); err != nil {
-		return actionPatched, err
+	managers := drift.Managers
+	if obj.fight != nil && len(managers) == 0 {
+		managers = obj.fight.Managers
 	}
-	obj.inLine = true
-	return actionPatched, nil
+	obj.fight = &Fight{Ref: obj.ref, Kind: obj.kind, Managers: managers, Paths: drift.Paths, Until: now.Add(obj.backoff)}
 }
 
 // create recreates a deleted object from its declaration. For a set owned
@@ -196,7 +316,6 @@ func (e *Engine) create(ctx context.Context, spec ObjectSet, obj *lockedObject) 
 		// brings it up to date marks the object dirty again.
 		return fmt.Errorf("recreating: %w", err)
 	}
-	obj.inLine = true
 	return nil
 }
 
@@ -214,15 +333,6 @@ func (e *Engine) handOver(ctx context.Context, spec ObjectSet, obj *lockedObject
 	}
 	if !hasUpdateEntry(live, e.fieldManager) {
 		return nil
-	}
-	if trimmed(live) {
-		// The cache keeps no field sets (see trimManagedFields); the
-		// hand-over needs them.
-		full, err := e.resource(obj.ref).Get(ctx, obj.ref.Name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("reading managedFields to hand fields over: %w", err)
-		}
-		live = full
 	}
 	manager := obj.applyManagerOrDefault()
 	patch, err := csaupgrade.UpgradeManagedFieldsPatch(live, sets.New(e.fieldManager), manager)
@@ -247,19 +357,6 @@ func (e *Engine) handOver(ctx context.Context, spec ObjectSet, obj *lockedObject
 func hasUpdateEntry(obj *unstructured.Unstructured, manager string) bool {
 	for _, f := range obj.GetManagedFields() {
 		if f.Manager == manager && f.Operation == metav1.ManagedFieldsOperationUpdate {
-			return true
-		}
-	}
-	return false
-}
-
-// trimmed reports whether obj came from the cache with its field sets
-// dropped: the API server always sends fieldsV1.
-func trimmed(obj *unstructured.Unstructured) bool {
-	md, _ := obj.Object["metadata"].(map[string]any)
-	entries, _ := md["managedFields"].([]any)
-	for _, e := range entries {
-		if m, ok := e.(map[string]any); ok && m["fieldsV1"] == nil {
 			return true
 		}
 	}

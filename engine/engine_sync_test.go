@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,13 +65,14 @@ func TestSyncStepByStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(Result{Objects: 1, InLine: true, Created: []ObjectRef{ref}}, res); diff != "" {
+	want := Result{Objects: 1, Locked: 1, InLine: true, Drifts: []Drift{{Ref: ref, Kind: "ConfigMap", Deleted: true, Corrected: true}}}
+	if diff := cmp.Diff(want, res, cmpopts.IgnoreFields(Drift{}, "Latency")); diff != "" {
 		t.Errorf("first Sync (-want +got):\n%s", diff)
 	}
 
 	// 2. Nothing is dirty: nothing is done.
 	res, err = e.Sync(ctx, "k")
-	if err != nil || len(res.Corrected)+len(res.Created) != 0 || !res.InLine {
+	if err != nil || len(res.Drifts) != 0 || !res.InLine {
 		t.Errorf("idle Sync = %+v, %v; want in line with no action", res, err)
 	}
 
@@ -85,8 +87,11 @@ func TestSyncStepByStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]ObjectRef{ref}, res.Corrected); diff != "" {
-		t.Errorf("corrected (-want +got):\n%s", diff)
+	if len(res.Drifts) != 1 || !res.Drifts[0].Corrected || res.Drifts[0].Ref != ref {
+		t.Errorf("drifts = %+v, want %v corrected", res.Drifts, ref)
+	}
+	if diff := cmp.Diff([]string{"/data/key"}, res.Drifts[0].Paths); diff != "" {
+		t.Errorf("drifted paths (-want +got):\n%s", diff)
 	}
 	if got := value(t, client); got != "declared" {
 		t.Errorf("after revert data.key = %q, want declared", got)

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -15,6 +17,27 @@ func (s *HelmReleaseStatus) DeepCopy() *HelmReleaseStatus {
 		out.Conditions = make([]metav1.Condition, len(s.Conditions))
 		for i := range s.Conditions {
 			s.Conditions[i].DeepCopyInto(&out.Conditions[i])
+		}
+	}
+	out.NotLocked = slices.Clone(s.NotLocked)
+	out.LastDrift = s.LastDrift.DeepCopy()
+	return &out
+}
+
+// DeepCopy returns a copy of d that shares nothing with it.
+func (d *Drift) DeepCopy() *Drift {
+	if d == nil {
+		return nil
+	}
+	out := *d
+	out.Paths = slices.Clone(d.Paths)
+	if d.Managers != nil {
+		out.Managers = make([]FieldManager, len(d.Managers))
+		for i, m := range d.Managers {
+			out.Managers[i] = m
+			if m.Time != nil {
+				out.Managers[i].Time = m.Time.DeepCopy()
+			}
 		}
 	}
 	return &out

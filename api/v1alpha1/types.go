@@ -32,10 +32,55 @@ type HelmRelease struct {
 	Status HelmReleaseStatus `json:"status,omitempty"`
 }
 
-// HelmReleaseSpec names the release.
+// HelmReleaseSpec names the release and says how to hold it. Every field
+// but Release is optional, so CRs written for rancher/helm-locker keep
+// their meaning: enforce, not suspended, nothing ignored.
 type HelmReleaseSpec struct {
 	Release ReleaseKey `json:"release"`
+	// Mode is Enforce (the default), which reverts drift, or Warn, which
+	// reports drift and never writes.
+	Mode Mode `json:"mode,omitempty"`
+	// Suspend opens the lock while true; setting it back re-locks at once.
+	Suspend bool `json:"suspend,omitempty"`
+	// Ignore lists fields that are neither compared nor reverted, such as
+	// the replicas an autoscaler sets.
+	Ignore []IgnoreRule `json:"ignore,omitempty"`
 }
+
+// Mode says what the locker does about drift.
+type Mode string
+
+// The modes.
+const (
+	ModeEnforce Mode = "Enforce"
+	ModeWarn    Mode = "Warn"
+)
+
+// IgnoreRule exempts fields from the lock, for the objects Target selects
+// (every object of the release when Target is nil).
+type IgnoreRule struct {
+	// Paths are RFC 6901 JSON pointers, such as /spec/replicas or
+	// /metadata/annotations/example.com~1injected.
+	Paths []string `json:"paths"`
+	// Target selects objects; empty fields match everything.
+	Target *IgnoreTarget `json:"target,omitempty"`
+}
+
+// IgnoreTarget selects objects of a release. Name and Namespace are
+// regular expressions matched against the whole name (anchored).
+type IgnoreTarget struct {
+	Group     string `json:"group,omitempty"`
+	Version   string `json:"version,omitempty"`
+	Kind      string `json:"kind,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// UnlockAnnotation, set to "false" on an object in a chart's templates,
+// leaves that one object out of the lock. Only the manifest counts: the
+// annotation on a live object does not unlock it, or anyone able to edit the
+// object could lift the lock.
+const UnlockAnnotation = "helmreleases.cattle.io/lock"
 
 // ReleaseKey identifies a Helm release by name and namespace, as `helm -n`
 // does.
@@ -58,11 +103,27 @@ const (
 	StateSecretNotFound State = "SecretNotFound"
 	StateError          State = "Error"
 	StateUnknown        State = "Unknown"
+	// StateSuspended says spec.suspend opened the lock.
+	StateSuspended State = "Suspended"
 )
 
-// ConditionLocked is True once every object of the locked revision has been
-// checked and corrected, and False, with a reason, whenever the lock is open.
-const ConditionLocked = "Locked"
+// The condition types.
+const (
+	// ConditionLocked is True once every object of the locked revision
+	// has been checked and corrected, and False, with a reason, whenever
+	// the lock is open or in Warn mode.
+	ConditionLocked = "Locked"
+	// ConditionDrifted is True while an object differs from the manifest:
+	// in Warn mode, while a fight holds corrections back, or until a
+	// correction lands.
+	ConditionDrifted = "Drifted"
+	// ConditionFighting is True while another field manager keeps
+	// rewriting a locked field and the locker is backing off.
+	ConditionFighting = "Fighting"
+	// ConditionReady is True when the lock does what the spec asks with
+	// nothing in its way: every object checked, none failing, no fight.
+	ConditionReady = "Ready"
+)
 
 // HelmReleaseStatus reports what the locker knows of the release.
 type HelmReleaseStatus struct {
@@ -76,6 +137,51 @@ type HelmReleaseStatus struct {
 	Notes string `json:"notes,omitempty"`
 	// ObservedGeneration is the generation of the spec this status is for.
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions explain the state; see ConditionLocked.
+	// Conditions explain the state: Locked, Drifted, Fighting and Ready.
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// LockedObjects is how many objects of the revision are held.
+	LockedObjects int `json:"lockedObjects,omitempty"`
+	// NotLocked lists objects of the revision that are not held, and why
+	// (at most MaxNotLocked of them).
+	NotLocked []ObjectProblem `json:"notLocked,omitempty"`
+	// LastDrift is the most recent drift seen.
+	LastDrift *Drift `json:"lastDrift,omitempty"`
+	// DriftsDetected and DriftsCorrected count drifts over the CR's life.
+	DriftsDetected  int64 `json:"driftsDetected,omitempty"`
+	DriftsCorrected int64 `json:"driftsCorrected,omitempty"`
+}
+
+// MaxNotLocked bounds status.notLocked, so a broken release cannot make its
+// status huge.
+const MaxNotLocked = 20
+
+// ObjectProblem says why one object is not held.
+type ObjectProblem struct {
+	// Object is kind/namespace/name, or kind/name when cluster-scoped.
+	Object string `json:"object"`
+	// Reason is one of OptedOut, TypeNotServed, Conflict, APIError.
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"`
+}
+
+// Drift records who changed a locked object, and what.
+type Drift struct {
+	Object string `json:"object"`
+	// Paths are the JSON pointers that differed from the manifest.
+	Paths []string `json:"paths,omitempty"`
+	// Deleted says the object was deleted.
+	Deleted bool `json:"deleted,omitempty"`
+	// Managers are the field managers that own the drifted fields.
+	Managers []FieldManager `json:"managers,omitempty"`
+	// Time is when the locker saw the drift.
+	Time metav1.Time `json:"time"`
+	// Corrected says whether the locker reverted it.
+	Corrected bool `json:"corrected"`
+}
+
+// FieldManager is one metadata.managedFields entry, as attribution.
+type FieldManager struct {
+	Manager   string       `json:"manager"`
+	Operation string       `json:"operation,omitempty"`
+	Time      *metav1.Time `json:"time,omitempty"`
 }

@@ -24,12 +24,17 @@ type options struct {
 	leaseDuration  time.Duration
 	renewDeadline  time.Duration
 	retryPeriod    time.Duration
+	metricsAddr    string
+	healthAddr     string
+	logFormat      string
 }
 
 // newRootCommand builds the command tree. Run with no subcommand, it runs
 // the operator. Errors are printed once, by main.
 func newRootCommand() *cobra.Command {
 	opts := &options{}
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
 	root := &cobra.Command{
 		Use:   "helm-locker",
 		Short: "Keep the objects of Helm releases exactly as their manifests declare",
@@ -44,7 +49,10 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return bindConfig(cmd, opts.config)
+			if err := bindConfig(cmd, opts.config); err != nil {
+				return err
+			}
+			return setupLogging(opts.logFormat, klogFlags.Lookup("v").Value.String())
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runOperator(cmd.Context(), opts)
@@ -64,8 +72,9 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.DurationVar(&opts.renewDeadline, "leader-elect-renew-deadline", 20*time.Second, "how long the leader keeps trying to renew before it gives up leading")
 	f.DurationVar(&opts.retryPeriod, "leader-elect-retry-period", 10*time.Second, "how often the leader renews its Lease, and others try to take it: the locker's only requests when nothing changes")
 	f.StringSliceVar(&opts.helmManagers, "helm-field-managers", []string{"helm"}, "field managers Helm writes with (Helm names its manager after its binary)")
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
+	f.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "address serving Prometheus metrics on /metrics; 0 turns them off")
+	f.StringVar(&opts.healthAddr, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 turns them off")
+	f.StringVar(&opts.logFormat, "log-format", "text", "log format: text (klog) or json")
 	f.AddGoFlag(klogFlags.Lookup("v"))
 	root.AddCommand(newVersionCommand())
 	return root

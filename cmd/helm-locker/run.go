@@ -4,26 +4,34 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
+	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/helm-locker/helm-locker/api"
 	"github.com/helm-locker/helm-locker/internal/controller"
+	"github.com/helm-locker/helm-locker/internal/metrics"
 )
 
 // runOperator installs the CRD, then runs the controller until ctx is done.
@@ -62,7 +70,17 @@ func runOperator(ctx context.Context, opts *options) error {
 		return err
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
-	c := controller.New(controller.Config{
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	defer broadcaster.Shutdown()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+
+	var c *controller.Controller
+	var m *metrics.Metrics
+	if opts.metricsAddr != "" && opts.metricsAddr != "0" {
+		m = metrics.New(func() []schema.GroupVersionResource { return c.Informers() })
+	}
+	c = controller.New(controller.Config{
 		Namespace:      opts.namespace,
 		ControllerName: opts.controllerName,
 		HelmManagers:   opts.helmManagers,
@@ -71,11 +89,49 @@ func runOperator(ctx context.Context, opts *options) error {
 		Kube:           kube,
 		Mapper:         mapper,
 		Workers:        opts.workers,
+		Recorder:       broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: opts.controllerName, Host: opts.nodeName}),
+		Metrics:        m,
 	})
+
+	var leading atomic.Bool
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if m != nil {
+		if err := serveHTTP(ctx, &wg, "metrics", opts.metricsAddr, metricsMux(m)); err != nil {
+			return err
+		}
+	}
+	// A standby replica has nothing to sync and is ready to take over;
+	// the leader is ready once its caches have synced.
+	ready := func() (bool, string) {
+		switch {
+		case opts.leaderElect && !leading.Load():
+			return true, "standing by for the leader Lease"
+		case c.Synced():
+			return true, "caches synced"
+		default:
+			return false, "caches have not synced yet"
+		}
+	}
+	if err := serveHTTP(ctx, &wg, "health probes", opts.healthAddr, healthHandler(ready)); err != nil {
+		return err
+	}
 	if !opts.leaderElect {
 		return c.Run(ctx)
 	}
-	return runAsLeader(ctx, kube, opts, c.Run)
+	return runAsLeader(ctx, kube, opts, func(ctx context.Context) error {
+		leading.Store(true)
+		defer leading.Store(false)
+		return c.Run(ctx)
+	})
+}
+
+func metricsMux(m *metrics.Metrics) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
+	return mux
 }
 
 // runAsLeader runs run while this process holds the Lease, and returns

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -46,7 +47,10 @@ func buildLocker(ctx context.Context, dir string) (string, error) {
 // the given extra flags, logging to a file in the test binary's folder. The
 // kernel kills it if the test binary dies.
 func (e *Env) StartLocker(name string, args ...string) (*Locker, error) {
-	args = append([]string{"--kubeconfig", e.CP.Kubeconfig, "--v=4"}, args...)
+	// Metrics and probes listen on ports of their own, so that lockers
+	// side by side do not clash; a test that reads them names a port.
+	args = append([]string{"--kubeconfig", e.CP.Kubeconfig, "--v=4",
+		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}, args...)
 	return controlplane.StartProcess(name, e.lockerBin, args, filepath.Join(e.CP.Dir, name+".log"))
 }
 
@@ -61,17 +65,37 @@ func (e *Env) Register(t testing.TB, releaseNamespace, releaseName string) strin
 // namespace.
 func (e *Env) RegisterIn(t testing.TB, registration, releaseNamespace, releaseName string) string {
 	t.Helper()
+	return e.RegisterWith(t, registration, releaseNamespace, releaseName, nil)
+}
+
+// RegisterWith is RegisterIn with more spec fields (mode, suspend, ignore).
+func (e *Env) RegisterWith(t testing.TB, registration, releaseNamespace, releaseName string, spec map[string]any) string {
+	t.Helper()
 	name := releaseNamespace + "-" + releaseName
+	fullSpec := map[string]any{"release": map[string]any{"name": releaseName, "namespace": releaseNamespace}}
+	for k, v := range spec {
+		fullSpec[k] = v
+	}
 	hr := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1alpha1.SchemeGroupVersion.String(),
 		"kind":       v1alpha1.Kind,
 		"metadata":   map[string]any{"name": name, "namespace": registration},
-		"spec":       map[string]any{"release": map[string]any{"name": releaseName, "namespace": releaseNamespace}},
+		"spec":       fullSpec,
 	}}
 	if _, err := e.Dynamic.Resource(v1alpha1.Resource).Namespace(registration).Create(t.Context(), hr, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating HelmRelease %s: %v", name, err)
 	}
 	return name
+}
+
+// Events lists the events recorded on a CR in the registration namespace.
+func (e *Env) Events(t testing.TB, registration, name string) []corev1.Event {
+	t.Helper()
+	list, err := e.Kube.CoreV1().Events(registration).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		t.Fatalf("listing events of HelmRelease %s: %v", name, err)
+	}
+	return list.Items
 }
 
 // HelmRelease reads a CR from the registration namespace.

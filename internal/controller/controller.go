@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"helm.sh/helm/v3/pkg/release"
@@ -23,11 +24,13 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
+	"github.com/helm-locker/helm-locker/internal/metrics"
 	"github.com/helm-locker/helm-locker/lock"
 	"github.com/helm-locker/helm-locker/manifest"
 )
@@ -65,6 +68,12 @@ type Config struct {
 	Mapper       meta.ResettableRESTMapper
 	// Workers is the number of releases synced at once.
 	Workers int
+	// Recorder records events on HelmRelease CRs; nil records none.
+	Recorder record.EventRecorder
+	// Metrics, if set, receives the lock's figures.
+	Metrics *metrics.Metrics
+	// Engine tunes the engine (fight detection); FieldManager is ignored.
+	Engine engine.Options
 }
 
 // Controller locks the releases that HelmRelease CRs name.
@@ -77,6 +86,7 @@ type Controller struct {
 
 	mu     sync.Mutex
 	states map[string]*releaseState // by CR key
+	synced atomic.Bool
 }
 
 // releaseState is what the controller remembers of one CR between syncs.
@@ -89,6 +99,19 @@ type releaseState struct {
 	rel           *manifest.Release
 	secretUID     types.UID
 	secretVersion string
+	// generation is the CR generation whose spec was declared.
+	generation int64
+	// optedOut are the manifest's objects left out of the lock.
+	optedOut []v1alpha1.ObjectProblem
+	// fights maps each object held back by a fight to the end of the
+	// hold last reported, so each hold is reported once.
+	fights map[engine.ObjectRef]time.Time
+	// counted is set once the drift counts were read from the CR's
+	// status; the controller keeps them from then on, since the cached
+	// CR may not show its last status write yet.
+	counted                   bool
+	driftsDetected, corrected int64
+	lastDrift                 *v1alpha1.Drift
 }
 
 // New builds a controller. It does no I/O; Run starts it.
@@ -102,11 +125,16 @@ func New(cfg Config) *Controller {
 			workqueue.NewTypedMaxOfRateLimiter(
 				workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 2*time.Minute),
 			),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "helmreleases"},
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "helmreleases", MetricsProvider: cfg.Metrics.WorkqueueProvider()},
 		),
 		states: map[string]*releaseState{},
 	}
-	c.engine = engine.New(cfg.Dynamic, cfg.Mapper, c.queue.Add, engine.Options{})
+	if c.cfg.Recorder == nil {
+		c.cfg.Recorder = &record.FakeRecorder{}
+	}
+	engineOpts := cfg.Engine
+	engineOpts.FieldManager = ""
+	c.engine = engine.New(cfg.Dynamic, cfg.Mapper, c.queue.Add, engineOpts)
 
 	c.crs = dynamicinformer.NewFilteredDynamicInformer(cfg.Dynamic, v1alpha1.Resource, cfg.Namespace, 0,
 		cache.Indexers{byRelease: crReleaseIndex}, nil).Informer()
@@ -168,6 +196,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		// Hand that memory back now rather than over the next minutes.
 		if c.engine.Informers().WaitForAllSynced(ctx) {
 			debug.FreeOSMemory()
+			c.synced.Store(true)
 			logger.V(2).Info("Informers synced")
 		}
 	})
@@ -181,6 +210,15 @@ func (c *Controller) Run(ctx context.Context) error {
 	<-ctx.Done()
 	logger.Info("Shutting down")
 	return nil
+}
+
+// Synced reports whether every cache has finished its first list: the
+// readiness of a leading replica.
+func (c *Controller) Synced() bool { return c.synced.Load() }
+
+// Informers lists the resource types watched now, for metrics.
+func (c *Controller) Informers() []schema.GroupVersionResource {
+	return c.engine.Informers().Running()
 }
 
 // declareAll declares the objects of every registered, deployed release
@@ -219,6 +257,9 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return true
 	}
 	logger.V(2).Info("Sync failed, retrying", "err", err, "retries", c.queue.NumRequeues(key))
+	if ns, name, splitErr := cache.SplitMetaNamespaceKey(key); splitErr == nil {
+		c.cfg.Metrics.ReconcileError(ns, name)
+	}
 	c.queue.AddRateLimited(key)
 	return true
 }
@@ -318,10 +359,21 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 		c.open(key)
 		*st = releaseState{release: hr.Spec.Release}
 	}
+	if !st.counted {
+		st.counted = true
+		st.driftsDetected, st.corrected, st.lastDrift = hr.Status.DriftsDetected, hr.Status.DriftsCorrected, hr.Status.LastDrift.DeepCopy()
+	}
+	before := st.lock.Phase
 	status, syncErr := c.syncRelease(ctx, key, hr, st, declareOnly)
 	if declareOnly {
 		return syncErr
 	}
+	status.DriftsDetected, status.DriftsCorrected = st.driftsDetected, st.corrected
+	if st.lastDrift != nil {
+		status.LastDrift = st.lastDrift
+	}
+	c.lockEvents(hr, before, st, status)
+	c.cfg.Metrics.ObserveRelease(key, st.lock.Phase == lock.Locked && hr.Spec.Mode != v1alpha1.ModeWarn, status.LockedObjects)
 	if err := c.writeStatus(ctx, hr, status); err != nil {
 		return errors.Join(syncErr, err)
 	}
@@ -336,6 +388,15 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 	if rk.Name == "" || rk.Namespace == "" {
 		c.openState(key, st)
 		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", "spec.release.name and spec.release.namespace must both be set"), nil
+	}
+	if hr.Spec.Suspend {
+		c.openState(key, st)
+		return openStatus(hr, v1alpha1.StateSuspended, hr.Status.Version, "Suspended", "spec.suspend is true: the lock is open and nothing is reverted"), nil
+	}
+	rules, err := compileIgnore(hr.Spec.Ignore)
+	if err != nil {
+		c.openState(key, st)
+		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", err.Error()), nil
 	}
 	latest := c.latestSecret(rk)
 	if latest == nil {
@@ -352,7 +413,7 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 		return openStatus(hr, decision.State, revision, decision.Reason, decision.Message), nil
 	}
 
-	if st.rel == nil || st.secretUID != latest.GetUID() || st.secretVersion != latest.GetResourceVersion() {
+	if st.rel == nil || st.secretUID != latest.GetUID() || st.secretVersion != latest.GetResourceVersion() || st.generation != hr.Generation {
 		rel, objs, err := c.readRelease(ctx, latest)
 		if err != nil {
 			c.openState(key, st)
@@ -361,18 +422,21 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 			}
 			return openStatus(hr, v1alpha1.StateError, revision, "InvalidRelease", err.Error()), nil
 		}
+		objs, st.optedOut = splitOptedOut(objs)
 		c.engine.Declare(key, engine.ObjectSet{
 			Objects:          objs,
 			DefaultNamespace: rel.Namespace,
 			ServerSideApply:  rel.ApplyMethod == manifest.ApplyMethodServerSide,
 			BeforeWrite:      c.confirmLocked(rk, rel.Version, time.Now()),
+			ReportOnly:       hr.Spec.Mode == v1alpha1.ModeWarn,
+			Ignore:           pointersFor(rules),
 		})
 		// The engine holds the parsed objects; the manifest text
 		// would only double them.
 		rel.Manifest = ""
-		st.rel, st.secretUID, st.secretVersion = rel, latest.GetUID(), latest.GetResourceVersion()
+		st.rel, st.secretUID, st.secretVersion, st.generation = rel, latest.GetUID(), latest.GetResourceVersion(), hr.Generation
 		st.lock = st.lock.Next(lock.Event{Type: lock.Engage, Revision: rel.Version})
-		logger.V(2).Info("Lock engaged", "release", rk.Namespace+"/"+rk.Name, "revision", rel.Version, "objects", len(objs))
+		logger.V(2).Info("Lock engaged", "release", rk.Namespace+"/"+rk.Name, "revision", rel.Version, "objects", len(objs), "mode", hr.Spec.Mode)
 	}
 
 	if declareOnly {
@@ -388,11 +452,9 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 	if st.lock != before {
 		logger.V(2).Info("Lock state changed", "from", before.Phase, "to", st.lock.Phase, "revision", st.lock.Revision)
 	}
-	for _, ref := range res.Corrected {
-		logger.V(4).Info("Reverted drift", "object", ref.String())
-	}
-	for _, ref := range res.Created {
-		logger.V(4).Info("Recreated deleted object", "object", ref.String())
+	c.reportDrifts(ctx, hr, st, res)
+	if res.RequeueAfter > 0 {
+		c.queue.AddAfter(key, res.RequeueAfter)
 	}
 	status := lockedStatus(hr, st, res, err)
 	if err == nil && len(res.Unresolved) > 0 {
@@ -409,7 +471,8 @@ func (c *Controller) open(key string) { c.engine.Forget(key) }
 func (c *Controller) openState(key string, st *releaseState) {
 	c.open(key)
 	st.lock = st.lock.Next(lock.Event{Type: lock.Open})
-	st.rel, st.secretUID, st.secretVersion = nil, "", ""
+	st.rel, st.secretUID, st.secretVersion, st.generation = nil, "", "", 0
+	st.optedOut, st.fights = nil, nil
 }
 
 func (c *Controller) state(key string) *releaseState {
@@ -424,6 +487,7 @@ func (c *Controller) state(key string) *releaseState {
 }
 
 func (c *Controller) dropState(key string) {
+	c.cfg.Metrics.ForgetRelease(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.states, key)

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -114,20 +115,34 @@ func TestSync(t *testing.T) {
 	tests := []struct {
 		name        string
 		annotations map[string]any
+		spec        map[string]any // beside spec.release
 		secret      *corev1.Secret
 		wantState   v1alpha1.State
 		wantReason  string
-		wantObject  bool // the ConfigMap was created from the manifest
+		wantMessage string // a part of the Locked condition's message
+		wantObject  bool   // the ConfigMap was created from the manifest
 	}{
 		{name: "deployed release is locked", secret: releaseSecret(t, "deployed", 2), wantState: v1alpha1.StateDeployed, wantReason: "Locked", wantObject: true},
 		{name: "pending upgrade opens the lock", secret: releaseSecret(t, "pending-upgrade", 2), wantState: v1alpha1.StateTransitioning, wantReason: "HelmOperationInProgress"},
 		{name: "failed release is not re-applied", secret: releaseSecret(t, "failed", 2), wantState: v1alpha1.StateFailed, wantReason: "ReleaseFailed"},
 		{name: "no release Secret", wantState: v1alpha1.StateSecretNotFound, wantReason: "SecretNotFound"},
 		{name: "another controller's CR is left alone", annotations: map[string]any{v1alpha1.ManagedByAnnotation: "other"}, secret: releaseSecret(t, "deployed", 1)},
+		{name: "suspended opens the lock", spec: map[string]any{"suspend": true}, secret: releaseSecret(t, "deployed", 1), wantState: v1alpha1.StateSuspended, wantReason: "Suspended"},
+		{name: "Warn mode reports the missing object and does not create it", spec: map[string]any{"mode": "Warn"}, secret: releaseSecret(t, "deployed", 1), wantState: v1alpha1.StateDeployed, wantReason: "WarnMode"},
+		{name: "a bad ignore rule is named", spec: map[string]any{"ignore": []any{map[string]any{"paths": []any{"/data"}, "target": map[string]any{"name": "(unclosed"}}}},
+			secret: releaseSecret(t, "deployed", 1), wantState: v1alpha1.StateError, wantReason: "InvalidSpec", wantMessage: "spec.ignore[0].target.name: invalid regular expression"},
+		{name: "a bad JSON pointer is named", spec: map[string]any{"ignore": []any{map[string]any{"paths": []any{"/data", "data"}}}},
+			secret: releaseSecret(t, "deployed", 1), wantState: v1alpha1.StateError, wantReason: "InvalidSpec", wantMessage: "spec.ignore[0].paths[1]"},
+		{name: "an ignore rule for another kind leaves the object locked", spec: map[string]any{"ignore": []any{map[string]any{"paths": []any{"/data/key"}, "target": map[string]any{"kind": "Secret"}}}},
+			secret: releaseSecret(t, "deployed", 1), wantState: v1alpha1.StateDeployed, wantReason: "Locked", wantObject: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, dyn := newTestController(t, helmRelease(tt.annotations), tt.secret)
+			hr := helmRelease(tt.annotations)
+			for k, v := range tt.spec {
+				hr.Object["spec"].(map[string]any)[k] = v
+			}
+			c, dyn := newTestController(t, hr, tt.secret)
 			if err := c.sync(context.Background(), "cattle-helm-system/hr", false); err != nil {
 				t.Fatalf("sync: %v", err)
 			}
@@ -137,8 +152,8 @@ func TestSync(t *testing.T) {
 			}
 			if tt.wantReason != "" {
 				c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionLocked)
-				if c == nil || c.Reason != tt.wantReason {
-					t.Errorf("Locked condition = %+v, want reason %s", c, tt.wantReason)
+				if c == nil || c.Reason != tt.wantReason || !strings.Contains(c.Message, tt.wantMessage) {
+					t.Errorf("Locked condition = %+v, want reason %s and a message with %q", c, tt.wantReason, tt.wantMessage)
 				}
 			}
 			_, err := dyn.Resource(cmGVR).Namespace("apps").Get(context.Background(), "cm", metav1.GetOptions{})

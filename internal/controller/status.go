@@ -3,10 +3,14 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
 	"strings"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,17 +27,22 @@ func openStatus(hr *v1alpha1.HelmRelease, state v1alpha1.State, revision int, re
 	s.Version = revision
 	s.Description = message
 	s.ObservedGeneration = hr.Generation
-	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
-		Type: v1alpha1.ConditionLocked, Status: metav1.ConditionFalse,
-		Reason: reason, Message: message, ObservedGeneration: hr.Generation,
-	})
+	s.LockedObjects, s.NotLocked = 0, nil
+	setConditions(&s, hr,
+		condition(v1alpha1.ConditionLocked, false, reason, message),
+		metav1.Condition{Type: v1alpha1.ConditionDrifted, Status: metav1.ConditionUnknown, Reason: "LockOpen", Message: "drift is not looked for while the lock is open"},
+		condition(v1alpha1.ConditionFighting, false, "LockOpen", ""),
+		condition(v1alpha1.ConditionReady, false, reason, message),
+	)
 	return s
 }
 
 // lockedStatus is the status of a CR whose release is deployed. It says
 // Deployed and Locked=True only once the lock has settled: every object of
-// the revision checked and in line.
+// the revision checked and in line. In Warn mode it says Deployed once
+// every object has been checked, and Locked stays False.
 func lockedStatus(hr *v1alpha1.HelmRelease, st *releaseState, res engine.Result, syncErr error) v1alpha1.HelmReleaseStatus {
+	warn := hr.Spec.Mode == v1alpha1.ModeWarn
 	s := *hr.Status.DeepCopy()
 	s.Version = st.rel.Version
 	if st.rel.Info != nil {
@@ -41,27 +50,212 @@ func lockedStatus(hr *v1alpha1.HelmRelease, st *releaseState, res engine.Result,
 		s.Notes = st.rel.Info.Notes
 	}
 	s.ObservedGeneration = hr.Generation
-	cond := metav1.Condition{Type: v1alpha1.ConditionLocked, ObservedGeneration: hr.Generation}
+	s.LockedObjects = res.Locked
+	s.NotLocked = notLocked(st.optedOut, res.Unresolved, syncErr)
+
+	checked := syncErr == nil && len(res.Unresolved) == 0
+	var locked metav1.Condition
 	switch {
-	case st.lock.Phase == lock.Locked:
-		s.State = v1alpha1.StateDeployed
-		cond.Status, cond.Reason = metav1.ConditionTrue, "Locked"
-		cond.Message = fmt.Sprintf("all %d objects of revision %d are held as the manifest declares", res.Objects, st.rel.Version)
 	case len(res.Unresolved) > 0:
-		s.State = v1alpha1.StateTransitioning
-		cond.Status, cond.Reason = metav1.ConditionFalse, "WaitingForTypes"
-		cond.Message = limit(joinErrors(res.Unresolved))
+		locked = condition(v1alpha1.ConditionLocked, false, "WaitingForTypes", limit(joinErrors(res.Unresolved)))
 	case syncErr != nil:
-		s.State = v1alpha1.StateTransitioning
-		cond.Status, cond.Reason = metav1.ConditionFalse, "CorrectionFailed"
-		cond.Message = limit(syncErr.Error())
+		locked = condition(v1alpha1.ConditionLocked, false, "CorrectionFailed", limit(syncErr.Error()))
+	case warn:
+		locked = condition(v1alpha1.ConditionLocked, false, "WarnMode",
+			fmt.Sprintf("spec.mode is Warn: the %d objects of revision %d are checked and drift is reported, never reverted", res.Objects, st.rel.Version))
+	case st.lock.Phase == lock.Locked:
+		locked = condition(v1alpha1.ConditionLocked, true, "Locked",
+			fmt.Sprintf("all %d objects of revision %d are held as the manifest declares", res.Objects, st.rel.Version))
 	default:
-		s.State = v1alpha1.StateTransitioning
-		cond.Status, cond.Reason = metav1.ConditionFalse, "Reconciling"
-		cond.Message = fmt.Sprintf("checking the %d objects of revision %d", res.Objects, st.rel.Version)
+		locked = condition(v1alpha1.ConditionLocked, false, "Reconciling",
+			fmt.Sprintf("checking the %d objects of revision %d", res.Objects, st.rel.Version))
 	}
-	meta.SetStatusCondition(&s.Conditions, cond)
+	s.State = v1alpha1.StateTransitioning
+	if (warn && checked) || (!warn && st.lock.Phase == lock.Locked) {
+		s.State = v1alpha1.StateDeployed
+	}
+
+	drifted := condition(v1alpha1.ConditionDrifted, false, "InLine", "every checked object is as the manifest declares")
+	if res.Drifted > 0 {
+		why := "corrections are failing or held back"
+		if warn {
+			why = "spec.mode is Warn, so drift is reported and not reverted"
+		}
+		drifted = condition(v1alpha1.ConditionDrifted, true, "Drift",
+			fmt.Sprintf("%d of %d objects differ from the manifest; %s", res.Drifted, res.Objects, why))
+		if s.LastDrift != nil {
+			drifted.Message += "; the last drift: " + describeRecord(s.LastDrift)
+		}
+	}
+
+	fighting := condition(v1alpha1.ConditionFighting, false, "NoFight", "")
+	if len(res.Fights) > 0 {
+		msg := fightMessage(res.Fights[0])
+		if n := len(res.Fights) - 1; n > 0 {
+			msg += fmt.Sprintf(" (and %d more objects)", n)
+		}
+		fighting = condition(v1alpha1.ConditionFighting, true, "Fighting", limit(msg))
+	}
+
+	var ready metav1.Condition
+	switch {
+	case len(res.Fights) > 0:
+		ready = condition(v1alpha1.ConditionReady, false, "Fighting", fighting.Message)
+	case s.State == v1alpha1.StateDeployed && warn:
+		ready = condition(v1alpha1.ConditionReady, true, "Monitoring", locked.Message)
+	case s.State == v1alpha1.StateDeployed:
+		ready = condition(v1alpha1.ConditionReady, true, "Locked", locked.Message)
+	default:
+		ready = condition(v1alpha1.ConditionReady, false, locked.Reason, locked.Message)
+	}
+	setConditions(&s, hr, locked, drifted, fighting, ready)
 	return s
+}
+
+func condition(typ string, status bool, reason, message string) metav1.Condition {
+	c := metav1.Condition{Type: typ, Status: metav1.ConditionFalse, Reason: reason, Message: message}
+	if status {
+		c.Status = metav1.ConditionTrue
+	}
+	return c
+}
+
+func setConditions(s *v1alpha1.HelmReleaseStatus, hr *v1alpha1.HelmRelease, conds ...metav1.Condition) {
+	for _, c := range conds {
+		c.ObservedGeneration = hr.Generation
+		meta.SetStatusCondition(&s.Conditions, c)
+	}
+}
+
+// notLocked lists the objects of the revision that are not held, and why,
+// at most v1alpha1.MaxNotLocked of them.
+func notLocked(optedOut []v1alpha1.ObjectProblem, unresolved []error, syncErr error) []v1alpha1.ObjectProblem {
+	out := append([]v1alpha1.ObjectProblem(nil), optedOut...)
+	for _, err := range unresolved {
+		var te *engine.TypeError
+		if errors.As(err, &te) {
+			out = append(out, v1alpha1.ObjectProblem{Object: te.Kind.Kind + " " + te.Name, Reason: "TypeNotServed", Message: limit(err.Error())})
+		} else {
+			out = append(out, v1alpha1.ObjectProblem{Object: "", Reason: "Invalid", Message: limit(err.Error())})
+		}
+	}
+	for _, err := range flatten(syncErr) {
+		var oe *engine.ObjectError
+		if !errors.As(err, &oe) {
+			continue
+		}
+		reason := "APIError"
+		var open *LockOpenError
+		switch {
+		case errors.As(err, &open):
+			reason = "HelmOperationInProgress"
+		case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
+			reason = "Conflict"
+		}
+		out = append(out, v1alpha1.ObjectProblem{Object: oe.Ref.String(), Reason: reason, Message: limit(oe.Err.Error())})
+	}
+	if len(out) > v1alpha1.MaxNotLocked {
+		out = out[:v1alpha1.MaxNotLocked]
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// flatten undoes errors.Join.
+func flatten(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+// objectName is how events and status name an object: its kind, then
+// namespace/name.
+func objectName(kind string, ref engine.ObjectRef) string {
+	if ref.Namespace == "" {
+		return kind + " " + ref.Name
+	}
+	return kind + " " + ref.Namespace + "/" + ref.Name
+}
+
+// driftRecord is the status form of a drift.
+func driftRecord(d engine.Drift, at time.Time) *v1alpha1.Drift {
+	r := &v1alpha1.Drift{Object: objectName(d.Kind, d.Ref), Paths: d.Paths, Deleted: d.Deleted, Time: metav1.NewTime(at), Corrected: d.Corrected}
+	for _, m := range d.Managers {
+		fm := v1alpha1.FieldManager{Manager: m.Name, Operation: m.Operation}
+		if !m.Time.IsZero() {
+			t := metav1.NewTime(m.Time)
+			fm.Time = &t
+		}
+		r.Managers = append(r.Managers, fm)
+	}
+	return r
+}
+
+// describeRecord says what drifted and who did it, for events and
+// conditions: "Deployment ns/web at /spec/replicas, changed by
+// kubectl-patch (Update at 2026-01-02T03:04:05Z)".
+func describeRecord(r *v1alpha1.Drift) string {
+	var b strings.Builder
+	b.WriteString(r.Object)
+	if r.Deleted {
+		b.WriteString(" was deleted")
+	} else {
+		b.WriteString(" at " + strings.Join(r.Paths, ", "))
+	}
+	if len(r.Managers) == 0 {
+		b.WriteString(", by an unknown actor")
+		return b.String()
+	}
+	b.WriteString(", changed by ")
+	for i, m := range r.Managers {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(describeManager(m.Manager, m.Operation, m.Time))
+	}
+	return b.String()
+}
+
+func describeManager(name, operation string, at *metav1.Time) string {
+	detail := operation
+	if at != nil {
+		detail += " at " + at.UTC().Format(time.RFC3339)
+	}
+	if detail == "" {
+		return name
+	}
+	return name + " (" + strings.TrimSpace(detail) + ")"
+}
+
+// fightMessage names the other actor and the fields, and the ignore rule
+// that would end the fight if that actor should own them.
+func fightMessage(f engine.Fight) string {
+	var managers []string
+	for _, m := range f.Managers {
+		var at *metav1.Time
+		if !m.Time.IsZero() {
+			t := metav1.NewTime(m.Time)
+			at = &t
+		}
+		managers = append(managers, describeManager(m.Name, m.Operation, at))
+	}
+	who := "another actor"
+	if len(managers) > 0 {
+		who = strings.Join(managers, ", ")
+	}
+	paths, _ := json.Marshal(f.Paths)
+	return fmt.Sprintf("%s keeps rewriting %s of %s; corrections wait until %s. If it should own those fields, add to spec.ignore: {\"paths\": %s, \"target\": {\"kind\": %q, \"name\": %q}}",
+		who, strings.Join(f.Paths, ", "), objectName(f.Kind, f.Ref), f.Until.UTC().Format(time.RFC3339), paths, f.Kind, regexp.QuoteMeta(f.Ref.Name))
 }
 
 // writeStatus patches the CR's status if it changed. Unchanged statuses
@@ -70,7 +264,22 @@ func (c *Controller) writeStatus(ctx context.Context, hr *v1alpha1.HelmRelease, 
 	if reflect.DeepEqual(hr.Status, status) {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"status": status})
+	// A merge patch keeps fields it does not name: name the ones that
+	// went away, as null.
+	fields, err := toJSONMap(status)
+	if err != nil {
+		return err
+	}
+	old, err := toJSONMap(hr.Status)
+	if err != nil {
+		return err
+	}
+	for k := range old {
+		if _, ok := fields[k]; !ok {
+			fields[k] = nil
+		}
+	}
+	patch, err := json.Marshal(map[string]any{"status": fields})
 	if err != nil {
 		return err
 	}
@@ -79,6 +288,15 @@ func (c *Controller) writeStatus(ctx context.Context, hr *v1alpha1.HelmRelease, 
 		return fmt.Errorf("writing status of HelmRelease %s/%s: %w", hr.Namespace, hr.Name, err)
 	}
 	return nil
+}
+
+func toJSONMap(v any) (map[string]any, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	return m, json.Unmarshal(data, &m)
 }
 
 func joinErrors(errs []error) string {

@@ -30,7 +30,8 @@ type locker struct {
 
 func startLocker(bin, kubeconfig, log string) (*locker, error) {
 	start := time.Now()
-	p, err := controlplane.StartProcess("helm-locker", bin, []string{"--kubeconfig", kubeconfig, "--namespace", v1alpha1Namespace}, log)
+	p, err := controlplane.StartProcess("helm-locker", bin, []string{"--kubeconfig", kubeconfig, "--namespace", v1alpha1Namespace,
+		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}, log)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,104 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// Pointer is a parsed RFC 6901 JSON pointer.
+type Pointer []string
+
+// ParsePointer parses an RFC 6901 JSON pointer such as /spec/replicas or
+// /metadata/annotations/example.com~1hash. The empty pointer (the whole
+// document) is refused: ignoring a whole object is the opt-out annotation's
+// job.
+func ParsePointer(s string) (Pointer, error) {
+	if !strings.HasPrefix(s, "/") {
+		return nil, fmt.Errorf("JSON pointer %q must start with /", s)
+	}
+	parts := strings.Split(s[1:], "/")
+	for i, p := range parts {
+		for j := 0; j < len(p); j++ {
+			if p[j] == '~' && (j+1 == len(p) || (p[j+1] != '0' && p[j+1] != '1')) {
+				return nil, fmt.Errorf("JSON pointer %q: ~ must be followed by 0 or 1", s)
+			}
+		}
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(p, "~1", "/"), "~0", "~")
+	}
+	return parts, nil
+}
+
+// String formats p as RFC 6901 text.
+func (p Pointer) String() string {
+	var b strings.Builder
+	for _, seg := range p {
+		b.WriteByte('/')
+		b.WriteString(strings.ReplaceAll(strings.ReplaceAll(seg, "~", "~0"), "/", "~1"))
+	}
+	return b.String()
+}
+
+// get returns the value at p in doc.
+func (p Pointer) get(doc any) (any, bool) {
+	cur := doc
+	for _, seg := range p {
+		switch c := cur.(type) {
+		case map[string]any:
+			v, ok := c[seg]
+			if !ok {
+				return nil, false
+			}
+			cur = v
+		case []any:
+			i, err := strconv.Atoi(seg)
+			if err != nil || i < 0 || i >= len(c) {
+				return nil, false
+			}
+			cur = c[i]
+		default:
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+// set puts v at p in doc, whose parent of p must exist; with present false
+// it removes what is at p instead (a list element is not removed, since
+// that would shift the ones after it: it is left as it is).
+func (p Pointer) set(doc any, v any, present bool) {
+	if len(p) == 0 {
+		return
+	}
+	parent, ok := p[:len(p)-1].get(doc)
+	if !ok {
+		return
+	}
+	last := p[len(p)-1]
+	switch c := parent.(type) {
+	case map[string]any:
+		if present {
+			c[last] = v
+		} else {
+			delete(c, last)
+		}
+	case []any:
+		if i, err := strconv.Atoi(last); err == nil && i >= 0 && i < len(c) && present {
+			c[i] = v
+		}
+	}
+}
+
+// keepLive makes desired carry live's value (or absence) at each ignored
+// pointer, so that ignored fields are neither compared nor reverted.
+func keepLive(desired, live map[string]any, ignored []Pointer) {
+	for _, p := range ignored {
+		v, ok := p.get(live)
+		if ok {
+			v = runtime.DeepCopyJSONValue(v)
+		}
+		p.set(desired, v, ok)
+	}
+}

@@ -1,0 +1,103 @@
+package controller
+
+import (
+	"fmt"
+	"regexp"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/engine"
+)
+
+// ignoreRule is a compiled spec.ignore entry.
+type ignoreRule struct {
+	paths                []engine.Pointer
+	group, version, kind string
+	name, namespace      *regexp.Regexp
+}
+
+// compileIgnore checks and compiles spec.ignore. Its errors name the rule
+// and field, as a user reads them in the CR's status.
+func compileIgnore(rules []v1alpha1.IgnoreRule) ([]ignoreRule, error) {
+	out := make([]ignoreRule, 0, len(rules))
+	for i, r := range rules {
+		var c ignoreRule
+		if len(r.Paths) == 0 {
+			return nil, fmt.Errorf("spec.ignore[%d].paths: at least one JSON pointer is required", i)
+		}
+		for j, text := range r.Paths {
+			p, err := engine.ParsePointer(text)
+			if err != nil {
+				return nil, fmt.Errorf("spec.ignore[%d].paths[%d]: %w", i, j, err)
+			}
+			c.paths = append(c.paths, p)
+		}
+		if t := r.Target; t != nil {
+			c.group, c.version, c.kind = t.Group, t.Version, t.Kind
+			var err error
+			if c.name, err = anchored(t.Name); err != nil {
+				return nil, fmt.Errorf("spec.ignore[%d].target.name: %w", i, err)
+			}
+			if c.namespace, err = anchored(t.Namespace); err != nil {
+				return nil, fmt.Errorf("spec.ignore[%d].target.namespace: %w", i, err)
+			}
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// anchored compiles a target pattern so that it matches whole values: "web"
+// selects the object web, not web-canary.
+func anchored(pattern string) (*regexp.Regexp, error) {
+	if pattern == "" {
+		return nil, nil
+	}
+	re, err := regexp.Compile("^(?:" + pattern + ")$")
+	if err != nil {
+		return nil, fmt.Errorf("invalid regular expression %q: %w", pattern, err)
+	}
+	return re, nil
+}
+
+// pointersFor returns the ignored fields of one declared object.
+func pointersFor(rules []ignoreRule) func(*unstructured.Unstructured) []engine.Pointer {
+	if len(rules) == 0 {
+		return nil
+	}
+	return func(obj *unstructured.Unstructured) []engine.Pointer {
+		gvk := obj.GroupVersionKind()
+		var out []engine.Pointer
+		for _, r := range rules {
+			if (r.group == "" || r.group == gvk.Group) &&
+				(r.version == "" || r.version == gvk.Version) &&
+				(r.kind == "" || r.kind == gvk.Kind) &&
+				(r.name == nil || r.name.MatchString(obj.GetName())) &&
+				(r.namespace == nil || r.namespace.MatchString(obj.GetNamespace())) {
+				out = append(out, r.paths...)
+			}
+		}
+		return out
+	}
+}
+
+// splitOptedOut leaves out the objects whose manifest sets
+// v1alpha1.UnlockAnnotation to "false", and says so for the status.
+func splitOptedOut(objs []*unstructured.Unstructured) ([]*unstructured.Unstructured, []v1alpha1.ObjectProblem) {
+	kept := objs[:0:0]
+	var out []v1alpha1.ObjectProblem
+	for _, o := range objs {
+		if o.GetAnnotations()[v1alpha1.UnlockAnnotation] == "false" {
+			name := o.GetName()
+			if ns := o.GetNamespace(); ns != "" {
+				name = ns + "/" + name
+			}
+			out = append(out, v1alpha1.ObjectProblem{Object: o.GetKind() + " " + name, Reason: "OptedOut",
+				Message: "the chart sets " + v1alpha1.UnlockAnnotation + `: "false" on it`})
+			continue
+		}
+		kept = append(kept, o)
+	}
+	return kept, out
+}

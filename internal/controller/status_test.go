@@ -1,0 +1,59 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/engine"
+)
+
+func TestFightMessageSuggestsIgnoreRule(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	f := engine.Fight{
+		Ref:      engine.ObjectRef{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Namespace: "ns", Name: "web.v2"},
+		Kind:     "Deployment",
+		Managers: []engine.Manager{{Name: "hpa", Operation: "Update", Time: at}},
+		Paths:    []string{"/spec/replicas"},
+		Until:    at.Add(10 * time.Second),
+	}
+	got := fightMessage(f)
+	for _, want := range []string{
+		"hpa (Update at 2026-01-02T03:04:05Z) keeps rewriting /spec/replicas of Deployment ns/web.v2",
+		"corrections wait until 2026-01-02T03:04:15Z",
+		`spec.ignore: {"paths": ["/spec/replicas"], "target": {"kind": "Deployment", "name": "web\\.v2"}}`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("fightMessage = %q, want it to contain %q", got, want)
+		}
+	}
+}
+
+func TestNotLocked(t *testing.T) {
+	cm := engine.ObjectRef{GVR: cmGVR, Namespace: "apps", Name: "cm"}
+	optedOut := []v1alpha1.ObjectProblem{{Object: "ConfigMap apps/skip", Reason: "OptedOut"}}
+	unresolved := []error{&engine.TypeError{Kind: schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}, Name: "w", Err: errors.New("no matches")}}
+	syncErr := errors.Join(
+		&engine.ObjectError{Ref: cm, Err: fmt.Errorf("patching: %w", apierrors.NewConflict(cmGVR.GroupResource(), "cm", errors.New("changed")))},
+		&engine.ObjectError{Ref: cm, Err: &LockOpenError{Revision: 1, Latest: 2, Status: "pending-upgrade"}},
+		&engine.ObjectError{Ref: cm, Err: apierrors.NewForbidden(cmGVR.GroupResource(), "cm", errors.New("no"))},
+	)
+	var reasons []string
+	for _, p := range notLocked(optedOut, unresolved, syncErr) {
+		reasons = append(reasons, p.Reason)
+	}
+	if diff := cmp.Diff([]string{"OptedOut", "TypeNotServed", "Conflict", "HelmOperationInProgress", "APIError"}, reasons); diff != "" {
+		t.Errorf("reasons (-want +got):\n%s", diff)
+	}
+	many := make([]v1alpha1.ObjectProblem, 50)
+	if got := len(notLocked(many, nil, nil)); got != v1alpha1.MaxNotLocked {
+		t.Errorf("notLocked kept %d problems, want at most %d", got, v1alpha1.MaxNotLocked)
+	}
+}

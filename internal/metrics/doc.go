@@ -1,0 +1,4 @@
+// Package metrics defines helm-locker's Prometheus metrics, including the
+// workqueue metrics client-go reports through its MetricsProvider, and the
+// HTTP handler that serves them.
+package metrics
