@@ -194,11 +194,29 @@ func (c *Controller) Run(ctx context.Context) error {
 		// The first lists decode every object of every watched type,
 		// most of which the cache then drops (see informers.Stub).
 		// Hand that memory back now rather than over the next minutes.
-		if c.engine.Informers().WaitForAllSynced(ctx) {
-			debug.FreeOSMemory()
-			c.synced.Store(true)
-			logger.V(2).Info("Informers synced")
+		if !c.engine.Informers().WaitForAllSynced(ctx) {
+			return
 		}
+		debug.FreeOSMemory()
+		c.synced.Store(true)
+		logger.V(2).Info("Informers synced")
+		// The first sync of every release reads its Secret and
+		// checks its objects; that garbage goes back too once the
+		// queue has been empty for a second.
+		for quiet := 0; quiet < 5; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			if c.queue.Len() == 0 {
+				quiet++
+			} else {
+				quiet = 0
+			}
+		}
+		debug.FreeOSMemory()
+		logger.V(2).Info("Initial syncs done")
 	})
 	logger.Info("Starting workers", "count", c.cfg.Workers)
 	for range c.cfg.Workers {

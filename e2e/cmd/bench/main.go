@@ -82,12 +82,15 @@ type growthRow struct {
 	Factor    int     `json:"factor"`
 	Params    params  `json:"params"`
 	RSSMiB    float64 `json:"rssMiB"`
+	HeapMiB   float64 `json:"heapMiB"`
 	ColdLockS float64 `json:"coldLockSeconds"`
 }
 
 type derived struct {
 	BytesPerLockedObject    float64 `json:"bytesPerLockedObject"`
 	BytesPerUntrackedObject float64 `json:"bytesPerUntrackedObject"`
+	HeapPerLockedObject     float64 `json:"heapBytesPerLockedObject"`
+	HeapPerUntrackedObject  float64 `json:"heapBytesPerUntrackedObject"`
 	SingleP50xFloor         float64 `json:"singleP50OverFloor"`
 	SingleP99xFloor         float64 `json:"singleP99OverFloor"`
 	ConcurrentP50xFloor     float64 `json:"concurrentP50OverFloor"`
@@ -119,7 +122,7 @@ func run(ctx context.Context, base params, edits, concurrency int, idle time.Dur
 	rep.Derived.ConcurrentP50xFloor = rep.Base.Concurrent.P50 / rep.Base.ConcurrentFloor.P50
 	rep.Derived.ConcurrentP99xFloor = rep.Base.Concurrent.P99 / rep.Base.ConcurrentFloor.P99
 	if scale {
-		rep.Growth = append(rep.Growth, growthRow{Dimension: "base", Factor: 1, Params: base, RSSMiB: rep.Base.RSSMiB, ColdLockS: rep.Base.ColdLockS})
+		rep.Growth = append(rep.Growth, growthRow{Dimension: "base", Factor: 1, Params: base, RSSMiB: rep.Base.RSSMiB, HeapMiB: rep.Base.HeapMiB, ColdLockS: rep.Base.ColdLockS})
 		for _, dim := range []string{"N", "M", "B"} {
 			for _, factor := range []int{2, 4} {
 				p := base
@@ -136,15 +139,17 @@ func run(ctx context.Context, base params, edits, concurrency int, idle time.Dur
 				if err != nil {
 					return err
 				}
-				rep.Growth = append(rep.Growth, growthRow{Dimension: dim, Factor: factor, Params: p, RSSMiB: res.RSSMiB, ColdLockS: res.ColdLockS})
+				rep.Growth = append(rep.Growth, growthRow{Dimension: dim, Factor: factor, Params: p, RSSMiB: res.RSSMiB, HeapMiB: res.HeapMiB, ColdLockS: res.ColdLockS})
 			}
 		}
 		for _, g := range rep.Growth {
 			if g.Dimension == "M" && g.Factor == 2 {
 				rep.Derived.BytesPerLockedObject = (g.RSSMiB - rep.Base.RSSMiB) * (1 << 20) / float64(base.Releases*base.Objects)
+				rep.Derived.HeapPerLockedObject = (g.HeapMiB - rep.Base.HeapMiB) * (1 << 20) / float64(base.Releases*base.Objects)
 			}
 			if g.Dimension == "B" && g.Factor == 2 {
 				rep.Derived.BytesPerUntrackedObject = (g.RSSMiB - rep.Base.RSSMiB) * (1 << 20) / float64(base.Untracked)
+				rep.Derived.HeapPerUntrackedObject = (g.HeapMiB - rep.Base.HeapMiB) * (1 << 20) / float64(base.Untracked)
 			}
 		}
 	}
@@ -165,6 +170,7 @@ type scenarioResult struct {
 	ColdLockS       float64      `json:"coldLockSeconds"`
 	ObjectsPerS     float64      `json:"objectsLockedPerSecond"`
 	RSSMiB          float64      `json:"rssMiB"`
+	HeapMiB         float64      `json:"heapMiB"`
 	Floor           distribution `json:"floor"`
 	Single          distribution `json:"single"`
 	ConcurrentFloor distribution `json:"concurrentFloor"`
@@ -289,8 +295,28 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 	res.ColdLockS = max(res.DeployedS, res.RestoredS)
 	res.ObjectsPerS = float64(p.Releases*p.Objects) / res.ColdLockS
 
+	// Memory is read at the same point in every scenario: settled after
+	// the cold lock, before any measurement adds work of its own.
+	time.Sleep(5 * time.Second)
+	rss, err := l.rss()
+	if err != nil {
+		return nil, err
+	}
+	res.RSSMiB = float64(rss) / (1 << 20)
+	heap, err := l.heap(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.HeapMiB = float64(heap) / (1 << 20)
+
 	if full != nil {
 		if err := measureLatency(ctx, dyn, restored, locked, full, res); err != nil {
+			return nil, err
+		}
+		// The edits above leave work behind: events the locker
+		// records (its event sink sends them one by one) and the
+		// last status writes. Idle starts once that has drained.
+		if err := waitQuiet(ctx, kube, idle.BaselineRequestsPerMin); err != nil {
 			return nil, err
 		}
 		cpu0, _ := l.cpu()
@@ -303,16 +329,26 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 		idle.LockerLeaseRequestsPerMin = max(0, leases-baselineLeases)
 		idle.LockerCPUSecondsPerMin = (cpu1 - cpu0).Seconds() / full.idle.Minutes()
 		res.Idle = idle
-	} else {
-		time.Sleep(5 * time.Second) // let the heap settle
 	}
-	rss, err := l.rss()
-	if err != nil {
-		return nil, err
-	}
-	res.RSSMiB = float64(rss) / (1 << 20)
 	fmt.Fprintf(os.Stderr, "bench: %+v\n", *res)
 	return res, nil
+}
+
+// waitQuiet waits, up to two minutes, until a 5 s window has at most the
+// baseline rate plus the Lease renewals (about 12 requests a minute).
+func waitQuiet(ctx context.Context, kube kubernetes.Interface, baselinePerMin float64) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		rate, _, err := requestRate(ctx, kube, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		if rate <= baselinePerMin+12 {
+			return nil
+		}
+		fmt.Fprintf(os.Stderr, "bench: waiting for the locker to go quiet (%.0f requests/min)\n", rate)
+	}
+	return nil
 }
 
 // requestRate counts the requests the API server answers per minute over a

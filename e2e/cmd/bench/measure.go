@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,6 +41,39 @@ func startLocker(bin, kubeconfig, log string) (*locker, error) {
 }
 
 func (l *locker) stop() { _ = l.Stop(10 * time.Second) }
+
+// servingMetrics finds the address the locker logged for its metrics.
+var servingMetrics = regexp.MustCompile(`"Serving metrics".*? address="([^"]+)"`)
+
+// heap is the locker's Go heap (live objects and garbage not yet swept),
+// from its own /metrics.
+func (l *locker) heap(ctx context.Context) (int64, error) {
+	log, err := os.ReadFile(l.Log)
+	if err != nil {
+		return 0, err
+	}
+	m := servingMetrics.FindSubmatch(log)
+	if m == nil {
+		return 0, fmt.Errorf("the locker's log does not say where it serves metrics")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+string(m[1])+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_alloc_bytes "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return int64(f), err
+		}
+	}
+	return 0, fmt.Errorf("the locker's /metrics has no go_memstats_heap_alloc_bytes")
+}
 
 // rss is the process's resident set, from /proc.
 func (l *locker) rss() (int64, error) {

@@ -51,9 +51,10 @@ func markdown(rep *report) string {
 	row(fmt.Sprintf("floor, %v at once", rep.Settings["concurrency"]), r.ConcurrentFloor, r.ConcurrentFloor)
 	row(fmt.Sprintf("%v concurrent edits", rep.Settings["concurrency"]), r.Concurrent, r.ConcurrentFloor)
 	fmt.Fprintf(b, "\n![revert latency](revert-latency.png)\n\n")
-	fmt.Fprintf(b, "## Memory and idle load\n\n| figure | value |\n|---|---|\n| RSS, settled | %.1f MiB |\n", r.RSSMiB)
+	fmt.Fprintf(b, "## Memory and idle load\n\nMemory is read 5 s after the cold lock in every scenario: RSS from /proc, and the Go heap (`go_memstats_heap_alloc_bytes` from the locker's /metrics).\n\n| figure | value |\n|---|---|\n| RSS, settled | %.1f MiB |\n| Go heap, settled | %.1f MiB |\n", r.RSSMiB, r.HeapMiB)
 	if rep.Derived.BytesPerLockedObject != 0 || rep.Derived.BytesPerUntrackedObject != 0 {
-		fmt.Fprintf(b, "| per locked object (2×M − 1×M) | %.0f bytes |\n| per untracked object (2×B − 1×B) | %.0f bytes |\n", rep.Derived.BytesPerLockedObject, rep.Derived.BytesPerUntrackedObject)
+		fmt.Fprintf(b, "| per locked object (2×M − 1×M), RSS | %.0f bytes |\n| per locked object, Go heap | %.0f bytes |\n", rep.Derived.BytesPerLockedObject, rep.Derived.HeapPerLockedObject)
+		fmt.Fprintf(b, "| per untracked object (2×B − 1×B), RSS | %.0f bytes |\n| per untracked object, Go heap | %.0f bytes |\n", rep.Derived.BytesPerUntrackedObject, rep.Derived.HeapPerUntrackedObject)
 	}
 	if r.Idle != nil {
 		fmt.Fprintf(b, "| API server requests/min with nothing running (baseline) | %.1f |\n", r.Idle.BaselineRequestsPerMin)
@@ -64,9 +65,9 @@ func markdown(rep *report) string {
 		fmt.Fprintf(b, "| the locker's idle CPU | %.3f s/min |\n", r.Idle.LockerCPUSecondsPerMin)
 	}
 	if len(rep.Growth) > 0 {
-		fmt.Fprintf(b, "\n## How cost grows\n\nEach row is its own control plane; only the named dimension changes.\n\n| dimension | factor | N | M | B | RSS MiB | cold lock s |\n|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(b, "\n## How cost grows\n\nEach row is its own control plane; only the named dimension changes.\n\n| dimension | factor | N | M | B | RSS MiB | Go heap MiB | cold lock s |\n|---|---|---|---|---|---|---|---|\n")
 		for _, g := range rep.Growth {
-			fmt.Fprintf(b, "| %s | %d× | %d | %d | %d | %.1f | %.2f |\n", g.Dimension, g.Factor, g.Params.Releases, g.Params.Objects, g.Params.Untracked, g.RSSMiB, g.ColdLockS)
+			fmt.Fprintf(b, "| %s | %d× | %d | %d | %d | %.1f | %.1f | %.2f |\n", g.Dimension, g.Factor, g.Params.Releases, g.Params.Objects, g.Params.Untracked, g.RSSMiB, g.HeapMiB, g.ColdLockS)
 		}
 	}
 	fmt.Fprintf(b, "\nRaw figures: [benchmarks.json](benchmarks.json).\n")
