@@ -128,7 +128,7 @@ type objectSet struct {
 	spec       ObjectSet
 	objects    map[ObjectRef]*lockedObject
 	unresolved []*unresolvedObject
-	dirty      map[ObjectRef]time.Time             // when each was first marked
+	dirty      map[ObjectRef]int64                 // when each was first marked, in Unix ns
 	gvrs       map[schema.GroupVersionResource]int // informers acquired
 }
 
@@ -153,24 +153,37 @@ type lockedObject struct {
 	// generation tells this declaration from earlier ones of the same
 	// object, for inLineStub.
 	generation uint64
-	// kind is the declared kind, for reports.
-	kind string
 	// ignore are the declared fields the engine keeps as they are live.
 	ignore []Pointer
-	// drifted is set while the object is known to differ from its
-	// declaration, at driftVersion ("" when it was deleted).
-	drifted      bool
-	driftVersion string
-	// drifts are the times of drifts reported within the fight window;
-	// fight and backoff describe a fight under way (see countDrift).
-	drifts  []time.Time
-	fight   *Fight
-	backoff time.Duration
+	// drift is set once the object has drifted; most never do, and a
+	// locked object's every byte counts.
+	drift *driftState
 	// superseded holds the resourceVersions of the engine's last write:
 	// the one it patched and the ones its own requests produced before
 	// the last. The informer may still deliver them after the write; they
 	// are known to be old, and the event of the newest version follows.
 	superseded []string
+}
+
+// driftState is what the engine remembers of an object that drifted.
+type driftState struct {
+	// drifted is set while the object is known to differ from its
+	// declaration, at version ("" when it was deleted).
+	drifted bool
+	version string
+	// times are when drifts were reported within the fight window;
+	// fight and backoff describe a fight under way (see countDrift).
+	times   []time.Time
+	fight   *Fight
+	backoff time.Duration
+}
+
+// settle records that obj is in line.
+func (o *lockedObject) settle() {
+	o.inLine = true
+	if o.drift != nil {
+		o.drift.drifted = false
+	}
 }
 
 type noopPatch struct {
@@ -263,7 +276,7 @@ func (e *Engine) Declare(key string, set ObjectSet) {
 	s := &objectSet{
 		spec:    set,
 		objects: map[ObjectRef]*lockedObject{},
-		dirty:   map[ObjectRef]time.Time{},
+		dirty:   map[ObjectRef]int64{},
 		gvrs:    map[schema.GroupVersionResource]int{},
 	}
 	for _, obj := range set.Objects {
@@ -340,7 +353,7 @@ func (e *Engine) resolveLocked(key string, s *objectSet) []schema.GroupVersionRe
 			continue
 		}
 		s.objects[obj.ref] = obj
-		s.dirty[obj.ref] = e.now()
+		s.dirty[obj.ref] = e.now().UnixNano()
 		if !slices.Contains(e.owners[obj.ref], key) {
 			e.owners[obj.ref] = append(e.owners[obj.ref], key)
 		}
@@ -382,7 +395,6 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	}
 	return &lockedObject{
 		ref:        ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()},
-		kind:       gvk.Kind,
 		declared:   data,
 		meta:       patchMetaFor(gvk),
 		ignore:     ignore,
@@ -400,7 +412,7 @@ func (e *Engine) onEvent(gvr schema.GroupVersionResource, obj any) {
 		return
 	}
 	ref := ObjectRef{GVR: gvr, Namespace: m.GetNamespace(), Name: m.GetName()}
-	now := e.now()
+	now := e.now().UnixNano()
 	e.mu.Lock()
 	var keys []string
 	for _, key := range e.owners[ref] {

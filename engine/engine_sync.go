@@ -91,7 +91,7 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 	}
 	acquire := e.resolveLocked(key, s)
 	var todo []*lockedObject
-	var marked []time.Time
+	var marked []int64
 	for ref, at := range s.dirty {
 		todo = append(todo, s.objects[ref])
 		marked = append(marked, at)
@@ -122,7 +122,7 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 		drift, err := e.syncObject(ctx, s.spec, obj)
 		if drift != nil {
 			if drift.Corrected {
-				drift.Latency = e.now().Sub(marked[i])
+				drift.Latency = e.now().Sub(time.Unix(0, marked[i]))
 			}
 			drift.Err = err
 			res.Drifts = append(res.Drifts, *drift)
@@ -150,10 +150,13 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 		} else {
 			res.InLine = false
 		}
-		if obj.drifted {
+		if obj.drift == nil {
+			continue
+		}
+		if obj.drift.drifted {
 			res.Drifted++
 		}
-		if f := obj.fight; f != nil && now.Before(f.Until) {
+		if f := obj.drift.fight; f != nil && now.Before(f.Until) {
 			res.Fights = append(res.Fights, *f)
 			if d := f.Until.Sub(now); res.RequeueAfter == 0 || d < res.RequeueAfter {
 				res.RequeueAfter = d
@@ -178,23 +181,26 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 	obj.inLine = false
 	live, inLine, err := e.live(ctx, obj)
 	if inLine {
-		obj.inLine, obj.drifted = true, false
+		obj.settle()
 		return nil, nil
 	}
-	if apierrors.IsNotFound(err) {
-		drift := &Drift{Ref: obj.ref, Kind: obj.kind, Deleted: true}
-		return drift, e.correct(ctx, spec, obj, drift, "", func() error { return e.create(ctx, spec, obj) })
-	}
-	if err != nil {
+	notFound := apierrors.IsNotFound(err)
+	if err != nil && !notFound {
 		return nil, err
 	}
-	if rv := live.GetResourceVersion(); rv != "" && slices.Contains(obj.superseded, rv) {
-		obj.inLine, obj.drifted = true, false
-		return nil, nil
+	if !notFound {
+		if rv := live.GetResourceVersion(); rv != "" && slices.Contains(obj.superseded, rv) {
+			obj.settle()
+			return nil, nil
+		}
 	}
 	declared, err := obj.declaration()
 	if err != nil {
 		return nil, err
+	}
+	if notFound {
+		drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Deleted: true}
+		return drift, e.correct(ctx, spec, obj, drift, "", func() error { return e.create(ctx, spec, obj, declared) })
 	}
 	desired := obj.desired(live.Object, declared.Object)
 	patch, err := ComputePatch(live.Object, desired, obj.meta)
@@ -210,11 +216,11 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 				return nil, err
 			}
 		}
-		obj.inLine, obj.drifted = true, false
+		obj.settle()
 		return nil, nil
 	}
 	paths := driftPaths(live.Object, desired)
-	drift := &Drift{Ref: obj.ref, Kind: obj.kind, Paths: paths, Managers: attribute(live, paths, e.fieldManager)}
+	drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, paths, e.fieldManager)}
 	return drift, e.correct(ctx, spec, obj, drift, live.GetResourceVersion(), func() error {
 		if spec.BeforeWrite != nil {
 			if err := spec.BeforeWrite(ctx, obj.ref, live); err != nil {
@@ -239,9 +245,13 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 // stays uncorrected, is not reported again.
 func (e *Engine) correct(ctx context.Context, spec ObjectSet, obj *lockedObject, drift *Drift, version string, write func() error) error {
 	now := e.now()
-	seen := obj.drifted && obj.driftVersion == version
-	obj.drifted, obj.driftVersion = true, version
-	if f := obj.fight; f != nil && now.Before(f.Until) {
+	if obj.drift == nil {
+		obj.drift = &driftState{}
+	}
+	d := obj.drift
+	seen := d.drifted && d.version == version
+	d.drifted, d.version = true, version
+	if d.fight != nil && now.Before(d.fight.Until) {
 		drift.Held = true
 		return nil
 	}
@@ -250,62 +260,59 @@ func (e *Engine) correct(ctx context.Context, spec ObjectSet, obj *lockedObject,
 			drift.Held = true
 			return nil
 		}
-		e.countDrift(obj, drift, now)
+		e.countDrift(d, drift, now)
 		return nil
 	}
 	if err := write(); err != nil {
 		return err
 	}
-	obj.inLine, obj.drifted = true, false
+	obj.settle()
 	drift.Corrected = true
-	e.countDrift(obj, drift, now)
+	e.countDrift(d, drift, now)
 	return nil
 }
 
-// countDrift records a reported drift of obj at now. Past FightThreshold
-// drifts within FightWindow, or while a fight is under way, it holds obj's
+// countDrift records a reported drift at now. Past FightThreshold drifts
+// within FightWindow, or while a fight is under way, it holds the object's
 // next correction back, doubling the wait each time up to MaxFightBackoff,
 // so the writes to one object are bounded whatever another actor does. A
 // fight is over once the object stays alone for FightWindow after a hold.
-func (e *Engine) countDrift(obj *lockedObject, drift *Drift, now time.Time) {
-	if obj.fight != nil && now.Sub(obj.fight.Until) > e.opts.FightWindow {
-		obj.fight, obj.backoff = nil, 0
+func (e *Engine) countDrift(d *driftState, drift *Drift, now time.Time) {
+	if d.fight != nil && now.Sub(d.fight.Until) > e.opts.FightWindow {
+		d.fight, d.backoff = nil, 0
 	}
-	kept := obj.drifts[:0]
-	for _, t := range obj.drifts {
+	kept := d.times[:0]
+	for _, t := range d.times {
 		if now.Sub(t) < e.opts.FightWindow {
 			kept = append(kept, t)
 		}
 	}
-	obj.drifts = append(kept, now)
-	if obj.fight == nil && len(obj.drifts) <= e.opts.FightThreshold {
+	d.times = append(kept, now)
+	if d.fight == nil && len(d.times) <= e.opts.FightThreshold {
 		return
 	}
-	if obj.backoff == 0 {
-		obj.backoff = e.opts.FightBackoff
+	if d.backoff == 0 {
+		d.backoff = e.opts.FightBackoff
 	} else {
-		obj.backoff = min(2*obj.backoff, e.opts.MaxFightBackoff)
+		d.backoff = min(2*d.backoff, e.opts.MaxFightBackoff)
 	}
 	managers := drift.Managers
-	if obj.fight != nil && len(managers) == 0 {
-		managers = obj.fight.Managers
+	if d.fight != nil && len(managers) == 0 {
+		managers = d.fight.Managers
 	}
-	obj.fight = &Fight{Ref: obj.ref, Kind: obj.kind, Managers: managers, Paths: drift.Paths, Until: now.Add(obj.backoff)}
+	d.fight = &Fight{Ref: drift.Ref, Kind: drift.Kind, Managers: managers, Paths: drift.Paths, Until: now.Add(d.backoff)}
 }
 
 // create recreates a deleted object from its declaration. For a set owned
 // by a server-side-apply manager it applies as that manager, so that the
 // owner's next apply finds every field its own.
-func (e *Engine) create(ctx context.Context, spec ObjectSet, obj *lockedObject) error {
+func (e *Engine) create(ctx context.Context, spec ObjectSet, obj *lockedObject, declared *unstructured.Unstructured) error {
 	if spec.BeforeWrite != nil {
 		if err := spec.BeforeWrite(ctx, obj.ref, nil); err != nil {
 			return err
 		}
 	}
-	declared, err := obj.declaration()
-	if err != nil {
-		return err
-	}
+	var err error
 	if spec.ServerSideApply {
 		_, err = e.resource(obj.ref).Apply(ctx, obj.ref.Name, declared, metav1.ApplyOptions{FieldManager: obj.applyManagerOrDefault(), Force: true})
 	} else {

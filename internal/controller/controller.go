@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -72,8 +73,6 @@ type Config struct {
 	Recorder record.EventRecorder
 	// Metrics, if set, receives the lock's figures.
 	Metrics *metrics.Metrics
-	// Engine tunes the engine (fight detection); FieldManager is ignored.
-	Engine engine.Options
 }
 
 // Controller locks the releases that HelmRelease CRs name.
@@ -112,7 +111,20 @@ type releaseState struct {
 	counted                   bool
 	driftsDetected, corrected int64
 	lastDrift                 *v1alpha1.Drift
+	// pending are drift events held back, and flushAt when they and the
+	// drift counts are written (zero when nothing waits); see
+	// bookkeepingDelay.
+	pending []pendingEvent
+	flushAt time.Time
 }
+
+// bookkeepingDelay is how long drift events and status counts wait before
+// they are written. A revert is one write; recording it is two more (an
+// event and a status patch), and on a busy API server those would slow the
+// reverts that follow. Held back a moment, a burst of drifts costs one
+// status write per release, off the revert's path. Conditions are written
+// at once.
+const bookkeepingDelay = 2 * time.Second
 
 // New builds a controller. It does no I/O; Run starts it.
 func New(cfg Config) *Controller {
@@ -130,11 +142,9 @@ func New(cfg Config) *Controller {
 		states: map[string]*releaseState{},
 	}
 	if c.cfg.Recorder == nil {
-		c.cfg.Recorder = &record.FakeRecorder{}
+		c.cfg.Recorder = noEvents{}
 	}
-	engineOpts := cfg.Engine
-	engineOpts.FieldManager = ""
-	c.engine = engine.New(cfg.Dynamic, cfg.Mapper, c.queue.Add, engineOpts)
+	c.engine = engine.New(cfg.Dynamic, cfg.Mapper, c.queue.Add, engine.Options{})
 
 	c.crs = dynamicinformer.NewFilteredDynamicInformer(cfg.Dynamic, v1alpha1.Resource, cfg.Namespace, 0,
 		cache.Indexers{byRelease: crReleaseIndex}, nil).Informer()
@@ -392,10 +402,30 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 	}
 	c.lockEvents(hr, before, st, status)
 	c.cfg.Metrics.ObserveRelease(key, st.lock.Phase == lock.Locked && hr.Spec.Mode != v1alpha1.ModeWarn, status.LockedObjects)
+	if onlyBookkeeping(hr.Status, status) || len(st.pending) > 0 {
+		now := time.Now()
+		if st.flushAt.IsZero() {
+			st.flushAt = now.Add(bookkeepingDelay)
+		}
+		if now.Before(st.flushAt) && onlyBookkeeping(hr.Status, status) {
+			c.queue.AddAfter(key, st.flushAt.Sub(now))
+			return syncErr
+		}
+	}
 	if err := c.writeStatus(ctx, hr, status); err != nil {
 		return errors.Join(syncErr, err)
 	}
+	c.flushEvents(hr, st)
+	st.flushAt = time.Time{}
 	return syncErr
+}
+
+// onlyBookkeeping reports whether next differs from the written status in
+// the drift record and counts alone, which may wait (see bookkeepingDelay).
+func onlyBookkeeping(written, next v1alpha1.HelmReleaseStatus) bool {
+	n := *next.DeepCopy()
+	n.LastDrift, n.DriftsDetected, n.DriftsCorrected = written.LastDrift, written.DriftsDetected, written.DriftsCorrected
+	return !reflect.DeepEqual(written, next) && reflect.DeepEqual(written, n)
 }
 
 // syncRelease decides the lock from the release's storage and syncs the

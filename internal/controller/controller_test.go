@@ -6,11 +6,13 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,6 +23,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
 	metadatafake "k8s.io/client-go/metadata/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 )
@@ -171,5 +175,46 @@ func TestSyncRecoversFromPanics(t *testing.T) {
 	c.cfg.Kube = nil // noSecretStatus dereferences it
 	if err := c.safeSync(context.Background(), "cattle-helm-system/hr", false); err == nil {
 		t.Fatal("want an error from the recovered panic")
+	}
+}
+
+// TestEvents drives one release through a failing and then a working
+// correction, and reads the events the recorder got.
+func TestEvents(t *testing.T) {
+	c, dyn := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1))
+	recorder := record.NewFakeRecorder(20)
+	c.cfg.Recorder = recorder
+	refuse := true
+	dyn.PrependReactor("create", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if refuse {
+			return true, nil, apierrors.NewForbidden(cmGVR.GroupResource(), "cm", errors.New("not allowed"))
+		}
+		return false, nil, nil
+	})
+	if err := c.sync(context.Background(), "cattle-helm-system/hr", false); err == nil {
+		t.Fatal("sync with a refused create: want an error")
+	}
+	refuse = false
+	if err := c.sync(context.Background(), "cattle-helm-system/hr", false); err != nil {
+		t.Fatal(err)
+	}
+	close(recorder.Events)
+	var got []string
+	for ev := range recorder.Events {
+		got = append(got, ev)
+	}
+	want := []string{
+		"Warning DriftDetected ConfigMap apps/cm was deleted",
+		"Warning DriftCorrectionFailed ConfigMap apps/cm was deleted: correcting it failed: recreating:",
+		"Normal Locked all 1 objects of revision 1 are held as the manifest declares",
+		"Normal DriftCorrected ConfigMap apps/cm was deleted: reverted in",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("events:\n%s\nwant %d like:\n%s", strings.Join(got, "\n"), len(want), strings.Join(want, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("event %d = %q, want it to start with %q", i, got[i], want[i])
+		}
 	}
 }

@@ -3,9 +3,12 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
@@ -23,6 +26,16 @@ const (
 	EventFighting              = "Fighting"
 )
 
+// noEvents is the recorder of a controller configured without one.
+type noEvents struct{}
+
+var _ record.EventRecorder = noEvents{}
+
+func (noEvents) Event(runtime.Object, string, string, string)          {}
+func (noEvents) Eventf(runtime.Object, string, string, string, ...any) {}
+func (noEvents) AnnotatedEventf(runtime.Object, map[string]string, string, string, string, ...any) {
+}
+
 func crRef(hr *v1alpha1.HelmRelease) *corev1.ObjectReference {
 	return &corev1.ObjectReference{
 		APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind,
@@ -36,7 +49,6 @@ func crRef(hr *v1alpha1.HelmRelease) *corev1.ObjectReference {
 // status writes too.
 func (c *Controller) reportDrifts(ctx context.Context, hr *v1alpha1.HelmRelease, st *releaseState, res engine.Result) {
 	logger := klog.FromContext(ctx)
-	ref := crRef(hr)
 	rk := hr.Spec.Release
 	now := time.Now()
 	for _, d := range res.Drifts {
@@ -50,16 +62,20 @@ func (c *Controller) reportDrifts(ctx context.Context, hr *v1alpha1.HelmRelease,
 		record := driftRecord(d, now)
 		st.lastDrift = record
 		desc := describeRecord(record)
-		c.cfg.Recorder.Event(ref, corev1.EventTypeWarning, EventDriftDetected, desc)
+		// One event per drift: a corrected drift is reported as
+		// DriftCorrected alone, since an event is a write and a cold
+		// lock may correct thousands of objects.
 		switch {
 		case d.Err != nil:
-			c.cfg.Recorder.Eventf(ref, corev1.EventTypeWarning, EventDriftCorrectionFailed, "%s: correcting it failed: %v", desc, d.Err)
+			st.hold(corev1.EventTypeWarning, EventDriftDetected, desc)
+			st.hold(corev1.EventTypeWarning, EventDriftCorrectionFailed, fmt.Sprintf("%s: correcting it failed: %v", desc, d.Err))
 			logger.V(2).Info("Drift correction failed", "drift", desc, "err", d.Err)
 		case d.Corrected:
 			st.corrected++
-			c.cfg.Recorder.Eventf(ref, corev1.EventTypeNormal, EventDriftCorrected, "%s: reverted in %s", desc, d.Latency.Round(time.Microsecond))
+			st.hold(corev1.EventTypeNormal, EventDriftCorrected, fmt.Sprintf("%s: reverted in %s", desc, d.Latency.Round(time.Microsecond)))
 			logger.V(4).Info("Drift corrected", "drift", desc, "latency", d.Latency)
 		default:
+			st.hold(corev1.EventTypeWarning, EventDriftDetected, desc)
 			logger.V(4).Info("Drift detected", "drift", desc)
 		}
 	}
@@ -70,10 +86,35 @@ func (c *Controller) reportDrifts(ctx context.Context, hr *v1alpha1.HelmRelease,
 			continue
 		}
 		msg := fightMessage(f)
-		c.cfg.Recorder.Event(ref, corev1.EventTypeWarning, EventFighting, limit(msg))
+		st.hold(corev1.EventTypeWarning, EventFighting, limit(msg))
 		logger.Info("Backing off a fight", "object", objectName(f.Kind, f.Ref), "until", f.Until)
 	}
 	st.fights = fights
+}
+
+// pendingEvent is an event waiting for the next flush (see
+// releaseState.hold).
+type pendingEvent struct{ eventType, reason, message string }
+
+// maxPendingEvents bounds the events one release holds between flushes;
+// the event correlator would drop more than that anyway.
+const maxPendingEvents = 25
+
+// hold keeps an event until the release's next flush, which writes it
+// with the status.
+func (st *releaseState) hold(eventType, reason, message string) {
+	if len(st.pending) < maxPendingEvents {
+		st.pending = append(st.pending, pendingEvent{eventType, reason, message})
+	}
+}
+
+// flushEvents records the events held back for hr.
+func (c *Controller) flushEvents(hr *v1alpha1.HelmRelease, st *releaseState) {
+	ref := crRef(hr)
+	for _, e := range st.pending {
+		c.cfg.Recorder.Event(ref, e.eventType, e.reason, e.message)
+	}
+	st.pending = nil
 }
 
 // lockEvents records the lock engaging and opening. In Warn mode the lock

@@ -208,10 +208,11 @@ func describeRecord(r *v1alpha1.Drift) string {
 	var b strings.Builder
 	b.WriteString(r.Object)
 	if r.Deleted {
+		// The API server keeps no record of who deleted an object.
 		b.WriteString(" was deleted")
-	} else {
-		b.WriteString(" at " + strings.Join(r.Paths, ", "))
+		return b.String()
 	}
+	b.WriteString(" at " + strings.Join(r.Paths, ", "))
 	if len(r.Managers) == 0 {
 		b.WriteString(", by an unknown actor")
 		return b.String()

@@ -295,8 +295,16 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 	res.ColdLockS = max(res.DeployedS, res.RestoredS)
 	res.ObjectsPerS = float64(p.Releases*p.Objects) / res.ColdLockS
 
-	// Memory is read at the same point in every scenario: settled after
-	// the cold lock, before any measurement adds work of its own.
+	// Memory is read at the same point in every scenario: once the work
+	// the cold lock leaves behind (events, the last status writes) has
+	// drained, and before any measurement adds work of its own.
+	baseline := 30.0 // the API server's own idle rate, when not measured
+	if idle != nil {
+		baseline = idle.BaselineRequestsPerMin
+	}
+	if err := waitQuiet(ctx, kube, baseline); err != nil {
+		return nil, err
+	}
 	time.Sleep(5 * time.Second)
 	rss, err := l.rss()
 	if err != nil {
@@ -310,7 +318,8 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 	res.HeapMiB = float64(heap) / (1 << 20)
 
 	if full != nil {
-		if err := measureLatency(ctx, dyn, restored, locked, full, res); err != nil {
+		quiet := func() error { return waitQuiet(ctx, kube, baseline) }
+		if err := measureLatency(ctx, dyn, restored, locked, full, res, quiet); err != nil {
 			return nil, err
 		}
 		// The edits above leave work behind: events the locker
