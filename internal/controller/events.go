@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -86,7 +87,7 @@ func (c *Controller) reportDrifts(ctx context.Context, hr *v1alpha1.HelmRelease,
 			continue
 		}
 		msg := fightMessage(f)
-		st.hold(corev1.EventTypeWarning, EventFighting, limit(msg))
+		st.hold(corev1.EventTypeWarning, EventFighting, msg)
 		logger.Info("Backing off a fight", "object", objectName(f.Kind, f.Ref), "until", f.Until)
 	}
 	st.fights = fights
@@ -108,13 +109,58 @@ func (st *releaseState) hold(eventType, reason, message string) {
 	}
 }
 
-// flushEvents records the events held back for hr.
+// flushEvents records the events held back for hr: one event per reason,
+// listing every drift of that reason since the last flush, so that a cold
+// lock that corrects thousands of objects writes one event per release, not
+// one per object.
 func (c *Controller) flushEvents(hr *v1alpha1.HelmRelease, st *releaseState) {
 	ref := crRef(hr)
+	var order []pendingEvent
+	byReason := map[pendingEvent][]string{}
 	for _, e := range st.pending {
-		c.cfg.Recorder.Event(ref, e.eventType, e.reason, e.message)
+		k := pendingEvent{eventType: e.eventType, reason: e.reason}
+		if _, ok := byReason[k]; !ok {
+			order = append(order, k)
+		}
+		byReason[k] = append(byReason[k], e.message)
+	}
+	for _, k := range order {
+		c.cfg.Recorder.Event(ref, k.eventType, k.reason, joinMessages(byReason[k]))
 	}
 	st.pending = nil
+}
+
+// maxEventMessage keeps an event's message within what `kubectl describe`
+// shows and events.k8s.io accepts (1 KiB).
+const maxEventMessage = 1024
+
+// joinMessages joins the messages of one reason, as many as fit.
+func joinMessages(msgs []string) string {
+	if len(msgs) == 1 {
+		return truncate(msgs[0], maxEventMessage)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d objects: ", len(msgs))
+	for i, m := range msgs {
+		more := fmt.Sprintf(" (and %d more)", len(msgs)-i)
+		sep := ""
+		if i > 0 {
+			sep = "; "
+		}
+		if b.Len()+len(sep)+len(m)+len(more) > maxEventMessage {
+			b.WriteString(more)
+			break
+		}
+		b.WriteString(sep + m)
+	}
+	return b.String()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-len("…")] + "…"
 }
 
 // lockEvents records the lock engaging and opening. In Warn mode the lock

@@ -189,11 +189,13 @@ func objectName(kind string, ref engine.ObjectRef) string {
 
 // driftRecord is the status form of a drift.
 func driftRecord(d engine.Drift, at time.Time) *v1alpha1.Drift {
-	r := &v1alpha1.Drift{Object: objectName(d.Kind, d.Ref), Paths: d.Paths, Deleted: d.Deleted, Time: metav1.NewTime(at), Corrected: d.Corrected}
+	// The API keeps times to the second; so does the record, or it would
+	// never equal the status read back.
+	r := &v1alpha1.Drift{Object: objectName(d.Kind, d.Ref), Paths: d.Paths, Deleted: d.Deleted, Time: metav1.NewTime(at).Rfc3339Copy(), Corrected: d.Corrected}
 	for _, m := range d.Managers {
 		fm := v1alpha1.FieldManager{Manager: m.Name, Operation: m.Operation}
 		if !m.Time.IsZero() {
-			t := metav1.NewTime(m.Time)
+			t := metav1.NewTime(m.Time).Rfc3339Copy()
 			fm.Time = &t
 		}
 		r.Managers = append(r.Managers, fm)
