@@ -115,6 +115,8 @@ type releaseState struct {
 	// drift counts are written (zero when nothing waits); see
 	// bookkeepingDelay.
 	pending []pendingEvent
+	// unheld counts the events past maxPendingEvents, by type and reason.
+	unheld  map[pendingEvent]int
 	flushAt time.Time
 }
 

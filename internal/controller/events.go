@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -63,9 +64,9 @@ func (c *Controller) reportDrifts(ctx context.Context, hr *v1alpha1.HelmRelease,
 		record := driftRecord(d, now)
 		st.lastDrift = record
 		desc := describeRecord(record)
-		// One event per drift: a corrected drift is reported as
-		// DriftCorrected alone, since an event is a write and a cold
-		// lock may correct thousands of objects.
+		// A corrected drift is reported as DriftCorrected alone:
+		// events are writes, and a cold lock may correct thousands
+		// of objects (see flushEvents).
 		switch {
 		case d.Err != nil:
 			st.hold(corev1.EventTypeWarning, EventDriftDetected, desc)
@@ -97,20 +98,32 @@ func (c *Controller) reportDrifts(ctx context.Context, hr *v1alpha1.HelmRelease,
 // releaseState.hold).
 type pendingEvent struct{ eventType, reason, message string }
 
-// maxPendingEvents bounds the events one release holds between flushes;
-// the event correlator would drop more than that anyway.
+// maxPendingEvents bounds the messages of one reason a release holds
+// between flushes; past it, drifts are counted but not described.
 const maxPendingEvents = 25
 
 // hold keeps an event until the release's next flush, which writes it
 // with the status.
 func (st *releaseState) hold(eventType, reason, message string) {
-	if len(st.pending) < maxPendingEvents {
-		st.pending = append(st.pending, pendingEvent{eventType, reason, message})
+	k := pendingEvent{eventType: eventType, reason: reason}
+	held := 0
+	for _, e := range st.pending {
+		if e.eventType == eventType && e.reason == reason {
+			held++
+		}
 	}
+	if held < maxPendingEvents {
+		st.pending = append(st.pending, pendingEvent{eventType, reason, message})
+		return
+	}
+	if st.unheld == nil {
+		st.unheld = map[pendingEvent]int{}
+	}
+	st.unheld[k]++
 }
 
 // flushEvents records the events held back for hr: one event per reason,
-// listing every drift of that reason since the last flush, so that a cold
+// listing the drifts of that reason since the last flush, so that a cold
 // lock that corrects thousands of objects writes one event per release, not
 // one per object.
 func (c *Controller) flushEvents(hr *v1alpha1.HelmRelease, st *releaseState) {
@@ -125,42 +138,52 @@ func (c *Controller) flushEvents(hr *v1alpha1.HelmRelease, st *releaseState) {
 		byReason[k] = append(byReason[k], e.message)
 	}
 	for _, k := range order {
-		c.cfg.Recorder.Event(ref, k.eventType, k.reason, joinMessages(byReason[k]))
+		c.cfg.Recorder.Event(ref, k.eventType, k.reason, joinMessages(byReason[k], st.unheld[k]))
 	}
-	st.pending = nil
+	st.pending, st.unheld = nil, nil
 }
 
 // maxEventMessage keeps an event's message within what `kubectl describe`
 // shows and events.k8s.io accepts (1 KiB).
 const maxEventMessage = 1024
 
-// joinMessages joins the messages of one reason, as many as fit.
-func joinMessages(msgs []string) string {
-	if len(msgs) == 1 {
+// joinMessages joins the messages of one reason, as many as fit, and
+// counts the rest, including unlisted ones that were never held.
+func joinMessages(msgs []string, unlisted int) string {
+	if len(msgs) == 1 && unlisted == 0 {
 		return truncate(msgs[0], maxEventMessage)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d objects: ", len(msgs))
+	total := len(msgs) + unlisted
+	fmt.Fprintf(&b, "%d objects: ", total)
 	for i, m := range msgs {
-		more := fmt.Sprintf(" (and %d more)", len(msgs)-i)
+		more := fmt.Sprintf(" (and %d more)", total-i)
 		sep := ""
 		if i > 0 {
 			sep = "; "
 		}
 		if b.Len()+len(sep)+len(m)+len(more) > maxEventMessage {
 			b.WriteString(more)
-			break
+			return b.String()
 		}
 		b.WriteString(sep + m)
+	}
+	if unlisted > 0 {
+		fmt.Fprintf(&b, " (and %d more)", unlisted)
 	}
 	return b.String()
 }
 
+// truncate cuts s to at most n bytes, on a rune boundary.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n-len("…")] + "…"
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // lockEvents records the lock engaging and opening. In Warn mode the lock

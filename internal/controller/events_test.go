@@ -1,8 +1,14 @@
 package controller
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
 )
 
 func TestJoinMessages(t *testing.T) {
@@ -10,6 +16,7 @@ func TestJoinMessages(t *testing.T) {
 	tests := []struct {
 		name      string
 		msgs      []string
+		unlisted  int
 		want      string // the whole message, or its start when wantLen is set
 		wantLen   int
 		wantAfter string // the end of the message
@@ -18,10 +25,13 @@ func TestJoinMessages(t *testing.T) {
 		{name: "several", msgs: []string{"ConfigMap a/b at /data/key", "ConfigMap a/c was deleted"}, want: "2 objects: ConfigMap a/b at /data/key; ConfigMap a/c was deleted"},
 		{name: "too many to list", msgs: []string{long, long, long}, want: "3 objects: " + long, wantAfter: " (and 2 more)"},
 		{name: "one too long", msgs: []string{strings.Repeat("y", 2000)}, wantLen: maxEventMessage, want: "yyy", wantAfter: "…"},
+		{name: "cut on a rune boundary", msgs: []string{strings.Repeat("é", 600)}, wantLen: maxEventMessage - 1, want: "ééé", wantAfter: "é…"},
+		{name: "unlisted are counted", msgs: []string{"ConfigMap a/b at /data/key"}, unlisted: 4, want: "5 objects: ConfigMap a/b at /data/key (and 4 more)"},
+		{name: "unlisted and too many to list", msgs: []string{long, long}, unlisted: 3, want: "5 objects: " + long, wantAfter: " (and 4 more)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := joinMessages(tt.msgs)
+			got := joinMessages(tt.msgs, tt.unlisted)
 			switch {
 			case tt.wantAfter == "" && got != tt.want:
 				t.Errorf("joinMessages = %q, want %q", got, tt.want)
@@ -35,5 +45,42 @@ func TestJoinMessages(t *testing.T) {
 				t.Errorf("message of %d bytes, want %d", len(got), tt.wantLen)
 			}
 		})
+	}
+}
+
+// TestHoldCountsPastTheBound holds more drifts than it keeps messages for:
+// the flushed event still counts every one of them, and an event of
+// another reason is held whole.
+func TestHoldCountsPastTheBound(t *testing.T) {
+	rec := record.NewFakeRecorder(10)
+	c := &Controller{cfg: Config{Recorder: rec}}
+	st := &releaseState{}
+	for i := range maxPendingEvents + 5 {
+		st.hold(corev1.EventTypeNormal, EventDriftCorrected, fmt.Sprintf("ConfigMap ns/cm-%d", i))
+	}
+	st.hold(corev1.EventTypeWarning, EventFighting, "fight")
+	c.flushEvents(&v1alpha1.HelmRelease{}, st)
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	want := []string{
+		fmt.Sprintf("Normal DriftCorrected %d objects: ", maxPendingEvents+5),
+		"Warning Fighting fight",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("events %q, want %d", got, len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("event %d = %q, want it to start %q", i, got[i], want[i])
+		}
+	}
+	if !strings.HasSuffix(got[0], "(and 5 more)") {
+		t.Errorf("event %q does not count the 5 drifts past the bound", got[0])
+	}
+	if st.pending != nil || st.unheld != nil {
+		t.Errorf("flush left pending %v, unheld %v", st.pending, st.unheld)
 	}
 }
