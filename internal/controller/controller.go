@@ -115,6 +115,13 @@ type releaseState struct {
 	// drift counts are written (zero when nothing waits); see
 	// bookkeepingDelay.
 	pending []pendingEvent
+	// announced is the revision the Locked event was recorded for.
+	announced int
+	// awaiting is set when the lock waits only for the watch events of
+	// its own corrections: the status it would write now (Reconciling)
+	// would be overwritten a moment later, so it may wait like the
+	// bookkeeping does.
+	awaiting bool
 	// unheld counts the events past maxPendingEvents, by type and reason.
 	unheld  map[pendingEvent]int
 	flushAt time.Time
@@ -394,6 +401,7 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 		st.driftsDetected, st.corrected, st.lastDrift = hr.Status.DriftsDetected, hr.Status.DriftsCorrected, hr.Status.LastDrift.DeepCopy()
 	}
 	before := st.lock.Phase
+	st.awaiting = false
 	status, syncErr := c.syncRelease(ctx, key, hr, st, declareOnly)
 	if declareOnly {
 		return syncErr
@@ -404,12 +412,13 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 	}
 	c.lockEvents(hr, before, st, status)
 	c.cfg.Metrics.ObserveRelease(key, st.lock.Phase == lock.Locked && hr.Spec.Mode != v1alpha1.ModeWarn, status.LockedObjects)
-	if onlyBookkeeping(hr.Status, status) || len(st.pending) > 0 {
+	wait := st.awaiting || onlyBookkeeping(hr.Status, status)
+	if wait || len(st.pending) > 0 {
 		now := time.Now()
 		if st.flushAt.IsZero() {
 			st.flushAt = now.Add(bookkeepingDelay)
 		}
-		if now.Before(st.flushAt) && onlyBookkeeping(hr.Status, status) {
+		if now.Before(st.flushAt) && wait {
 			c.queue.AddAfter(key, st.flushAt.Sub(now))
 			return syncErr
 		}
@@ -503,6 +512,7 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 		logger.V(2).Info("Lock state changed", "from", before.Phase, "to", st.lock.Phase, "revision", st.lock.Revision)
 	}
 	c.reportDrifts(ctx, hr, st, res)
+	st.awaiting = err == nil && awaitingOwnWrites(res)
 	if res.RequeueAfter > 0 {
 		c.queue.AddAfter(key, res.RequeueAfter)
 	}
@@ -513,6 +523,20 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 		err = errors.Join(res.Unresolved...)
 	}
 	return status, err
+}
+
+// awaitingOwnWrites reports whether the objects of res that are not in line
+// are all ones this Sync corrected, so the lock settles as soon as the
+// watch shows those writes.
+func awaitingOwnWrites(res engine.Result) bool {
+	corrected := 0
+	for _, d := range res.Drifts {
+		if d.Corrected && d.Err == nil {
+			corrected++
+		}
+	}
+	return !res.InLine && corrected > 0 && res.Drifted == 0 && len(res.Fights) == 0 &&
+		len(res.Unresolved) == 0 && res.Locked+corrected == res.Objects
 }
 
 // open stops holding key's objects, leaving them as they are.

@@ -186,8 +186,10 @@ func truncate(s string, n int) string {
 	return s[:cut] + "…"
 }
 
-// lockEvents records the lock engaging and opening. In Warn mode the lock
-// holds nothing, so there is nothing to announce.
+// lockEvents records the lock engaging and opening: Locked once per
+// revision, not again after each corrected drift, and Unlocked when it
+// opens. In Warn mode the lock holds nothing, so there is nothing to
+// announce.
 func (c *Controller) lockEvents(hr *v1alpha1.HelmRelease, before lock.Phase, st *releaseState, status v1alpha1.HelmReleaseStatus) {
 	if hr.Spec.Mode == v1alpha1.ModeWarn {
 		return
@@ -199,9 +201,13 @@ func (c *Controller) lockEvents(hr *v1alpha1.HelmRelease, before lock.Phase, st 
 		}
 	}
 	switch after := st.lock.Phase; {
-	case before != lock.Locked && after == lock.Locked:
+	case after == lock.Locked && st.announced != st.lock.Revision:
+		st.announced = st.lock.Revision
 		c.cfg.Recorder.Event(crRef(hr), corev1.EventTypeNormal, EventLocked, msg)
-	case (before == lock.Locked || before == lock.Reconciling) && after == lock.Unlocked:
-		c.cfg.Recorder.Event(crRef(hr), corev1.EventTypeNormal, EventUnlocked, msg)
+	case after == lock.Unlocked:
+		st.announced = 0
+		if before == lock.Locked || before == lock.Reconciling {
+			c.cfg.Recorder.Event(crRef(hr), corev1.EventTypeNormal, EventUnlocked, msg)
+		}
 	}
 }

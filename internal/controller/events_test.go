@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,8 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/engine"
+	"github.com/helm-locker/helm-locker/lock"
 )
 
 func TestJoinMessages(t *testing.T) {
@@ -82,5 +85,65 @@ func TestHoldCountsPastTheBound(t *testing.T) {
 	}
 	if st.pending != nil || st.unheld != nil {
 		t.Errorf("flush left pending %v, unheld %v", st.pending, st.unheld)
+	}
+}
+
+// TestLockEventsOncePerRevision: a drift corrected within a revision takes
+// the lock through Reconciling and back, which is not news; a new revision
+// and the lock opening are.
+func TestLockEventsOncePerRevision(t *testing.T) {
+	rec := record.NewFakeRecorder(10)
+	c := &Controller{cfg: Config{Recorder: rec}}
+	hr := &v1alpha1.HelmRelease{}
+	st := &releaseState{}
+	steps := []struct {
+		to   lock.Lock
+		want string
+	}{
+		{lock.Lock{Phase: lock.Reconciling, Revision: 1}, ""},
+		{lock.Lock{Phase: lock.Locked, Revision: 1}, "Normal Locked"},
+		{lock.Lock{Phase: lock.Reconciling, Revision: 1}, ""},
+		{lock.Lock{Phase: lock.Locked, Revision: 1}, ""},
+		{lock.Lock{Phase: lock.Reconciling, Revision: 2}, ""},
+		{lock.Lock{Phase: lock.Locked, Revision: 2}, "Normal Locked"},
+		{lock.Lock{Phase: lock.Unlocked}, "Normal Unlocked"},
+		{lock.Lock{Phase: lock.Reconciling, Revision: 2}, ""},
+		{lock.Lock{Phase: lock.Locked, Revision: 2}, "Normal Locked"},
+	}
+	for i, step := range steps {
+		before := st.lock.Phase
+		st.lock = step.to
+		c.lockEvents(hr, before, st, v1alpha1.HelmReleaseStatus{})
+		got := ""
+		select {
+		case got = <-rec.Events:
+		default:
+		}
+		if strings.TrimSpace(got) != step.want {
+			t.Errorf("step %d (%s to %+v): event %q, want %q", i, before, step.to, got, step.want)
+		}
+	}
+}
+
+func TestAwaitingOwnWrites(t *testing.T) {
+	corrected := engine.Drift{Corrected: true}
+	tests := []struct {
+		name string
+		res  engine.Result
+		want bool
+	}{
+		{name: "in line", res: engine.Result{Objects: 2, Locked: 2, InLine: true}},
+		{name: "one corrected, the rest in line", res: engine.Result{Objects: 2, Locked: 1, Drifts: []engine.Drift{corrected}}, want: true},
+		{name: "one corrected, one not yet checked", res: engine.Result{Objects: 3, Locked: 1, Drifts: []engine.Drift{corrected}}},
+		{name: "correction failed", res: engine.Result{Objects: 2, Locked: 1, Drifted: 1, Drifts: []engine.Drift{{Err: errors.New("denied")}}}},
+		{name: "fighting", res: engine.Result{Objects: 2, Locked: 1, Drifts: []engine.Drift{corrected}, Fights: []engine.Fight{{}}}},
+		{name: "types unresolved", res: engine.Result{Objects: 3, Locked: 1, Drifts: []engine.Drift{corrected}, Unresolved: []error{errors.New("no CRD")}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := awaitingOwnWrites(tt.res); got != tt.want {
+				t.Errorf("awaitingOwnWrites(%+v) = %t, want %t", tt.res, got, tt.want)
+			}
+		})
 	}
 }
