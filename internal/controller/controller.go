@@ -115,6 +115,9 @@ type releaseState struct {
 	// drift counts are written (zero when nothing waits); see
 	// bookkeepingDelay.
 	pending []pendingEvent
+	// own are this controller's writes to the CR that its cache may not
+	// show yet.
+	own ownWrites
 	// announced is the revision the Locked event was recorded for.
 	announced int
 	// awaiting is set when the lock waits only for the watch events of
@@ -379,19 +382,21 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 		klog.FromContext(ctx).Error(err, "Cannot read HelmRelease; ignoring it")
 		return nil
 	}
-	switch owner := hr.Annotations[v1alpha1.ManagedByAnnotation]; {
-	case owner == "" && !declareOnly:
-		if err := c.claim(ctx, hr); err != nil {
-			return err
-		}
-	case owner != "" && owner != c.cfg.ControllerName:
+	if owner := hr.Annotations[v1alpha1.ManagedByAnnotation]; owner != "" && owner != c.cfg.ControllerName {
 		// Another locker serves it.
 		c.open(key)
 		c.dropState(key)
 		return nil
 	}
-
 	st := c.state(key)
+	st.own.apply(hr)
+	if hr.Annotations[v1alpha1.ManagedByAnnotation] == "" && !declareOnly {
+		rv, err := c.claim(ctx, hr)
+		if err != nil {
+			return err
+		}
+		st.own.claimed(hr, c.cfg.ControllerName, rv)
+	}
 	if st.release != hr.Spec.Release {
 		c.open(key)
 		*st = releaseState{release: hr.Spec.Release}
@@ -423,8 +428,12 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 			return syncErr
 		}
 	}
-	if err := c.writeStatus(ctx, hr, status); err != nil {
+	wrote, err := c.writeStatus(ctx, hr, status)
+	if err != nil {
 		return errors.Join(syncErr, err)
+	}
+	if wrote {
+		st.own.wroteStatus(hr, status)
 	}
 	c.flushEvents(hr, st)
 	st.flushAt = time.Time{}
@@ -629,11 +638,12 @@ func (c *Controller) noSecretStatus(ctx context.Context, hr *v1alpha1.HelmReleas
 }
 
 // claim writes this controller's name into the managed-by annotation.
-func (c *Controller) claim(ctx context.Context, hr *v1alpha1.HelmRelease) error {
+// It returns the resourceVersion the claim made.
+func (c *Controller) claim(ctx context.Context, hr *v1alpha1.HelmRelease) (string, error) {
 	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.ManagedByAnnotation, c.cfg.ControllerName)
-	_, err := c.cfg.Dynamic.Resource(v1alpha1.Resource).Namespace(hr.Namespace).Patch(ctx, hr.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	claimed, err := c.cfg.Dynamic.Resource(v1alpha1.Resource).Namespace(hr.Namespace).Patch(ctx, hr.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
-		return fmt.Errorf("claiming HelmRelease %s/%s: %w", hr.Namespace, hr.Name, err)
+		return "", fmt.Errorf("claiming HelmRelease %s/%s: %w", hr.Namespace, hr.Name, err)
 	}
-	return nil
+	return claimed.GetResourceVersion(), nil
 }

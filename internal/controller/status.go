@@ -262,20 +262,21 @@ func fightMessage(f engine.Fight) string {
 }
 
 // writeStatus patches the CR's status if it changed. Unchanged statuses
-// are not written, so a correction does not cost a second write.
-func (c *Controller) writeStatus(ctx context.Context, hr *v1alpha1.HelmRelease, status v1alpha1.HelmReleaseStatus) error {
+// are not written, so a correction does not cost a second write; it
+// reports whether it wrote.
+func (c *Controller) writeStatus(ctx context.Context, hr *v1alpha1.HelmRelease, status v1alpha1.HelmReleaseStatus) (bool, error) {
 	if reflect.DeepEqual(hr.Status, status) {
-		return nil
+		return false, nil
 	}
 	// A merge patch keeps fields it does not name: name the ones that
 	// went away, as null.
 	fields, err := toJSONMap(status)
 	if err != nil {
-		return err
+		return false, err
 	}
 	old, err := toJSONMap(hr.Status)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for k := range old {
 		if _, ok := fields[k]; !ok {
@@ -284,13 +285,13 @@ func (c *Controller) writeStatus(ctx context.Context, hr *v1alpha1.HelmRelease, 
 	}
 	patch, err := json.Marshal(map[string]any{"status": fields})
 	if err != nil {
-		return err
+		return false, err
 	}
 	_, err = c.cfg.Dynamic.Resource(v1alpha1.Resource).Namespace(hr.Namespace).Patch(ctx, hr.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
-		return fmt.Errorf("writing status of HelmRelease %s/%s: %w", hr.Namespace, hr.Name, err)
+		return false, fmt.Errorf("writing status of HelmRelease %s/%s: %w", hr.Namespace, hr.Name, err)
 	}
-	return nil
+	return true, nil
 }
 
 func toJSONMap(v any) (map[string]any, error) {

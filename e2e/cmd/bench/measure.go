@@ -218,26 +218,60 @@ func edit(ctx context.Context, dyn dynamic.Interface, r ref, value string) (sent
 	return sent, answered, rv, nil
 }
 
-// waitDeployed waits until every HelmRelease CR says Deployed.
+// waitDeployed waits until every HelmRelease CR says Deployed. It lists
+// once and then watches: polling lists of 200 CRs with their status would
+// load the API server the locker is being timed against.
 func waitDeployed(ctx context.Context, dyn dynamic.Interface, want int) (time.Time, error) {
+	crs := dyn.Resource(v1alpha1.Resource).Namespace(v1alpha1Namespace)
+	deployed := map[string]bool{}
+	count := func() int {
+		n := 0
+		for _, ok := range deployed {
+			if ok {
+				n++
+			}
+		}
+		return n
+	}
+	isDeployed := func(u *unstructured.Unstructured) bool {
+		s, _, _ := unstructured.NestedString(u.Object, "status", "state")
+		return s == string(v1alpha1.StateDeployed)
+	}
 	for {
-		list, err := dyn.Resource(v1alpha1.Resource).Namespace(v1alpha1Namespace).List(ctx, metav1.ListOptions{})
+		list, err := crs.List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return time.Time{}, err
 		}
-		deployed := 0
-		for _, item := range list.Items {
-			if s, _, _ := unstructured.NestedString(item.Object, "status", "state"); s == string(v1alpha1.StateDeployed) {
-				deployed++
-			}
+		clear(deployed)
+		for i := range list.Items {
+			deployed[list.Items[i].GetName()] = isDeployed(&list.Items[i])
 		}
-		if deployed == want {
+		if count() == want {
 			return time.Now(), nil
 		}
-		select {
-		case <-ctx.Done():
-			return time.Time{}, fmt.Errorf("%d of %d HelmReleases Deployed: %w", deployed, want, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
+		w, err := crs.Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
+		if err != nil {
+			return time.Time{}, err
+		}
+		for ev := range w.ResultChan() {
+			u, ok := ev.Object.(*unstructured.Unstructured)
+			if !ok {
+				continue // an error event: the watch ends, and is listed again
+			}
+			switch ev.Type {
+			case watch.Added, watch.Modified:
+				deployed[u.GetName()] = isDeployed(u)
+			case watch.Deleted:
+				delete(deployed, u.GetName())
+			}
+			if count() == want {
+				w.Stop()
+				return time.Now(), nil
+			}
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return time.Time{}, fmt.Errorf("%d of %d HelmReleases Deployed: %w", count(), want, ctx.Err())
 		}
 	}
 }
