@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -445,7 +444,7 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 func onlyBookkeeping(written, next v1alpha1.HelmReleaseStatus) bool {
 	n := *next.DeepCopy()
 	n.LastDrift, n.DriftsDetected, n.DriftsCorrected = written.LastDrift, written.DriftsDetected, written.DriftsCorrected
-	return !reflect.DeepEqual(written, next) && reflect.DeepEqual(written, n)
+	return !sameStatus(written, next) && sameStatus(written, n)
 }
 
 // syncRelease decides the lock from the release's storage and syncs the

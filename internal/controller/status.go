@@ -1,11 +1,11 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -265,7 +265,7 @@ func fightMessage(f engine.Fight) string {
 // are not written, so a correction does not cost a second write; it
 // reports whether it wrote.
 func (c *Controller) writeStatus(ctx context.Context, hr *v1alpha1.HelmRelease, status v1alpha1.HelmReleaseStatus) (bool, error) {
-	if reflect.DeepEqual(hr.Status, status) {
+	if sameStatus(hr.Status, status) {
 		return false, nil
 	}
 	// A merge patch keeps fields it does not name: name the ones that
@@ -292,6 +292,16 @@ func (c *Controller) writeStatus(ctx context.Context, hr *v1alpha1.HelmRelease, 
 		return false, fmt.Errorf("writing status of HelmRelease %s/%s: %w", hr.Namespace, hr.Name, err)
 	}
 	return true, nil
+}
+
+// sameStatus reports whether a and b are written alike. reflect.DeepEqual
+// would tell a status read from the API (times parsed into the local zone,
+// absent lists nil) from the same status built here, and every sync would
+// write it again.
+func sameStatus(a, b v1alpha1.HelmReleaseStatus) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }
 
 func toJSONMap(v any) (map[string]any, error) {

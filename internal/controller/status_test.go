@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
@@ -55,5 +57,36 @@ func TestNotLocked(t *testing.T) {
 	many := make([]v1alpha1.ObjectProblem, 50)
 	if got := len(notLocked(many, nil, nil)); got != v1alpha1.MaxNotLocked {
 		t.Errorf("notLocked kept %d problems, want at most %d", got, v1alpha1.MaxNotLocked)
+	}
+}
+
+// TestSameStatusAfterARoundTrip reads a status back the way the cache does
+// and finds it the same as the one written, so it is not written again;
+// a real change is still seen.
+func TestSameStatusAfterARoundTrip(t *testing.T) {
+	now := metav1.Now().Rfc3339Copy()
+	written := v1alpha1.HelmReleaseStatus{
+		State:      v1alpha1.StateDeployed,
+		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionLocked, Status: metav1.ConditionTrue, Reason: "Locked", LastTransitionTime: now}},
+		LastDrift: &v1alpha1.Drift{Object: "ConfigMap ns/cm", Paths: []string{"/data/key"}, Time: now, Corrected: true,
+			Managers: []v1alpha1.FieldManager{{Manager: "kubectl-patch", Operation: "Update", Time: &now}}},
+		DriftsDetected: 1, DriftsCorrected: 1,
+		NotLocked: []v1alpha1.ObjectProblem{},
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&v1alpha1.HelmRelease{Status: written})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var read v1alpha1.HelmRelease
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u, &read); err != nil {
+		t.Fatal(err)
+	}
+	if !sameStatus(read.Status, written) {
+		t.Errorf("the status read back differs from the one written:\n%+v\n%+v", read.Status, written)
+	}
+	changed := *written.DeepCopy()
+	changed.DriftsCorrected = 2
+	if sameStatus(read.Status, changed) {
+		t.Error("sameStatus does not see a changed count")
 	}
 }
