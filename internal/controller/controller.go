@@ -114,6 +114,7 @@ type releaseState struct {
 	// drift counts are written (zero when nothing waits); see
 	// bookkeepingDelay.
 	pending []pendingEvent
+	flushAt time.Time
 	// own are this controller's writes to the CR that its cache may not
 	// show yet.
 	own ownWrites
@@ -125,8 +126,7 @@ type releaseState struct {
 	// bookkeeping does.
 	awaiting bool
 	// unheld counts the events past maxPendingEvents, by type and reason.
-	unheld  map[pendingEvent]int
-	flushAt time.Time
+	unheld map[pendingEvent]int
 }
 
 // bookkeepingDelay is how long drift events and status counts wait before
@@ -388,6 +388,10 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 		return nil
 	}
 	st := c.state(key)
+	if st.release != hr.Spec.Release {
+		c.open(key)
+		*st = releaseState{release: hr.Spec.Release}
+	}
 	st.own.apply(hr)
 	if hr.Annotations[v1alpha1.ManagedByAnnotation] == "" && !declareOnly {
 		rv, err := c.claim(ctx, hr)
@@ -395,10 +399,6 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 			return err
 		}
 		st.own.claimed(hr, c.cfg.ControllerName, rv)
-	}
-	if st.release != hr.Spec.Release {
-		c.open(key)
-		*st = releaseState{release: hr.Spec.Release}
 	}
 	if !st.counted {
 		st.counted = true

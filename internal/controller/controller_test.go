@@ -218,3 +218,23 @@ func TestEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimIsNotRepeatedOnAStaleCache syncs a new CR twice before the
+// cache shows the claim of the first sync: the second does not claim again.
+func TestClaimIsNotRepeatedOnAStaleCache(t *testing.T) {
+	hr := helmRelease(nil)
+	hr.SetResourceVersion("7")
+	c, dyn := newTestController(t, hr, releaseSecret(t, "deployed", 1))
+	for range 2 {
+		_ = c.sync(context.Background(), "cattle-helm-system/hr", false)
+	}
+	claims := 0
+	for _, a := range dyn.Actions() {
+		if p, ok := a.(clienttesting.PatchAction); ok && p.GetResource() == v1alpha1.Resource && p.GetSubresource() == "" {
+			claims++
+		}
+	}
+	if claims != 1 {
+		t.Errorf("%d claim patches in two syncs over the same cached CR, want 1", claims)
+	}
+}
