@@ -120,11 +120,6 @@ type releaseState struct {
 	own ownWrites
 	// announced is the revision the Locked event was recorded for.
 	announced int
-	// awaiting is set when the lock waits only for the watch events of
-	// its own corrections: the status it would write now (Reconciling)
-	// would be overwritten a moment later, so it may wait like the
-	// bookkeeping does.
-	awaiting bool
 	// unheld counts the events past maxPendingEvents, by type and reason.
 	unheld map[pendingEvent]int
 }
@@ -405,8 +400,7 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 		st.driftsDetected, st.corrected, st.lastDrift = hr.Status.DriftsDetected, hr.Status.DriftsCorrected, hr.Status.LastDrift.DeepCopy()
 	}
 	before := st.lock.Phase
-	st.awaiting = false
-	status, syncErr := c.syncRelease(ctx, key, hr, st, declareOnly)
+	status, awaiting, syncErr := c.syncRelease(ctx, key, hr, st, declareOnly)
 	if declareOnly {
 		return syncErr
 	}
@@ -416,7 +410,10 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 	}
 	c.lockEvents(hr, before, st, status)
 	c.cfg.Metrics.ObserveRelease(key, st.lock.Phase == lock.Locked && hr.Spec.Mode != v1alpha1.ModeWarn, status.LockedObjects)
-	wait := st.awaiting || onlyBookkeeping(hr.Status, status)
+	// While the lock awaits only its own corrections, the status it
+	// would write now (Reconciling) would be overwritten a moment later,
+	// so it waits like the bookkeeping does.
+	wait := awaiting || onlyBookkeeping(hr.Status, status)
 	if wait || len(st.pending) > 0 {
 		now := time.Now()
 		if st.flushAt.IsZero() {
@@ -448,27 +445,30 @@ func onlyBookkeeping(written, next v1alpha1.HelmReleaseStatus) bool {
 }
 
 // syncRelease decides the lock from the release's storage and syncs the
-// engine. It returns the status to report and an error to retry on.
-func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.HelmRelease, st *releaseState, declareOnly bool) (v1alpha1.HelmReleaseStatus, error) {
+// engine. It returns the status to report, whether the lock awaits only
+// the watch events of its own corrections (see awaitingOwnWrites), and an
+// error to retry on.
+func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.HelmRelease, st *releaseState, declareOnly bool) (v1alpha1.HelmReleaseStatus, bool, error) {
 	logger := klog.FromContext(ctx)
 	rk := hr.Spec.Release
 	if rk.Name == "" || rk.Namespace == "" {
 		c.openState(key, st)
-		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", "spec.release.name and spec.release.namespace must both be set"), nil
+		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", "spec.release.name and spec.release.namespace must both be set"), false, nil
 	}
 	if hr.Spec.Suspend {
 		c.openState(key, st)
-		return openStatus(hr, v1alpha1.StateSuspended, hr.Status.Version, "Suspended", "spec.suspend is true: the lock is open and nothing is reverted"), nil
+		return openStatus(hr, v1alpha1.StateSuspended, hr.Status.Version, "Suspended", "spec.suspend is true: the lock is open and nothing is reverted"), false, nil
 	}
 	rules, err := compileIgnore(hr.Spec.Ignore)
 	if err != nil {
 		c.openState(key, st)
-		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", err.Error()), nil
+		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", err.Error()), false, nil
 	}
 	latest := c.latestSecret(rk)
 	if latest == nil {
 		c.openState(key, st)
-		return c.noSecretStatus(ctx, hr)
+		status, err := c.noSecretStatus(ctx, hr)
+		return status, false, err
 	}
 	revision, _ := strconv.Atoi(latest.GetLabels()[labelVersion])
 	decision := lock.Decide(release.Status(latest.GetLabels()[labelStatus]))
@@ -477,7 +477,7 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 			logger.V(2).Info("Lock opened", "release", rk.Namespace+"/"+rk.Name, "revision", revision, "reason", decision.Reason)
 		}
 		c.openState(key, st)
-		return openStatus(hr, decision.State, revision, decision.Reason, decision.Message), nil
+		return openStatus(hr, decision.State, revision, decision.Reason, decision.Message), false, nil
 	}
 
 	if st.rel == nil || st.secretUID != latest.GetUID() || st.secretVersion != latest.GetResourceVersion() || st.generation != hr.Generation {
@@ -485,9 +485,9 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 		if err != nil {
 			c.openState(key, st)
 			if apierrors.IsNotFound(err) {
-				return hr.Status, err // the informer will catch up
+				return hr.Status, false, err // the informer will catch up
 			}
-			return openStatus(hr, v1alpha1.StateError, revision, "InvalidRelease", err.Error()), nil
+			return openStatus(hr, v1alpha1.StateError, revision, "InvalidRelease", err.Error()), false, nil
 		}
 		objs, st.optedOut = splitOptedOut(objs)
 		c.engine.Declare(key, engine.ObjectSet{
@@ -507,7 +507,7 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 	}
 
 	if declareOnly {
-		return hr.Status, nil
+		return hr.Status, false, nil
 	}
 	res, err := c.engine.Sync(ctx, key)
 	before := st.lock
@@ -520,7 +520,6 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 		logger.V(2).Info("Lock state changed", "from", before.Phase, "to", st.lock.Phase, "revision", st.lock.Revision)
 	}
 	c.reportDrifts(ctx, hr, st, res)
-	st.awaiting = err == nil && awaitingOwnWrites(res)
 	if res.RequeueAfter > 0 {
 		c.queue.AddAfter(key, res.RequeueAfter)
 	}
@@ -530,7 +529,7 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 		// discovery that lags behind the CRD.
 		err = errors.Join(res.Unresolved...)
 	}
-	return status, err
+	return status, err == nil && awaitingOwnWrites(res), err
 }
 
 // awaitingOwnWrites reports whether the objects of res that are not in line

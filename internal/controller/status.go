@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -265,11 +266,7 @@ func fightMessage(f engine.Fight) string {
 // are not written, so a correction does not cost a second write; it
 // reports whether it wrote.
 func (c *Controller) writeStatus(ctx context.Context, hr *v1alpha1.HelmRelease, status v1alpha1.HelmReleaseStatus) (bool, error) {
-	if sameStatus(hr.Status, status) {
-		return false, nil
-	}
-	// A merge patch keeps fields it does not name: name the ones that
-	// went away, as null.
+	// Compared as written (see sameStatus).
 	fields, err := toJSONMap(status)
 	if err != nil {
 		return false, err
@@ -278,6 +275,11 @@ func (c *Controller) writeStatus(ctx context.Context, hr *v1alpha1.HelmRelease, 
 	if err != nil {
 		return false, err
 	}
+	if reflect.DeepEqual(fields, old) {
+		return false, nil
+	}
+	// A merge patch keeps fields it does not name: name the ones that
+	// went away, as null.
 	for k := range old {
 		if _, ok := fields[k]; !ok {
 			fields[k] = nil
