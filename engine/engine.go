@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/helm-locker/helm-locker/informers"
@@ -92,6 +93,10 @@ type Options struct {
 	MaxFightBackoff time.Duration
 	// Now is the clock, for tests.
 	Now func() time.Time
+	// Config, if set, is what the engine's informers watch with (see
+	// informers.Options.Config), so that objects no set holds are never
+	// decoded. Nil watches through the dynamic client.
+	Config *rest.Config
 }
 
 // The defaults of Options: more than 5 reverts of one object in a minute
@@ -235,6 +240,7 @@ func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func
 		Tracked:        e.tracked,
 		Store:          e.store,
 		OnTypesChanged: e.typesChanged,
+		Config:         opts.Config,
 	})
 	return e
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -38,6 +39,12 @@ type Options struct {
 	// changed or deleted, so that callers can refresh their RESTMapper and
 	// retry kinds that did not exist before.
 	OnTypesChanged func()
+	// Config, if set, is what the informers watch with instead of the
+	// dynamic client. Objects that Tracked says no caller needs are then
+	// read only as far as their name and resourceVersion, never decoded:
+	// at cold start on a cluster of mostly untracked objects, decoding
+	// them is most of what the informers cost.
+	Config *rest.Config
 }
 
 // Registry runs one dynamic informer per resource type (GVR), on demand.
@@ -46,8 +53,9 @@ type Options struct {
 // Informers of types whose CRD is deleted stop, and start again when the CRD
 // comes back.
 type Registry struct {
-	client dynamic.Interface
-	opts   Options
+	client  dynamic.Interface
+	opts    Options
+	watches *watchClient // set by Run when Options.Config is
 
 	mu      sync.Mutex
 	entries map[schema.GroupVersionResource]*entry
@@ -209,6 +217,14 @@ func (r *Registry) Run(ctx context.Context) error {
 		r.mu.Unlock()
 		return errors.New("informers: Registry.Run called twice")
 	}
+	if r.opts.Config != nil {
+		w, err := newWatchClient(r.opts.Config)
+		if err != nil {
+			r.mu.Unlock()
+			return err
+		}
+		r.watches = w
+	}
 	r.ctx = ctx
 	for _, e := range r.entries {
 		r.startLocked(e)
@@ -235,9 +251,11 @@ func (r *Registry) startLocked(e *entry) {
 		return
 	}
 	store := newTrackingStore(e.gvr, r.strip, r.opts.Handler)
+	// No expected type: with Options.Config, untracked objects arrive as
+	// stubs rather than as Unstructured.
 	reflector := cache.NewReflectorWithOptions(
 		cache.ToListWatcherWithWatchListSemantics(r.listWatch(e.gvr), r.client),
-		&unstructured.Unstructured{}, store,
+		nil, store,
 		cache.ReflectorOptions{Name: "helm-locker", TypeDescription: e.gvr.String()})
 	ctx, cancel := context.WithCancel(r.ctx)
 	done := make(chan struct{})
@@ -270,7 +288,14 @@ func (r *Registry) listWatch(gvr schema.GroupVersionResource) *cache.ListWatch {
 			return list, missing(ctx, err)
 		},
 		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
-			w, err := resource.Watch(ctx, options)
+			if r.watches == nil {
+				w, err := resource.Watch(ctx, options)
+				return w, missing(ctx, err)
+			}
+			tracked := func(namespace, name string) bool {
+				return r.opts.Tracked == nil || r.opts.Tracked(gvr, namespace, name)
+			}
+			w, err := r.watches.watch(ctx, gvr, tracked, options)
 			return w, missing(ctx, err)
 		},
 	}
@@ -325,6 +350,9 @@ func (r *Registry) retryMissing() {
 // strip turns an untracked object into a *Stub, which process does not
 // store, and a tracked one into what Options.Store keeps of it.
 func (r *Registry) strip(gvr schema.GroupVersionResource, obj any) any {
+	if s, ok := obj.(*watchStub); ok {
+		return &s.Stub
+	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return obj

@@ -60,6 +60,9 @@ func (s *trackingStore) upsert(obj any) error {
 }
 
 func (s *trackingStore) Delete(obj any) error {
+	if w, ok := obj.(*watchStub); ok {
+		obj = &w.Stub
+	}
 	if err := s.objects.Delete(obj); err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package informers
 import (
 	"testing"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
@@ -11,12 +10,10 @@ import (
 
 func TestTrackingStore(t *testing.T) {
 	tracked := map[string]bool{"t1": true}
-	strip := func(_ schema.GroupVersionResource, obj any) any {
-		if u, ok := obj.(*unstructured.Unstructured); ok && !tracked[u.GetName()] {
-			return NewStub(u)
-		}
-		return obj
-	}
+	strip := (&Registry{opts: Options{
+		Tracked: func(_ schema.GroupVersionResource, _, name string) bool { return tracked[name] },
+	}}).strip
+	watched := func(ns, name string) *watchStub { return &watchStub{*NewStub(cm(ns, name))} }
 	type step struct {
 		name   string
 		do     func(s *trackingStore) error
@@ -59,6 +56,18 @@ func TestTrackingStore(t *testing.T) {
 			},
 			stored: nil,
 			events: []string{"full:b/t2", "gone:b/t2", "stub:a/u2"},
+		},
+		{
+			name:   "an object the watch left undecoded is reported as a Stub",
+			do:     func(s *trackingStore) error { return s.Add(watched("a", "w1")) },
+			stored: nil,
+			events: []string{"stub:a/w1"},
+		},
+		{
+			name:   "and so is its delete",
+			do:     func(s *trackingStore) error { return s.Delete(watched("a", "w1")) },
+			stored: nil,
+			events: []string{"stub:a/w1"},
 		},
 	}
 	var events []string

@@ -85,6 +85,7 @@ func runOperator(ctx context.Context, opts *options) error {
 		ControllerName: opts.controllerName,
 		HelmManagers:   opts.helmManagers,
 		Dynamic:        dyn,
+		REST:           cfg,
 		Metadata:       meta,
 		Kube:           kube,
 		Mapper:         mapper,

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -63,9 +64,12 @@ type Config struct {
 	// before it writes.
 	HelmManagers []string
 	Dynamic      dynamic.Interface
-	Metadata     metadata.Interface
-	Kube         kubernetes.Interface
-	Mapper       meta.ResettableRESTMapper
+	// REST, if set, is what the lock's informers watch with, so that
+	// objects no release holds are never decoded.
+	REST     *rest.Config
+	Metadata metadata.Interface
+	Kube     kubernetes.Interface
+	Mapper   meta.ResettableRESTMapper
 	// Workers is the number of releases synced at once.
 	Workers int
 	// Recorder records events on HelmRelease CRs; nil records none.
@@ -150,7 +154,7 @@ func New(cfg Config) *Controller {
 	if c.cfg.Recorder == nil {
 		c.cfg.Recorder = noEvents{}
 	}
-	c.engine = engine.New(cfg.Dynamic, cfg.Mapper, c.queue.Add, engine.Options{})
+	c.engine = engine.New(cfg.Dynamic, cfg.Mapper, c.queue.Add, engine.Options{Config: cfg.REST})
 
 	c.crs = dynamicinformer.NewFilteredDynamicInformer(cfg.Dynamic, v1alpha1.Resource, cfg.Namespace, 0,
 		cache.Indexers{byRelease: crReleaseIndex}, nil).Informer()
