@@ -3,10 +3,8 @@ package manifest
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 
-	"helm.sh/helm/v3/pkg/releaseutil"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
@@ -37,21 +35,14 @@ func (e *DocumentError) Unwrap() error { return e.Err }
 // object without one belongs to the release namespace depends on its kind's
 // scope, which only the API server knows.
 func Objects(rel *Release) ([]*unstructured.Unstructured, error) {
-	docs := releaseutil.SplitManifests(rel.Manifest)
-	keys := make([]string, 0, len(docs))
-	for k := range docs {
-		keys = append(keys, k)
-	}
-	sort.Sort(releaseutil.BySplitManifestsOrder(keys))
-
 	var objs []*unstructured.Unstructured
-	for i, k := range keys {
-		parsed, err := parseDocument(docs[k])
+	for i, doc := range splitDocuments(rel.Manifest) {
+		parsed, err := parseDocument(doc)
 		if err != nil {
 			return nil, &DocumentError{
 				Release:  rel.Namespace + "/" + rel.Name,
 				Revision: rel.Version,
-				Source:   source(docs[k], i),
+				Source:   source(doc, i),
 				Err:      err,
 			}
 		}
