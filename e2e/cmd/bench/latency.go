@@ -18,7 +18,8 @@ const editTimeout = 10 * time.Second
 //     delivery, and which no locker can beat;
 //   - single edits of locked ConfigMaps, one after another;
 //   - rounds of concurrent edits of locked ConfigMaps in distinct releases,
-//     and the floor under the same concurrency.
+//     and the floor under the same concurrency;
+//   - bursts of edits to one release sent back to back (see backToBack).
 //
 // Revert latency runs from the edit's response to the watch event that
 // shows the value restored.
@@ -77,8 +78,65 @@ func measureLatency(ctx context.Context, dyn dynamic.Interface, cw *configMapWat
 	if res.ConcurrentFloor, err = concurrent(rounds, full.concurrency, func(i int) (time.Duration, bool, error) { return floorSample(i, "cfloor") }); err != nil {
 		return err
 	}
-	res.Concurrent, err = concurrent(rounds, full.concurrency, func(i int) (time.Duration, bool, error) { return revertSample(i+full.edits, "concurrent") })
+	if res.Concurrent, err = concurrent(rounds, full.concurrency, func(i int) (time.Duration, bool, error) { return revertSample(i+full.edits, "concurrent") }); err != nil {
+		return err
+	}
+	if err := quiet(); err != nil {
+		return err
+	}
+	// Three ConfigMaps of a release that the other phases do not edit
+	// (never cms[0], which was drifted at start).
+	burstObjects := func(i int) []ref {
+		cms := locked[releases[i%len(releases)]]
+		objs := make([]ref, 3)
+		for j := range objs {
+			objs[j] = cms[len(cms)-1-j%(len(cms)-1)]
+		}
+		return objs
+	}
+	res.BackToBack, err = backToBack(ctx, dyn, cw, max(1, full.edits/burst), burstObjects)
 	return err
+}
+
+// burst is how many edits backToBack sends to one release at a time.
+const burst = 5
+
+// backToBack sends bursts of edits to three objects of one release, A B C A
+// B, each sent as soon as the one before is answered, one release after
+// another. Every edit must be reverted, the first of two edits to one
+// object too: each edit's sample runs from its response to the first
+// event after it that shows its object restored.
+func backToBack(ctx context.Context, dyn dynamic.Interface, cw *configMapWatch, releases int, objects func(i int) []ref) (distribution, error) {
+	var samples []time.Duration
+	timeouts := 0
+	for i := range releases {
+		objs := objects(i)
+		type sent struct {
+			answered time.Time
+			restored <-chan time.Time
+		}
+		var edits []sent
+		for k := range burst {
+			r := objs[k%len(objs)]
+			_, answered, rv, err := edit(ctx, dyn, r, fmt.Sprintf("b2b-%d-%d", i, k))
+			if err != nil {
+				return distribution{}, err
+			}
+			edits = append(edits, sent{answered, cw.wait(r.ns+"/"+r.name, "declared", rv)})
+		}
+		for _, e := range edits {
+			d, ok, err := waitFor(e.restored, e.answered)
+			switch {
+			case err != nil:
+				return distribution{}, err
+			case !ok:
+				timeouts++
+			default:
+				samples = append(samples, d)
+			}
+		}
+	}
+	return summarize(samples, timeouts), nil
 }
 
 // waitFor returns the time from since to the event, or false on timeout.

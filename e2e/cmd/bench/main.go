@@ -175,6 +175,7 @@ type scenarioResult struct {
 	Single          distribution `json:"single"`
 	ConcurrentFloor distribution `json:"concurrentFloor"`
 	Concurrent      distribution `json:"concurrent"`
+	BackToBack      distribution `json:"backToBack"`
 	Idle            *idleResult  `json:"idle,omitempty"`
 }
 

@@ -41,7 +41,7 @@ func markdown(rep *report) string {
 	fmt.Fprintf(b, "| every CR `Deployed` | %.2f s after process start |\n", r.DeployedS)
 	fmt.Fprintf(b, "| every object drifted before start restored | %.2f s |\n", r.RestoredS)
 	fmt.Fprintf(b, "| cold lock | %.2f s, **%.0f objects/s** |\n\n", r.ColdLockS, r.ObjectsPerS)
-	fmt.Fprintf(b, "## Revert latency\n\nFrom the edit's response to the watch event showing the value restored. The floor, measured in the same run, is an edit of an untracked ConfigMap until its own watch event arrives: one PATCH round trip plus watch delivery. The concurrent floor sends as many such edits at once as the concurrent measurement does, since the API server slows under that load for every client.\n\n")
+	fmt.Fprintf(b, "## Revert latency\n\nFrom the edit's response to the watch event showing the value restored. The floor, measured in the same run, is an edit of an untracked ConfigMap until its own watch event arrives: one PATCH round trip plus watch delivery. The concurrent floor sends as many such edits at once as the concurrent measurement does, since the API server slows under that load for every client. Back to back: %d edits to three ConfigMaps of one release (A B C A B), each sent as soon as the one before is answered, one release at a time; every edit, the first of two to one object too, must be followed by its object's restoration.\n\n", burst)
 	fmt.Fprintf(b, "| | samples | timeouts | p50 ms | p90 ms | p99 ms | max ms | p50 / floor p50 | p99 / floor p99 |\n|---|---|---|---|---|---|---|---|---|\n")
 	row := func(name string, d, floor distribution) {
 		fmt.Fprintf(b, "| %s | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f× | %.2f× |\n", name, d.Count, d.Timeouts, d.P50, d.P90, d.P99, d.Max, d.P50/floor.P50, d.P99/floor.P99)
@@ -50,6 +50,7 @@ func markdown(rep *report) string {
 	row("single edits", r.Single, r.Floor)
 	row(fmt.Sprintf("floor, %v at once", rep.Settings["concurrency"]), r.ConcurrentFloor, r.ConcurrentFloor)
 	row(fmt.Sprintf("%v concurrent edits", rep.Settings["concurrency"]), r.Concurrent, r.ConcurrentFloor)
+	row(fmt.Sprintf("%d back to back in one release", burst), r.BackToBack, r.Floor)
 	fmt.Fprintf(b, "\n![revert latency](revert-latency.png)\n\n")
 	fmt.Fprintf(b, "## Memory and idle load\n\nMemory is read 5 s after the cold lock in every scenario: RSS from /proc, and the Go heap (`go_memstats_heap_alloc_bytes` from the locker's /metrics, which counts garbage not yet collected too, so its differences are noisy; RSS is the figure the targets are held to).\n\n| figure | value |\n|---|---|\n| RSS, settled | %.1f MiB |\n| Go heap, settled | %.1f MiB |\n", r.RSSMiB, r.HeapMiB)
 	if rep.Derived.BytesPerLockedObject != 0 || rep.Derived.BytesPerUntrackedObject != 0 {
