@@ -57,7 +57,15 @@ func main() {
 	flag.BoolVar(&scale, "scale", true, "also run 2x and 4x of N, M and B for the growth table")
 	flag.StringVar(&out, "out", "docs", "folder for benchmarks.json, benchmarks.md and revert-latency.png")
 	flag.StringVar(&lockerBinary, "locker", "bin/helm-locker", "helm-locker binary to measure")
+	render := flag.String("render", "", "measure nothing: write the report in this benchmarks.json again, with the per-object figures derived anew")
 	flag.Parse()
+	if *render != "" {
+		if err := rerender(*render, out); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -142,17 +150,69 @@ func run(ctx context.Context, base params, edits, concurrency int, idle time.Dur
 				rep.Growth = append(rep.Growth, growthRow{Dimension: dim, Factor: factor, Params: p, RSSMiB: res.RSSMiB, HeapMiB: res.HeapMiB, ColdLockS: res.ColdLockS})
 			}
 		}
-		for _, g := range rep.Growth {
-			if g.Dimension == "M" && g.Factor == 2 {
-				rep.Derived.BytesPerLockedObject = (g.RSSMiB - rep.Base.RSSMiB) * (1 << 20) / float64(base.Releases*base.Objects)
-				rep.Derived.HeapPerLockedObject = (g.HeapMiB - rep.Base.HeapMiB) * (1 << 20) / float64(base.Releases*base.Objects)
-			}
-			if g.Dimension == "B" && g.Factor == 2 {
-				rep.Derived.BytesPerUntrackedObject = (g.RSSMiB - rep.Base.RSSMiB) * (1 << 20) / float64(base.Untracked)
-				rep.Derived.HeapPerUntrackedObject = (g.HeapMiB - rep.Base.HeapMiB) * (1 << 20) / float64(base.Untracked)
-			}
+		rep.Derived = derive(rep)
+	}
+	return write(out, rep)
+}
+
+// derive works out the figures per object from the growth rows: the
+// least-squares slope of memory over the 1x, 2x and 4x runs of M (locked
+// objects) and of B (untracked objects). One difference of two runs, as
+// 2x - 1x, is at the mercy of one run's noise; a few hundred KiB of it
+// make a figure per untracked object negative.
+func derive(rep *report) derived {
+	d := rep.Derived
+	var locked, untracked [][3]float64 // objects, RSS bytes, heap bytes
+	for _, g := range rep.Growth {
+		point := func(objects int) [3]float64 {
+			return [3]float64{float64(objects), g.RSSMiB * (1 << 20), g.HeapMiB * (1 << 20)}
+		}
+		if g.Dimension == "base" || g.Dimension == "M" {
+			locked = append(locked, point(g.Params.Releases*g.Params.Objects))
+		}
+		if g.Dimension == "base" || g.Dimension == "B" {
+			untracked = append(untracked, point(g.Params.Untracked))
 		}
 	}
+	if len(locked) < 2 || len(untracked) < 2 {
+		return d
+	}
+	d.BytesPerLockedObject, d.HeapPerLockedObject = slope(locked, 1), slope(locked, 2)
+	d.BytesPerUntrackedObject, d.HeapPerUntrackedObject = slope(untracked, 1), slope(untracked, 2)
+	return d
+}
+
+// slope is the least-squares slope of column y over column 0.
+func slope(points [][3]float64, y int) float64 {
+	var mx, my float64
+	for _, p := range points {
+		mx += p[0]
+		my += p[y]
+	}
+	mx /= float64(len(points))
+	my /= float64(len(points))
+	var sxy, sxx float64
+	for _, p := range points {
+		sxy += (p[0] - mx) * (p[y] - my)
+		sxx += (p[0] - mx) * (p[0] - mx)
+	}
+	return sxy / sxx
+}
+
+// rerender writes the report in file again, with the figures derived anew.
+func rerender(file, out string) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	rep := &report{}
+	if err := json.Unmarshal(data, rep); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	if rep.Base == nil {
+		return fmt.Errorf("%s: no base scenario", file)
+	}
+	rep.Derived = derive(rep)
 	return write(out, rep)
 }
 

@@ -305,14 +305,19 @@ type distribution struct {
 	P90      float64 `json:"p90Ms"`
 	P99      float64 `json:"p99Ms"`
 	Max      float64 `json:"maxMs"`
-	samples  []time.Duration
+	// Samples are every measured latency in ms, sorted, so that the plot
+	// can be drawn again from the JSON (bench -render).
+	Samples []float64 `json:"samplesMs,omitempty"`
 }
 
 func summarize(samples []time.Duration, timeouts int) distribution {
 	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
-	d := distribution{Count: len(samples), Timeouts: timeouts, samples: samples}
+	d := distribution{Count: len(samples), Timeouts: timeouts}
 	if len(samples) == 0 {
 		return d
+	}
+	for _, v := range samples {
+		d.Samples = append(d.Samples, ms(v))
 	}
 	q := func(p float64) float64 {
 		i := int(p * float64(len(samples)-1))

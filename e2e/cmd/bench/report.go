@@ -54,8 +54,8 @@ func markdown(rep *report) string {
 	fmt.Fprintf(b, "\n![revert latency](revert-latency.png)\n\n")
 	fmt.Fprintf(b, "## Memory and idle load\n\nMemory is read 5 s after the cold lock in every scenario: RSS from /proc, and the Go heap (`go_memstats_heap_alloc_bytes` from the locker's /metrics, which counts garbage not yet collected too, so its differences are noisy; RSS is the figure the targets are held to).\n\n| figure | value |\n|---|---|\n| RSS, settled | %.1f MiB |\n| Go heap, settled | %.1f MiB |\n", r.RSSMiB, r.HeapMiB)
 	if rep.Derived.BytesPerLockedObject != 0 || rep.Derived.BytesPerUntrackedObject != 0 {
-		fmt.Fprintf(b, "| per locked object (2×M − 1×M), RSS | %.0f bytes |\n| per locked object, Go heap | %.0f bytes |\n", rep.Derived.BytesPerLockedObject, rep.Derived.HeapPerLockedObject)
-		fmt.Fprintf(b, "| per untracked object (2×B − 1×B), RSS | %.0f bytes |\n| per untracked object, Go heap | %.0f bytes |\n", rep.Derived.BytesPerUntrackedObject, rep.Derived.HeapPerUntrackedObject)
+		fmt.Fprintf(b, "| per locked object (slope over 1×, 2×, 4× M), RSS | %.0f bytes |\n| per locked object, Go heap | %.0f bytes |\n", rep.Derived.BytesPerLockedObject, rep.Derived.HeapPerLockedObject)
+		fmt.Fprintf(b, "| per untracked object (slope over 1×, 2×, 4× B), RSS | %.0f bytes |\n| per untracked object, Go heap | %.0f bytes |\n", rep.Derived.BytesPerUntrackedObject, rep.Derived.HeapPerUntrackedObject)
 	}
 	if r.Idle != nil {
 		fmt.Fprintf(b, "| API server requests/min with nothing running (baseline) | %.1f |\n", r.Idle.BaselineRequestsPerMin)
@@ -92,13 +92,13 @@ func plotLatency(path string, r *scenarioResult) error {
 		{"floor, concurrent", r.ConcurrentFloor, color.RGBA{R: 200, G: 60, B: 40, A: 255}},
 		{"concurrent edits", r.Concurrent, color.RGBA{R: 200, G: 60, B: 40, A: 255}},
 	} {
-		if len(s.d.samples) == 0 {
+		if len(s.d.Samples) == 0 {
 			continue
 		}
-		pts := make(plotter.XYs, len(s.d.samples))
-		for j, v := range s.d.samples {
-			pts[j].X = ms(v)
-			pts[j].Y = float64(j+1) / float64(len(s.d.samples))
+		pts := make(plotter.XYs, len(s.d.Samples))
+		for j, v := range s.d.Samples {
+			pts[j].X = v
+			pts[j].Y = float64(j+1) / float64(len(s.d.Samples))
 		}
 		line, err := plotter.NewLine(pts)
 		if err != nil {

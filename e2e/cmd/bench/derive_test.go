@@ -1,0 +1,56 @@
+package main
+
+import (
+	"math"
+	"testing"
+)
+
+func TestDeriveFitsTheGrowthRows(t *testing.T) {
+	const mib = 1 << 20
+	base := params{Releases: 200, Objects: 25, Untracked: 20000}
+	row := func(dim string, factor int, rss, heap float64) growthRow {
+		p := base
+		switch dim {
+		case "M":
+			p.Objects *= factor
+		case "B":
+			p.Untracked *= factor
+		case "N":
+			p.Releases *= factor
+		}
+		return growthRow{Dimension: dim, Factor: factor, Params: p, RSSMiB: rss, HeapMiB: heap}
+	}
+	rep := &report{
+		Base: &scenarioResult{Params: base},
+		Growth: []growthRow{
+			row("base", 1, 60, 20),
+			// Locked objects: exactly 2048 B of RSS and 1024 B of heap
+			// each.
+			row("M", 2, 60+5000*2048.0/mib, 20+5000*1024.0/mib),
+			row("M", 4, 60+15000*2048.0/mib, 20+15000*1024.0/mib),
+			// Untracked objects: 100 B each, with 0.5 MiB of noise in the
+			// 2x run that makes 2x - 1x negative.
+			row("B", 2, 60+20000*100.0/mib-0.5, 20),
+			row("B", 4, 60+60000*100.0/mib, 20),
+			// N rows say nothing per object.
+			row("N", 2, 500, 500),
+		},
+	}
+	d := derive(rep)
+	for _, tc := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"RSS per locked object", d.BytesPerLockedObject, 2048},
+		{"heap per locked object", d.HeapPerLockedObject, 1024},
+		{"heap per untracked object", d.HeapPerUntrackedObject, 0},
+	} {
+		if math.Abs(tc.got-tc.want) > 1e-6 {
+			t.Errorf("%s = %v, want %v", tc.name, tc.got, tc.want)
+		}
+	}
+	// The fit keeps the noisy run from making the figure negative.
+	if got := d.BytesPerUntrackedObject; got < 50 || got > 150 {
+		t.Errorf("RSS per untracked object = %v, want about 100", got)
+	}
+}
