@@ -22,7 +22,7 @@ import (
 // The watch path of a Registry given a REST config. client-go reads each
 // watch event four times over before a Registry sees it (framing, the
 // event, kind sniffing, and a full decode into an Unstructured), and at
-// cold start on a cluster of mostly untracked objects that is most of the
+// cold start on a cluster of mostly untracked objects that was half of the
 // locker's CPU. This path frames and splits events with a light scanner,
 // reads only the head of each object, and decodes in full only the
 // objects a caller tracks; the others become Stubs without ever being
