@@ -9,16 +9,7 @@ func TestDeriveFitsTheGrowthRows(t *testing.T) {
 	const mib = 1 << 20
 	base := params{Releases: 200, Objects: 25, Untracked: 20000}
 	row := func(dim string, factor int, rss, heap float64) growthRow {
-		p := base
-		switch dim {
-		case "M":
-			p.Objects *= factor
-		case "B":
-			p.Untracked *= factor
-		case "N":
-			p.Releases *= factor
-		}
-		return growthRow{Dimension: dim, Factor: factor, Params: p, RSSMiB: rss, HeapMiB: heap}
+		return growthRow{Dimension: dim, Factor: factor, Params: base.scaled(dim, factor), RSSMiB: rss, HeapMiB: heap}
 	}
 	rep := &report{
 		Base: &scenarioResult{Params: base},

@@ -35,6 +35,19 @@ type params struct {
 	Untracked int `json:"untrackedObjects"`
 }
 
+// scaled is p with dimension N, M or B multiplied by factor.
+func (p params) scaled(dim string, factor int) params {
+	switch dim {
+	case "N":
+		p.Releases *= factor
+	case "M":
+		p.Objects *= factor
+	case "B":
+		p.Untracked *= factor
+	}
+	return p
+}
+
 func (p params) namespaces() int      { return max(1, p.Releases/10) }
 func (p params) noiseNamespaces() int { return max(1, p.Untracked/1000) }
 
@@ -133,15 +146,7 @@ func run(ctx context.Context, base params, edits, concurrency int, idle time.Dur
 		rep.Growth = append(rep.Growth, growthRow{Dimension: "base", Factor: 1, Params: base, RSSMiB: rep.Base.RSSMiB, HeapMiB: rep.Base.HeapMiB, ColdLockS: rep.Base.ColdLockS})
 		for _, dim := range []string{"N", "M", "B"} {
 			for _, factor := range []int{2, 4} {
-				p := base
-				switch dim {
-				case "N":
-					p.Releases *= factor
-				case "M":
-					p.Objects *= factor
-				case "B":
-					p.Untracked *= factor
-				}
+				p := base.scaled(dim, factor)
 				fmt.Fprintf(os.Stderr, "bench: growth %s x%d %+v\n", dim, factor, p)
 				res, err := scenario(ctx, tools, lockerBinary, p, nil)
 				if err != nil {
