@@ -247,13 +247,10 @@ func (f *frameReader) advance() error {
 		switch {
 		case err == nil, errors.Is(err, bufio.ErrBufferFull):
 		case errors.Is(err, io.EOF) && len(line) > 0:
-		case errors.Is(err, io.EOF) && len(skipSpaceTail(f.buf)) > 0:
+		case errors.Is(err, io.EOF) && skipSpace(f.buf, 0) < len(f.buf):
 			return io.ErrUnexpectedEOF
 		default:
 			return err
 		}
 	}
 }
-
-// skipSpaceTail returns data from its first non-space byte.
-func skipSpaceTail(data []byte) []byte { return data[skipSpace(data, 0):] }
