@@ -78,6 +78,14 @@ type ObjectSet struct {
 	// resolved) that are neither compared nor reverted: the live value,
 	// or its absence, is kept.
 	Ignore func(declared *unstructured.Unstructured) []Pointer
+	// Verify, if set, holds back every object its owner has not been seen
+	// to apply (see Verification). Nil takes the declaration on trust.
+	Verify *Verification
+	// Writer, if set, is the client every write for this set goes
+	// through, such as one impersonating an identity with no more power
+	// than the set's author; reads use the engine's own client. Nil
+	// writes with the engine's client.
+	Writer dynamic.Interface
 }
 
 // Options configure an Engine. Zero fields take the Default values.
@@ -163,6 +171,9 @@ type lockedObject struct {
 	// drift is set once the object has drifted; most never do, and a
 	// locked object's every byte counts.
 	drift *driftState
+	// proof is set while the object waits to be verified (see
+	// Verification).
+	proof *proof
 	// superseded holds the resourceVersions of the engine's last write:
 	// the one it patched and the ones its own requests produced before
 	// the last. The informer may still deliver them after the write; they
@@ -181,13 +192,17 @@ type driftState struct {
 	times   []time.Time
 	fight   *Fight
 	backoff time.Duration
+	// failure is set while the API server refuses the object's
+	// correction for good (see Failure).
+	failure *Failure
 }
 
 // settle records that obj is in line.
 func (o *lockedObject) settle() {
 	o.inLine = true
+	o.proof = nil
 	if o.drift != nil {
-		o.drift.drifted = false
+		o.drift.drifted, o.drift.failure = false, nil
 	}
 }
 
@@ -399,13 +414,17 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	if spec.Ignore != nil {
 		ignore = spec.Ignore(declared)
 	}
-	return &lockedObject{
+	locked := &lockedObject{
 		ref:        ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()},
 		declared:   data,
 		meta:       patchMetaFor(gvk),
 		ignore:     ignore,
 		generation: e.generations.Add(1),
-	}, nil
+	}
+	if needsProof(spec, obj) {
+		locked.proof = &proof{Unverified: Unverified{Ref: locked.ref, Kind: gvk.Kind}}
+	}
+	return locked, nil
 }
 
 // onEvent marks the object dirty in every set that holds it.
@@ -496,3 +515,24 @@ func (e *Engine) typesChanged() {
 
 // dynamicResource is a namespaced or cluster-wide dynamic client.
 type dynamicResource = dynamic.ResourceInterface
+
+// resource is the client of ref's resource, for reads.
+func (e *Engine) resource(ref ObjectRef) dynamicResource {
+	return resourceOf(e.client, ref)
+}
+
+// writer is the client of ref's resource for the writes of spec's set.
+func (e *Engine) writer(spec ObjectSet, ref ObjectRef) dynamicResource {
+	if spec.Writer != nil {
+		return resourceOf(spec.Writer, ref)
+	}
+	return e.resource(ref)
+}
+
+func resourceOf(client dynamic.Interface, ref ObjectRef) dynamicResource {
+	r := client.Resource(ref.GVR)
+	if ref.Namespace == "" {
+		return r
+	}
+	return r.Namespace(ref.Namespace)
+}

@@ -31,16 +31,19 @@ const maxDriftPaths = 16
 // Lists of different lengths are reported as the list itself.
 func driftPaths(live, desired map[string]any) []string {
 	var out []string
-	diffPaths(nil, live, desired, &out)
+	diffPaths(nil, live, desired, &out, maxDriftPaths)
 	return out
 }
 
-func diffPaths(at Pointer, a, b any, out *[]string) {
-	if len(*out) >= maxDriftPaths {
+// diffPaths appends to out the pointers under at where a and b differ, up
+// to max of them (all of them if max < 0).
+func diffPaths(at Pointer, a, b any, out *[]string, max int) {
+	full := func() bool { return max >= 0 && len(*out) >= max }
+	if full() {
 		return
 	}
 	add := func(p Pointer) {
-		if len(*out) < maxDriftPaths {
+		if !full() {
 			*out = append(*out, p.String())
 		}
 	}
@@ -69,7 +72,7 @@ func diffPaths(at Pointer, a, b any, out *[]string) {
 				add(p)
 				continue
 			}
-			diffPaths(p, x, y, out)
+			diffPaths(p, x, y, out, max)
 		}
 	case []any:
 		bv, ok := b.([]any)
@@ -78,7 +81,7 @@ func diffPaths(at Pointer, a, b any, out *[]string) {
 			return
 		}
 		for i := range av {
-			diffPaths(append(slices.Clip(at), strconv.Itoa(i)), av[i], bv[i], out)
+			diffPaths(append(slices.Clip(at), strconv.Itoa(i)), av[i], bv[i], out, max)
 		}
 	default:
 		if !scalarEqual(a, b) {

@@ -43,6 +43,12 @@ type Result struct {
 	// Unresolved lists declared objects whose kind the API server does not
 	// serve yet (see TypeError).
 	Unresolved []error
+	// Unverified lists declared objects held back because their owner has
+	// not been seen to apply them (see Verification).
+	Unverified []Unverified
+	// Failed lists objects whose correction the API server refuses for
+	// good (see Failure), until their next try.
+	Failed []Failure
 }
 
 // Drift is one object found not as declared.
@@ -57,8 +63,9 @@ type Drift struct {
 	Managers []Manager
 	// Corrected says the engine wrote the object back. Held says it did
 	// not, and that the drift need not be reported again: a fight holds
-	// the object back (see Fight), or a ReportOnly set already reported
-	// this version of it. Err is the correction's failure.
+	// the object back (see Fight), a ReportOnly set already reported this
+	// version of it, or a Failure waits for its next try. Err is the
+	// correction's failure.
 	Corrected bool
 	Held      bool
 	Err       error
@@ -124,7 +131,9 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 			if drift.Corrected {
 				drift.Latency = e.now().Sub(time.Unix(0, marked[i]))
 			}
-			drift.Err = err
+			if err != nil {
+				drift.Err = err
+			}
 			res.Drifts = append(res.Drifts, *drift)
 		}
 		if err != nil {
@@ -150,6 +159,9 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 		} else {
 			res.InLine = false
 		}
+		if p := obj.proof; p != nil && p.checked {
+			res.Unverified = append(res.Unverified, p.Unverified)
+		}
 		if obj.drift == nil {
 			continue
 		}
@@ -158,16 +170,29 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 		}
 		if f := obj.drift.fight; f != nil && now.Before(f.Until) {
 			res.Fights = append(res.Fights, *f)
-			if d := f.Until.Sub(now); res.RequeueAfter == 0 || d < res.RequeueAfter {
-				res.RequeueAfter = d
-			}
+			res.requeueBy(f.Until.Sub(now))
+		}
+		if f := obj.drift.failure; f != nil {
+			res.Failed = append(res.Failed, *f)
+			res.requeueBy(f.RetryAt.Sub(now))
 		}
 	}
 	sort.Slice(res.Fights, func(i, j int) bool { return res.Fights[i].Ref.String() < res.Fights[j].Ref.String() })
+	sort.Slice(res.Unverified, func(i, j int) bool { return res.Unverified[i].Ref.String() < res.Unverified[j].Ref.String() })
+	sort.Slice(res.Failed, func(i, j int) bool { return res.Failed[i].Ref.String() < res.Failed[j].Ref.String() })
 	for _, u := range s.unresolved {
 		res.Unresolved = append(res.Unresolved, u.err)
 	}
 	return res, errors.Join(errs...)
+}
+
+// requeueBy makes RequeueAfter at most d (and at least a millisecond: zero
+// means no requeue).
+func (r *Result) requeueBy(d time.Duration) {
+	d = max(d, time.Millisecond)
+	if r.RequeueAfter == 0 || d < r.RequeueAfter {
+		r.RequeueAfter = d
+	}
 }
 
 // informerSyncWait bounds how long Sync waits for a new informer's first
@@ -199,6 +224,11 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 		return nil, err
 	}
 	if notFound {
+		if obj.proof != nil {
+			// Only the owner creates what it declares.
+			obj.proof.missing()
+			return nil, nil
+		}
 		drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Deleted: true}
 		return drift, e.correct(ctx, spec, obj, drift, "", func() error { return e.create(ctx, spec, obj, declared) })
 	}
@@ -219,6 +249,12 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 		obj.settle()
 		return nil, nil
 	}
+	if obj.proof != nil {
+		verified, err := e.verify(ctx, spec, obj, live, desired, patch)
+		if err != nil || !verified || obj.inLine {
+			return nil, err
+		}
+	}
 	paths := driftPaths(live.Object, desired)
 	drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, paths, e.fieldManager)}
 	return drift, e.correct(ctx, spec, obj, drift, live.GetResourceVersion(), func() error {
@@ -227,7 +263,7 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 				return err
 			}
 		}
-		out, err := e.resource(obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager})
+		out, err := e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager})
 		if err != nil {
 			return fmt.Errorf("patching: %w", err)
 		}
@@ -263,9 +299,28 @@ func (e *Engine) correct(ctx context.Context, spec ObjectSet, obj *lockedObject,
 		e.countDrift(d, drift, now)
 		return nil
 	}
-	if err := write(); err != nil {
-		return err
+	if f := d.failure; f != nil && now.Before(f.RetryAt) {
+		drift.Held = true
+		return nil
 	}
+	if err := write(); err != nil {
+		reason := permanentReason(err)
+		if reason == "" {
+			d.failure = nil
+			return err
+		}
+		// Reported once: a retry that fails alike is held, not
+		// reported again.
+		again := d.failure != nil && d.failure.Reason == reason && d.failure.Err.Error() == err.Error()
+		d.failure = &Failure{Ref: obj.ref, Kind: drift.Kind, Reason: reason, Err: err, RetryAt: now.Add(PermanentRetry)}
+		if again {
+			drift.Held = true
+			return nil
+		}
+		drift.Err = err
+		return nil
+	}
+	d.failure = nil
 	obj.settle()
 	drift.Corrected = true
 	e.countDrift(d, drift, now)
@@ -314,9 +369,9 @@ func (e *Engine) create(ctx context.Context, spec ObjectSet, obj *lockedObject, 
 	}
 	var err error
 	if spec.ServerSideApply {
-		_, err = e.resource(obj.ref).Apply(ctx, obj.ref.Name, declared, metav1.ApplyOptions{FieldManager: obj.applyManagerOrDefault(), Force: true})
+		_, err = e.writer(spec, obj.ref).Apply(ctx, obj.ref.Name, declared, metav1.ApplyOptions{FieldManager: obj.applyManagerOrDefault(), Force: true})
 	} else {
-		_, err = e.resource(obj.ref).Create(ctx, declared, metav1.CreateOptions{FieldManager: e.fieldManager})
+		_, err = e.writer(spec, obj.ref).Create(ctx, declared, metav1.CreateOptions{FieldManager: e.fieldManager})
 	}
 	if err != nil {
 		// AlreadyExists means the cache was behind; the event that
@@ -346,7 +401,7 @@ func (e *Engine) handOver(ctx context.Context, spec ObjectSet, obj *lockedObject
 	if err != nil || patch == nil {
 		return err
 	}
-	_, err = e.resource(obj.ref).Patch(ctx, obj.ref.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: e.fieldManager})
+	_, err = e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: e.fieldManager})
 	switch {
 	case apierrors.IsConflict(err):
 		// Someone wrote since live was read; the event of that write
@@ -417,12 +472,4 @@ func (e *Engine) live(ctx context.Context, obj *lockedObject) (live *unstructure
 	}
 	live, err = e.resource(ref).Get(ctx, ref.Name, metav1.GetOptions{})
 	return live, false, err
-}
-
-func (e *Engine) resource(ref ObjectRef) dynamicResource {
-	r := e.client.Resource(ref.GVR)
-	if ref.Namespace == "" {
-		return r
-	}
-	return r.Namespace(ref.Namespace)
 }

@@ -1,0 +1,74 @@
+package engine
+
+import (
+	"errors"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// PermanentRetry is how long the engine waits before it writes an object
+// again after the API server refused the write for a reason that a retry
+// alone cannot change (see Failure).
+const PermanentRetry = time.Minute
+
+// The reasons of a Failure.
+const (
+	// ReasonTooLarge: the object is larger than the API server accepts.
+	ReasonTooLarge = "TooLarge"
+	// ReasonInvalid: the API server's validation rejects the object.
+	ReasonInvalid = "Invalid"
+	// ReasonForbidden: the identity the engine writes as may not write it.
+	ReasonForbidden = "Forbidden"
+	// ReasonNamespaceNotFound: the object's namespace does not exist.
+	ReasonNamespaceNotFound = "NamespaceNotFound"
+	// ReasonBadRequest: the API server cannot read the request.
+	ReasonBadRequest = "BadRequest"
+	// ReasonMethodNotAllowed: the resource does not take the write.
+	ReasonMethodNotAllowed = "MethodNotAllowed"
+)
+
+// Failure is an object whose correction the API server refused for a
+// reason that retrying the same write cannot change: the object is invalid
+// or too large, its namespace is missing, or the engine may not write it.
+// Such a write is reported once and tried again at most every
+// PermanentRetry, never in a loop. Transient errors (conflicts, throttling,
+// timeouts, server errors) are returned by Sync instead, for the caller to
+// retry with its own backoff.
+type Failure struct {
+	Ref  ObjectRef
+	Kind string
+	// Reason is one of the Reason constants.
+	Reason string
+	Err    error
+	// RetryAt is when the write is tried again.
+	RetryAt time.Time
+}
+
+// permanentReason returns the Failure reason of err, or "" if a retry may
+// succeed.
+func permanentReason(err error) string {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return ""
+	}
+	switch {
+	case apierrors.IsRequestEntityTooLargeError(err):
+		return ReasonTooLarge
+	case apierrors.IsInvalid(err):
+		return ReasonInvalid
+	case apierrors.IsForbidden(err):
+		return ReasonForbidden
+	case apierrors.IsNotFound(err):
+		// A write that finds no object races a delete, whose event
+		// follows; a missing namespace does not fix itself.
+		if d := status.Status().Details; d != nil && d.Kind == "namespaces" {
+			return ReasonNamespaceNotFound
+		}
+	case apierrors.IsBadRequest(err):
+		return ReasonBadRequest
+	case apierrors.IsMethodNotSupported(err):
+		return ReasonMethodNotAllowed
+	}
+	return ""
+}

@@ -1,0 +1,196 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+)
+
+// Verification makes the engine hold an object only once it has seen that
+// the set's owner applied the object's declaration. It is for declarations
+// that someone with less power than the engine could have written: Helm's
+// release Secrets, for one, can be written by anyone who may write Secrets
+// in the release namespace, and a declaration taken on trust would let them
+// have the engine create or change objects they could not.
+//
+// An object is verified, and from then on held as usual, once the engine
+// has seen it
+//   - as declared (or differing only in the form the API server stores it
+//     in, which a server-side dry run of the correction shows), or
+//   - written by one of Owners at or after Since, with no field whose live
+//     value an Owner holds differing from the declaration: the differences
+//     are drift that another writer made after the owner's apply.
+//
+// Until then it is never written. In particular an object that does not
+// exist is not created, and a field whose live value an Owner applied for
+// an older declaration is not changed. See Result.Unverified.
+//
+// metadata.managedFields is the evidence: the API server keeps it, and
+// writing it requires write access to the object itself.
+type Verification struct {
+	// Owners are the field managers the owner writes with.
+	Owners []string
+	// Since is when the owner began applying this declaration: an owner's
+	// write at or after it is taken to be of this declaration. The zero
+	// time counts no owner write, so only objects already as declared are
+	// verified.
+	Since time.Time
+	// Needed reports whether a declared object, as passed to Declare,
+	// needs verifying. Nil means every object does. A caller whose
+	// previous declaration was verified passes the objects it carries
+	// over unchanged as not needing it.
+	Needed func(declared *unstructured.Unstructured) bool
+}
+
+// Unverified is a declared object the engine does not hold, because it has
+// not seen the set's owner apply it (see Verification).
+type Unverified struct {
+	Ref  ObjectRef
+	Kind string
+	// Missing says the object does not exist.
+	Missing bool
+	// Paths are where the live object differs from the declaration (at
+	// most maxDriftPaths of them).
+	Paths []string
+	// Owned are those of Paths whose live value an owner holds: values
+	// it applied, but for another declaration.
+	Owned []string
+}
+
+// proof is the verification state of an object that needs it.
+type proof struct {
+	Unverified
+	// checked is set once the object was found unverified, at
+	// resourceVersion version ("" when missing), so that an unchanged
+	// object is not checked again.
+	checked bool
+	version string
+}
+
+// needsProof reports whether obj must be verified before it is written.
+func needsProof(spec ObjectSet, declared *unstructured.Unstructured) bool {
+	v := spec.Verify
+	return v != nil && (v.Needed == nil || v.Needed(declared))
+}
+
+// verify decides whether the drifted live object of an unverified obj may
+// be corrected. It returns true once obj is verified; obj.inLine is set too
+// when a server-side dry run of patch showed the drift to be one of form
+// only (see noopPatch).
+func (e *Engine) verify(ctx context.Context, spec ObjectSet, obj *lockedObject, live *unstructured.Unstructured, desired map[string]any, patch *Patch) (bool, error) {
+	p := obj.proof
+	if p.checked && p.version == live.GetResourceVersion() {
+		return false, nil
+	}
+	v := spec.Verify
+	var paths []string
+	diffPaths(nil, live.Object, desired, &paths, -1)
+	owned := ownedPaths(live, paths, v.Owners)
+	if len(owned) == 0 && wroteSince(live, v.Owners, v.Since) {
+		obj.proof = nil
+		return true, nil
+	}
+	out, err := e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager, DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return false, fmt.Errorf("dry-running the correction of an unverified object: %w", err)
+	}
+	if sameStored(out, live) {
+		obj.noop = &noopPatch{resourceVersion: live.GetResourceVersion(), data: string(patch.Data)}
+		obj.settle()
+		return true, nil
+	}
+	p.checked, p.version, p.Missing = true, live.GetResourceVersion(), false
+	p.Paths, p.Owned = limitPaths(paths), limitPaths(owned)
+	return false, nil
+}
+
+// missing records that an unverified object does not exist.
+func (p *proof) missing() {
+	p.checked, p.version, p.Missing, p.Paths, p.Owned = true, "", true, nil, nil
+}
+
+func limitPaths(paths []string) []string {
+	if len(paths) > maxDriftPaths {
+		return paths[:maxDriftPaths]
+	}
+	return paths
+}
+
+// wroteSince reports whether one of managers wrote obj at or after since.
+// managedFields keep times to the second, so since is too.
+func wroteSince(obj *unstructured.Unstructured, managers []string, since time.Time) bool {
+	if since.IsZero() {
+		return false
+	}
+	since = since.Truncate(time.Second)
+	for _, f := range obj.GetManagedFields() {
+		if f.Subresource == "" && f.Time != nil && !f.Time.Time.Before(since) && slices.Contains(managers, f.Manager) {
+			return true
+		}
+	}
+	return false
+}
+
+// ownedPaths returns those of paths whose live value, or anything under
+// it, one of managers owns.
+func ownedPaths(live *unstructured.Unstructured, paths []string, managers []string) []string {
+	var sets []*fieldpath.Set
+	for _, f := range live.GetManagedFields() {
+		if f.Subresource != "" || f.FieldsV1 == nil || !slices.Contains(managers, f.Manager) {
+			continue
+		}
+		s := &fieldpath.Set{}
+		if err := s.FromJSON(bytes.NewReader(f.FieldsV1.Raw)); err == nil {
+			sets = append(sets, s)
+		}
+	}
+	var out []string
+	for _, text := range paths {
+		p, err := ParsePointer(text)
+		if err != nil || len(p) == 0 {
+			// The whole object differs; any owned field is in it.
+			if len(sets) > 0 {
+				out = append(out, text)
+			}
+			continue
+		}
+		for _, s := range sets {
+			if owns(s, live.Object, p) {
+				out = append(out, text)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// sameStored reports whether a and b are the same object as stored,
+// bookkeeping aside: a dry run's answer carries the request's field
+// manager even when it changed nothing.
+func sameStored(a, b *unstructured.Unstructured) bool {
+	return reflect.DeepEqual(withoutBookkeeping(a.Object), withoutBookkeeping(b.Object))
+}
+
+func withoutBookkeeping(obj map[string]any) map[string]any {
+	out := make(map[string]any, len(obj))
+	for k, v := range obj {
+		out[k] = v
+	}
+	if m, ok := obj["metadata"].(map[string]any); ok {
+		md := make(map[string]any, len(m))
+		for k, v := range m {
+			md[k] = v
+		}
+		delete(md, "managedFields")
+		delete(md, "resourceVersion")
+		out["metadata"] = md
+	}
+	return out
+}
