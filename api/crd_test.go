@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -145,4 +146,40 @@ func fieldByJSONName(typ reflect.Type, name string) (reflect.StructField, bool) 
 		}
 	}
 	return reflect.StructField{}, false
+}
+
+// TestCRDRejectsInvalidReleaseKeys holds the schema's patterns to the names
+// Kubernetes and Helm accept, so a typo is refused at admission rather than
+// reported later as a missing release.
+func TestCRDRejectsInvalidReleaseKeys(t *testing.T) {
+	crd, err := CRD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["release"]
+	for _, tc := range []struct {
+		field, value string
+		valid        bool
+	}{
+		{"namespace", "apps", true},
+		{"namespace", "kube-system", true},
+		{"namespace", "Not_A-Valid.NS!", false},
+		{"namespace", "with.dot", false},
+		{"namespace", strings.Repeat("a", 64), false},
+		{"name", "my-app", true},
+		{"name", "my.app-2", true},
+		{"name", "My_App", false},
+		{"name", "-leading", false},
+		{"name", strings.Repeat("a", 54), false},
+	} {
+		s := release.Properties[tc.field]
+		re, err := regexp.Compile(s.Pattern)
+		if err != nil {
+			t.Fatalf("spec.release.%s pattern: %v", tc.field, err)
+		}
+		valid := re.MatchString(tc.value) && (s.MaxLength == nil || int64(len(tc.value)) <= *s.MaxLength)
+		if valid != tc.valid {
+			t.Errorf("spec.release.%s %q: valid = %v, want %v", tc.field, tc.value, valid, tc.valid)
+		}
+	}
 }

@@ -21,19 +21,26 @@ import (
 // have the engine create or change objects they could not.
 //
 // An object is verified, and from then on held as usual, once the engine
-// has seen it
-//   - as declared (or differing only in the form the API server stores it
-//     in, which a server-side dry run of the correction shows), or
-//   - written by one of Owners at or after Since, with no field whose live
-//     value an Owner holds differing from the declaration: the differences
-//     are drift that another writer made after the owner's apply.
+// has seen it as declared (or differing only in the form the API server
+// stores it in, which a server-side dry run of the correction shows). At
+// the first check of an object alone, it is verified too when the
+// differences are drift made after the owner's apply: one of Owners wrote
+// the object at or after Since, and every field that differs holds a value
+// that another manager wrote at or after Since.
 //
 // Until then it is never written. In particular an object that does not
-// exist is not created, and a field whose live value an Owner applied for
-// an older declaration is not changed. See Result.Unverified.
+// exist is not created; a field whose live value an Owner holds, for an
+// older declaration, is not changed; and a field the object lacks is not
+// added, since nothing tells a field the owner never applied from one that
+// someone removed. Later edits never verify an object but by making it as
+// declared: otherwise an admin's edit of a field held back would let the
+// declaration through. See Result.Unverified.
 //
 // metadata.managedFields is the evidence: the API server keeps it, and
-// writing it requires write access to the object itself.
+// writing it requires write access to the object itself. Its times have a
+// resolution of one second, so a declaration written within the second of
+// the owner's last write to an object, by someone who raced an admin's edit
+// of that same object into that second, is the one case it cannot tell.
 type Verification struct {
 	// Owners are the field managers the owner writes with.
 	Owners []string
@@ -93,7 +100,7 @@ func (e *Engine) verify(ctx context.Context, spec ObjectSet, obj *lockedObject, 
 	var paths []string
 	diffPaths(nil, live.Object, desired, &paths, -1)
 	owned := ownedPaths(live, paths, v.Owners)
-	if len(owned) == 0 && wroteSince(live, v.Owners, v.Since) {
+	if !p.checked && len(owned) == 0 && wroteSince(live, v.Owners, v.Since) && driftSince(live, desired, paths, v.Since) {
 		obj.proof = nil
 		return true, nil
 	}
@@ -134,6 +141,59 @@ func wroteSince(obj *unstructured.Unstructured, managers []string, since time.Ti
 		if f.Subresource == "" && f.Time != nil && !f.Time.Time.Before(since) && slices.Contains(managers, f.Manager) {
 			return true
 		}
+	}
+	return false
+}
+
+// driftSince reports whether every one of paths, where live differs from
+// desired, holds a value that some manager wrote at or after since: drift,
+// not a field the owner never applied. A field live lacks proves nothing,
+// unless the declared value is empty, as the API server drops empty maps
+// and lists.
+func driftSince(live *unstructured.Unstructured, desired map[string]any, paths []string, since time.Time) bool {
+	since = since.Truncate(time.Second)
+	var sets []*fieldpath.Set
+	for _, f := range live.GetManagedFields() {
+		if f.Subresource != "" || f.FieldsV1 == nil || f.Time == nil || f.Time.Time.Before(since) {
+			continue
+		}
+		s := &fieldpath.Set{}
+		if err := s.FromJSON(bytes.NewReader(f.FieldsV1.Raw)); err == nil {
+			sets = append(sets, s)
+		}
+	}
+	for _, text := range paths {
+		p, err := ParsePointer(text)
+		if err != nil || len(p) == 0 {
+			return false
+		}
+		if _, ok := p.get(live.Object); !ok {
+			if d, _ := p.get(desired); !isEmpty(d) {
+				return false
+			}
+			continue
+		}
+		found := false
+		for _, s := range sets {
+			found = found || owns(s, live.Object, p)
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func isEmpty(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		return true
+	case map[string]any:
+		return len(v) == 0
+	case []any:
+		return len(v) == 0
+	case string:
+		return v == ""
 	}
 	return false
 }

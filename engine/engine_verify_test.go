@@ -107,6 +107,16 @@ func TestVerification(t *testing.T) {
 		managers:  []metav1.ManagedFieldsEntry{managed("helm", before, false), managed("kubectl-edit", before, true)},
 		wantValue: "edited", want: []Unverified{{Paths: []string{"/data/key"}}}, wantDryRun: 1,
 	}, {
+		name: "another writer's edit from before the revision stays", needed: true,
+		live:      ptr("edited"),
+		managers:  []metav1.ManagedFieldsEntry{managed("helm", after, false), managed("kubectl-edit", before, true)},
+		wantValue: "edited", want: []Unverified{{Paths: []string{"/data/key"}}}, wantDryRun: 1,
+	}, {
+		name: "a field the object lacks is not added", needed: true,
+		live:      ptr(""),
+		managers:  []metav1.ManagedFieldsEntry{managed("helm", after, false)},
+		wantValue: "", want: []Unverified{{Paths: []string{"/data/key"}}}, wantDryRun: 1,
+	}, {
 		name: "a difference of form only is verified by a dry run and not written", needed: true, normalizes: true,
 		live: ptr("old"), managers: []metav1.ManagedFieldsEntry{managed("helm", before, true)},
 		wantValue: "old", wantDryRun: 1,
@@ -118,6 +128,9 @@ func TestVerification(t *testing.T) {
 			client.PrependReactor("patch", "configmaps", dryRunReactor(client, tc.normalizes, &dryRuns))
 			if tc.live != nil {
 				live := configMap(t, *tc.live)
+				if *tc.live == "" {
+					unstructured.RemoveNestedField(live.Object, "data", "key")
+				}
 				live.SetNamespace("ns")
 				live.SetManagedFields(tc.managers)
 				if err := client.Tracker().Create(cmGVR, live, "ns"); err != nil {
@@ -164,8 +177,8 @@ func TestVerification(t *testing.T) {
 	}
 }
 
-// TestVerifiedObjectIsHeldFromThenOn: once an unverified object comes in
-// line, any later drift is reverted, even of a value the owner applied.
+// TestVerifiedObjectIsHeldFromThenOn: a later edit never verifies an
+// object; once it comes in line, any later drift is reverted.
 func TestVerifiedObjectIsHeldFromThenOn(t *testing.T) {
 	ctx := context.Background()
 	e, client, _ := newTestEngine(t)
@@ -183,6 +196,17 @@ func TestVerifiedObjectIsHeldFromThenOn(t *testing.T) {
 	})
 	if res, err := e.Sync(ctx, "k"); err != nil || len(res.Unverified) != 1 {
 		t.Fatalf("first Sync = %+v, %v; want one unverified", res, err)
+	}
+	// An admin's edit after the first check does not verify it: the
+	// edit stays.
+	edited := drift(t, client, "admin's")
+	edited.SetManagedFields([]metav1.ManagedFieldsEntry{managed("helm", since.Add(time.Hour), false), managed("kubectl-edit", since.Add(time.Hour), true)})
+	if err := client.Tracker().Update(cmGVR, edited, "ns"); err != nil {
+		t.Fatal(err)
+	}
+	e.onEvent(cmGVR, edited)
+	if res, err := e.Sync(ctx, "k"); err != nil || len(res.Unverified) != 1 || valueOrEmpty(t, client) != "admin's" {
+		t.Fatalf("Sync after an admin's edit = %+v, %v, value %q; want still unverified, the edit kept", res, err, valueOrEmpty(t, client))
 	}
 	// The owner applies the declaration.
 	e.onEvent(cmGVR, drift(t, client, "declared"))

@@ -21,6 +21,10 @@ func (s *HelmReleaseStatus) DeepCopy() *HelmReleaseStatus {
 	}
 	out.NotLocked = slices.Clone(s.NotLocked)
 	out.LastDrift = s.LastDrift.DeepCopy()
+	if s.Verified != nil {
+		v := *s.Verified
+		out.Verified = &v
+	}
 	return &out
 }
 

@@ -45,6 +45,10 @@ type HelmReleaseSpec struct {
 	// Ignore lists fields that are neither compared nor reverted, such as
 	// the replicas an autoscaler sets.
 	Ignore []IgnoreRule `json:"ignore,omitempty"`
+	// ServiceAccountName, in the release namespace, is the identity every
+	// write of the lock impersonates, so that the lock can do no more
+	// than that account may. Empty takes the locker's default.
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 }
 
 // Mode says what the locker does about drift.
@@ -149,6 +153,23 @@ type HelmReleaseStatus struct {
 	// DriftsDetected and DriftsCorrected count drifts over the CR's life.
 	DriftsDetected  int64 `json:"driftsDetected,omitempty"`
 	DriftsCorrected int64 `json:"driftsCorrected,omitempty"`
+	// Verified is the last revision the locker trusts (see
+	// VerifiedRevision).
+	Verified *VerifiedRevision `json:"verified,omitempty"`
+}
+
+// VerifiedRevision is a revision the locker trusts: it saw Helm apply every
+// object of it, or it was the current revision when the lock first
+// engaged. A release Secret can be written by anyone who may write Secrets
+// in the release namespace; a newer revision is held only as far as Helm is
+// seen to have applied it. Kept in the status, it outlives a restart of the
+// locker.
+type VerifiedRevision struct {
+	Release  ReleaseKey `json:"release"`
+	Revision int        `json:"revision"`
+	// ManifestDigest is the sha256 of the revision's manifest, so that a
+	// revision rewritten in place after it was verified is not trusted.
+	ManifestDigest string `json:"manifestDigest"`
 }
 
 // MaxNotLocked bounds status.notLocked, so a broken release cannot make its
@@ -159,7 +180,9 @@ const MaxNotLocked = 20
 type ObjectProblem struct {
 	// Object is kind/namespace/name, or kind/name when cluster-scoped.
 	Object string `json:"object"`
-	// Reason is one of OptedOut, TypeNotServed, Conflict, APIError.
+	// Reason is one of OptedOut, TypeNotServed, Conflict, APIError,
+	// NotAppliedByHelm, HelmOperationInProgress, or a refusal of the API
+	// server: TooLarge, Invalid, Forbidden, NamespaceNotFound.
 	Reason  string `json:"reason"`
 	Message string `json:"message,omitempty"`
 }

@@ -18,6 +18,7 @@ type options struct {
 	nodeName       string
 	workers        int
 	helmManagers   []string
+	defaultSA      string
 	qps            float32
 	burst          int
 	leaderElect    bool
@@ -71,6 +72,7 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.DurationVar(&opts.leaseDuration, "leader-elect-lease-duration", 30*time.Second, "how long a leader's Lease lasts without renewal: the longest a crashed leader goes unreplaced")
 	f.DurationVar(&opts.renewDeadline, "leader-elect-renew-deadline", 20*time.Second, "how long the leader keeps trying to renew before it gives up leading")
 	f.DurationVar(&opts.retryPeriod, "leader-elect-retry-period", 10*time.Second, "how often the leader renews its Lease, and others try to take it: the locker's only requests when nothing changes")
+	f.StringVar(&opts.defaultSA, "default-service-account", "", "ServiceAccount, in each release's namespace, whose identity the writes of a HelmRelease without spec.serviceAccountName impersonate; empty writes with the locker's own identity")
 	f.StringSliceVar(&opts.helmManagers, "helm-field-managers", []string{"helm"}, "field managers Helm writes with (Helm names its manager after its binary)")
 	f.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "address serving Prometheus metrics on /metrics; 0 turns them off")
 	f.StringVar(&opts.healthAddr, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 turns them off")

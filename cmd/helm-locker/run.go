@@ -81,17 +81,18 @@ func runOperator(ctx context.Context, opts *options) error {
 		m = metrics.New(func() []schema.GroupVersionResource { return c.Informers() })
 	}
 	c = controller.New(controller.Config{
-		Namespace:      opts.namespace,
-		ControllerName: opts.controllerName,
-		HelmManagers:   opts.helmManagers,
-		Dynamic:        dyn,
-		REST:           cfg,
-		Metadata:       meta,
-		Kube:           kube,
-		Mapper:         mapper,
-		Workers:        opts.workers,
-		Recorder:       broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: opts.controllerName, Host: opts.nodeName}),
-		Metrics:        m,
+		Namespace:             opts.namespace,
+		ControllerName:        opts.controllerName,
+		HelmManagers:          opts.helmManagers,
+		DefaultServiceAccount: opts.defaultSA,
+		Dynamic:               dyn,
+		REST:                  cfg,
+		Metadata:              meta,
+		Kube:                  kube,
+		Mapper:                mapper,
+		Workers:               opts.workers,
+		Recorder:              broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: opts.controllerName, Host: opts.nodeName}),
+		Metrics:               m,
 	})
 
 	var leading atomic.Bool

@@ -70,6 +70,10 @@ type Config struct {
 	Metadata metadata.Interface
 	Kube     kubernetes.Interface
 	Mapper   meta.ResettableRESTMapper
+	// DefaultServiceAccount, in each release's namespace, is what the
+	// writes of a CR that names no spec.serviceAccountName impersonate;
+	// empty writes those with the locker's own identity.
+	DefaultServiceAccount string
 	// Workers is the number of releases synced at once.
 	Workers int
 	// Recorder records events on HelmRelease CRs; nil records none.
@@ -89,6 +93,9 @@ type Controller struct {
 	mu     sync.Mutex
 	states map[string]*releaseState // by CR key
 	synced atomic.Bool
+
+	writersMu sync.Mutex
+	writers   map[string]dynamic.Interface // by impersonated user
 }
 
 // releaseState is what the controller remembers of one CR between syncs.
@@ -126,6 +133,13 @@ type releaseState struct {
 	announced int
 	// unheld counts the events past maxPendingEvents, by type and reason.
 	unheld map[pendingEvent]int
+	// trust is the last verified revision, and candidate the revision
+	// held while it is verified (see verification).
+	trust     trust
+	candidate *candidate
+	// warned are the unverified objects warned about, by message, so
+	// that each finding is announced once.
+	warned map[string]bool
 }
 
 // bookkeepingDelay is how long drift events and status counts wait before
@@ -149,7 +163,8 @@ func New(cfg Config) *Controller {
 			),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "helmreleases", MetricsProvider: cfg.Metrics.WorkqueueProvider()},
 		),
-		states: map[string]*releaseState{},
+		states:  map[string]*releaseState{},
+		writers: map[string]dynamic.Interface{},
 	}
 	if c.cfg.Recorder == nil {
 		c.cfg.Recorder = noEvents{}
@@ -402,6 +417,10 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 	if !st.counted {
 		st.counted = true
 		st.driftsDetected, st.corrected, st.lastDrift = hr.Status.DriftsDetected, hr.Status.DriftsCorrected, hr.Status.LastDrift.DeepCopy()
+		if v := hr.Status.Verified; v != nil && v.Release == hr.Spec.Release {
+			record := *v
+			st.trust.verified = &record
+		}
 	}
 	before := st.lock.Phase
 	status, awaiting, syncErr := c.syncRelease(ctx, key, hr, st, declareOnly)
@@ -411,6 +430,9 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 	status.DriftsDetected, status.DriftsCorrected = st.driftsDetected, st.corrected
 	if st.lastDrift != nil {
 		status.LastDrift = st.lastDrift
+	}
+	if st.trust.verified != nil {
+		status.Verified = st.trust.verified
 	}
 	c.lockEvents(hr, before, st, status)
 	c.cfg.Metrics.ObserveRelease(key, st.lock.Phase == lock.Locked && hr.Spec.Mode != v1alpha1.ModeWarn, status.LockedObjects)
@@ -493,6 +515,12 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 			}
 			return openStatus(hr, v1alpha1.StateError, revision, "InvalidRelease", err.Error()), false, nil
 		}
+		writer, err := c.writerFor(rk.Namespace, c.serviceAccount(hr))
+		if err != nil {
+			c.openState(key, st)
+			return openStatus(hr, v1alpha1.StateError, revision, "ImpersonationUnavailable", err.Error()), false, nil
+		}
+		verify := c.verification(ctx, st, latest, rel, objs)
 		objs, st.optedOut = splitOptedOut(objs)
 		c.engine.Declare(key, engine.ObjectSet{
 			Objects:          objs,
@@ -501,6 +529,8 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 			BeforeWrite:      c.confirmLocked(rk, rel.Version, time.Now()),
 			ReportOnly:       hr.Spec.Mode == v1alpha1.ModeWarn,
 			Ignore:           pointersFor(rules),
+			Verify:           verify,
+			Writer:           writer,
 		})
 		// The engine holds the parsed objects; the manifest text
 		// would only double them.
@@ -523,7 +553,11 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 	if st.lock != before {
 		logger.V(2).Info("Lock state changed", "from", before.Phase, "to", st.lock.Phase, "revision", st.lock.Revision)
 	}
+	if err == nil && len(res.Unresolved) == 0 && len(res.Unverified) == 0 {
+		st.verified()
+	}
 	c.reportDrifts(ctx, hr, st, res)
+	c.reportUnverified(hr, st, res)
 	if res.RequeueAfter > 0 {
 		c.queue.AddAfter(key, res.RequeueAfter)
 	}
@@ -558,6 +592,7 @@ func (c *Controller) openState(key string, st *releaseState) {
 	st.lock = st.lock.Next(lock.Event{Type: lock.Open})
 	st.rel, st.secretUID, st.secretVersion, st.generation = nil, "", "", 0
 	st.optedOut, st.fights = nil, nil
+	st.candidate, st.warned = nil, nil
 }
 
 func (c *Controller) state(key string) *releaseState {

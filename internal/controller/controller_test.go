@@ -187,12 +187,12 @@ func TestEvents(t *testing.T) {
 	refuse := true
 	dyn.PrependReactor("create", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
 		if refuse {
-			return true, nil, apierrors.NewForbidden(cmGVR.GroupResource(), "cm", errors.New("not allowed"))
+			return true, nil, apierrors.NewServiceUnavailable("etcd is away")
 		}
 		return false, nil, nil
 	})
 	if err := c.sync(context.Background(), "cattle-helm-system/hr", false); err == nil {
-		t.Fatal("sync with a refused create: want an error")
+		t.Fatal("sync with a failed create: want an error")
 	}
 	refuse = false
 	if err := c.sync(context.Background(), "cattle-helm-system/hr", false); err != nil {
@@ -216,6 +216,47 @@ func TestEvents(t *testing.T) {
 		if !strings.HasPrefix(got[i], want[i]) {
 			t.Errorf("event %d = %q, want it to start with %q", i, got[i], want[i])
 		}
+	}
+}
+
+// TestForbiddenIsReportedOnce: a write the lock's identity may not make is
+// reported once, names the identity and the verb, and is not retried at
+// once.
+func TestForbiddenIsReportedOnce(t *testing.T) {
+	c, dyn := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1))
+	recorder := record.NewFakeRecorder(20)
+	c.cfg.Recorder = recorder
+	creates := 0
+	dyn.PrependReactor("create", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
+		creates++
+		return true, nil, apierrors.NewForbidden(cmGVR.GroupResource(), "cm", errors.New(`User "system:serviceaccount:apps:tenant" cannot create resource "configmaps" in API group "" in the namespace "apps"`))
+	})
+	for range 3 {
+		if err := c.sync(context.Background(), "cattle-helm-system/hr", false); err != nil {
+			t.Fatalf("sync: %v; a refusal for good is not an error to retry at once", err)
+		}
+	}
+	if creates != 1 {
+		t.Errorf("%d creates in three syncs, want 1", creates)
+	}
+	st := statusOf(t, dyn)
+	cond := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionLocked)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "Forbidden" ||
+		!strings.Contains(cond.Message, "ConfigMap apps/cm") || !strings.Contains(cond.Message, "system:serviceaccount:apps:tenant") || !strings.Contains(cond.Message, "cannot create") {
+		t.Errorf("Locked condition = %+v, want Forbidden naming the object, the identity and the verb", cond)
+	}
+	if len(st.NotLocked) != 1 || st.NotLocked[0].Reason != "Forbidden" {
+		t.Errorf("notLocked = %+v, want the ConfigMap as Forbidden", st.NotLocked)
+	}
+	close(recorder.Events)
+	failed := 0
+	for ev := range recorder.Events {
+		if strings.Contains(ev, EventDriftCorrectionFailed) {
+			failed++
+		}
+	}
+	if failed != 1 {
+		t.Errorf("%d DriftCorrectionFailed events, want 1", failed)
 	}
 }
 

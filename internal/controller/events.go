@@ -26,6 +26,7 @@ const (
 	EventDriftCorrected        = "DriftCorrected"
 	EventDriftCorrectionFailed = "DriftCorrectionFailed"
 	EventFighting              = "Fighting"
+	EventNotAppliedByHelm      = "NotAppliedByHelm"
 )
 
 // noEvents is the recorder of a controller configured without one.
@@ -42,6 +43,22 @@ func crRef(hr *v1alpha1.HelmRelease) *corev1.ObjectReference {
 	return &corev1.ObjectReference{
 		APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind,
 		Namespace: hr.Namespace, Name: hr.Name, UID: hr.UID,
+	}
+}
+
+// reportUnverified warns, once per finding, of each object of the revision
+// the lock holds back because Helm was not seen to apply it.
+func (c *Controller) reportUnverified(hr *v1alpha1.HelmRelease, st *releaseState, res engine.Result) {
+	for _, u := range res.Unverified {
+		msg := unverifiedMessage(st.rel.Version, u)
+		if st.warned[msg] {
+			continue
+		}
+		if st.warned == nil {
+			st.warned = map[string]bool{}
+		}
+		st.warned[msg] = true
+		c.cfg.Recorder.Event(crRef(hr), corev1.EventTypeWarning, EventNotAppliedByHelm, truncate(msg, maxEventMessage))
 	}
 }
 

@@ -52,11 +52,19 @@ func lockedStatus(hr *v1alpha1.HelmRelease, st *releaseState, res engine.Result,
 	}
 	s.ObservedGeneration = hr.Generation
 	s.LockedObjects = res.Locked
-	s.NotLocked = notLocked(st.optedOut, res.Unresolved, syncErr)
+	s.NotLocked = notLocked(st.optedOut, st.rel.Version, res, syncErr)
 
-	checked := syncErr == nil && len(res.Unresolved) == 0
+	checked := syncErr == nil && len(res.Unresolved) == 0 && len(res.Unverified) == 0 && len(res.Failed) == 0
 	var locked metav1.Condition
 	switch {
+	case len(res.Unverified) > 0:
+		locked = condition(v1alpha1.ConditionLocked, false, "NotAppliedByHelm",
+			limit(fmt.Sprintf("%d of %d objects of revision %d are not held: Helm was not seen to apply them. %s",
+				len(res.Unverified), res.Objects, st.rel.Version, unverifiedMessage(st.rel.Version, res.Unverified[0]))))
+	case len(res.Failed) > 0:
+		f := res.Failed[0]
+		locked = condition(v1alpha1.ConditionLocked, false, f.Reason,
+			limit(fmt.Sprintf("the API server refuses the correction of %s: %v; it is tried again at %s", objectName(f.Kind, f.Ref), f.Err, f.RetryAt.UTC().Format(time.RFC3339))))
 	case len(res.Unresolved) > 0:
 		locked = condition(v1alpha1.ConditionLocked, false, "WaitingForTypes", limit(joinErrors(res.Unresolved)))
 	case syncErr != nil:
@@ -130,9 +138,15 @@ func setConditions(s *v1alpha1.HelmReleaseStatus, hr *v1alpha1.HelmRelease, cond
 
 // notLocked lists the objects of the revision that are not held, and why,
 // at most v1alpha1.MaxNotLocked of them.
-func notLocked(optedOut []v1alpha1.ObjectProblem, unresolved []error, syncErr error) []v1alpha1.ObjectProblem {
+func notLocked(optedOut []v1alpha1.ObjectProblem, revision int, res engine.Result, syncErr error) []v1alpha1.ObjectProblem {
 	out := append([]v1alpha1.ObjectProblem(nil), optedOut...)
-	for _, err := range unresolved {
+	for _, u := range res.Unverified {
+		out = append(out, v1alpha1.ObjectProblem{Object: objectName(u.Kind, u.Ref), Reason: "NotAppliedByHelm", Message: limit(unverifiedMessage(revision, u))})
+	}
+	for _, f := range res.Failed {
+		out = append(out, v1alpha1.ObjectProblem{Object: objectName(f.Kind, f.Ref), Reason: f.Reason, Message: limit(f.Err.Error())})
+	}
+	for _, err := range res.Unresolved {
 		var te *engine.TypeError
 		if errors.As(err, &te) {
 			out = append(out, v1alpha1.ObjectProblem{Object: te.Kind.Kind + " " + te.Name, Reason: "TypeNotServed", Message: limit(err.Error())})

@@ -47,15 +47,20 @@ func TestNotLocked(t *testing.T) {
 		&engine.ObjectError{Ref: cm, Err: &LockOpenError{Revision: 1, Latest: 2, Status: "pending-upgrade"}},
 		&engine.ObjectError{Ref: cm, Err: apierrors.NewForbidden(cmGVR.GroupResource(), "cm", errors.New("no"))},
 	)
+	res := engine.Result{
+		Unresolved: unresolved,
+		Unverified: []engine.Unverified{{Ref: cm, Kind: "ConfigMap", Missing: true}},
+		Failed:     []engine.Failure{{Ref: cm, Kind: "ConfigMap", Reason: engine.ReasonTooLarge, Err: errors.New("too large")}},
+	}
 	var reasons []string
-	for _, p := range notLocked(optedOut, unresolved, syncErr) {
+	for _, p := range notLocked(optedOut, 2, res, syncErr) {
 		reasons = append(reasons, p.Reason)
 	}
-	if diff := cmp.Diff([]string{"OptedOut", "TypeNotServed", "Conflict", "HelmOperationInProgress", "APIError"}, reasons); diff != "" {
+	if diff := cmp.Diff([]string{"OptedOut", "NotAppliedByHelm", "TooLarge", "TypeNotServed", "Conflict", "HelmOperationInProgress", "APIError"}, reasons); diff != "" {
 		t.Errorf("reasons (-want +got):\n%s", diff)
 	}
 	many := make([]v1alpha1.ObjectProblem, 50)
-	if got := len(notLocked(many, nil, nil)); got != v1alpha1.MaxNotLocked {
+	if got := len(notLocked(many, 1, engine.Result{}, nil)); got != v1alpha1.MaxNotLocked {
 		t.Errorf("notLocked kept %d problems, want at most %d", got, v1alpha1.MaxNotLocked)
 	}
 }

@@ -1,0 +1,176 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/engine"
+	"github.com/helm-locker/helm-locker/manifest"
+)
+
+// trust is what the controller trusts of a release: the last verified
+// revision, and a digest of each of its objects, so that a newer revision's
+// objects carried over unchanged need no proof.
+type trust struct {
+	verified *v1alpha1.VerifiedRevision
+	// objects are digests of the verified revision's objects, by
+	// objectID; nil when they are not known (the revision's Secret is gone
+	// or was rewritten since).
+	objects map[string]string
+}
+
+// candidate is a revision the lock holds before it is verified.
+type candidate struct {
+	record  v1alpha1.VerifiedRevision
+	objects map[string]string
+}
+
+// manifestDigest is the digest a VerifiedRevision records.
+func manifestDigest(m string) string {
+	sum := sha256.Sum256([]byte(m))
+	return hex.EncodeToString(sum[:])
+}
+
+// objectID names a manifest object as the manifest does: the same ID in
+// two revisions of one release is the same object.
+func objectID(obj *unstructured.Unstructured) string {
+	return strings.Join([]string{obj.GetAPIVersion(), obj.GetKind(), obj.GetNamespace(), obj.GetName()}, "/")
+}
+
+// objectDigest is a digest of a manifest object's content. encoding/json
+// writes map keys sorted, so equal objects have equal digests.
+func objectDigest(obj *unstructured.Unstructured) string {
+	data, err := json.Marshal(obj.Object)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+func objectDigests(objs []*unstructured.Unstructured) map[string]string {
+	out := make(map[string]string, len(objs))
+	for _, obj := range objs {
+		out[objectID(obj)] = objectDigest(obj)
+	}
+	return out
+}
+
+// verification decides how far the lock may trust rel, the release's
+// latest deployed revision, read from the Secret described by latest, and
+// returns what the engine must verify (nil to take it on trust).
+//
+// A release Secret is no proof: anyone who may write Secrets in the release
+// namespace can write one. What Helm really applied is: Helm writes a
+// revision's objects after it creates the revision's Secret and before it
+// marks the revision deployed, and its writes are recorded in each object's
+// managedFields, which a Secret writer cannot forge. So:
+//   - the first lock of a release trusts its current revision: creating
+//     the CR is the admin's act;
+//   - a revision the CR's status records as verified, with the same
+//     manifest, is trusted again, after a restart too;
+//   - any other revision is held only as far as the engine sees Helm's
+//     writes of it, at or after its Secret was created; objects carried
+//     over unchanged from the verified revision are trusted.
+func (c *Controller) verification(ctx context.Context, st *releaseState, latest *metav1.PartialObjectMetadata, rel *manifest.Release, objs []*unstructured.Unstructured) *engine.Verification {
+	rk := st.release
+	record := v1alpha1.VerifiedRevision{Release: rk, Revision: rel.Version, ManifestDigest: manifestDigest(rel.Manifest)}
+	digests := objectDigests(objs)
+	v := st.trust.verified
+	switch {
+	case v == nil:
+		klog.FromContext(ctx).V(2).Info("First lock of the release: trusting its current revision", "release", rk.Namespace+"/"+rk.Name, "revision", rel.Version)
+		st.trust = trust{verified: &record, objects: digests}
+		st.candidate = nil
+		return nil
+	case *v == record:
+		if st.trust.objects == nil {
+			st.trust.objects = digests
+		}
+		st.candidate = nil
+		return nil
+	}
+	if st.trust.objects == nil {
+		st.trust.objects = c.verifiedObjects(ctx, latest.Namespace, *v)
+	}
+	st.candidate = &candidate{record: record, objects: digests}
+	since := latest.CreationTimestamp.Time
+	if rel.Version <= v.Revision {
+		// Helm never rewrites a revision's manifest, nor goes back to
+		// an older number: no write of Helm's can be of this one.
+		since = time.Time{}
+	}
+	trusted := st.trust.objects
+	return &engine.Verification{
+		Owners: c.cfg.HelmManagers,
+		Since:  since,
+		Needed: func(obj *unstructured.Unstructured) bool {
+			d, ok := trusted[objectID(obj)]
+			return !ok || d != objectDigest(obj)
+		},
+	}
+}
+
+// verified records that the candidate revision was verified: Helm was seen
+// to apply every object of it.
+func (st *releaseState) verified() {
+	if st.candidate == nil {
+		return
+	}
+	st.trust = trust{verified: &st.candidate.record, objects: st.candidate.objects}
+	st.candidate = nil
+}
+
+// verifiedObjects reads the object digests of the verified revision v from
+// its Secret, if it is still there and its manifest is the one verified.
+// After a restart, they let a newer revision's unchanged objects be held
+// without proof; without them every object of the newer revision must be
+// proved.
+func (c *Controller) verifiedObjects(ctx context.Context, namespace string, v v1alpha1.VerifiedRevision) map[string]string {
+	logger := klog.FromContext(ctx)
+	objs, err := c.secrets.GetIndexer().ByIndex(byRelease, v.Release.Namespace+"/"+v.Release.Name)
+	if err != nil {
+		return nil
+	}
+	for _, obj := range objs {
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok || m.Namespace != namespace || m.Labels[labelVersion] != strconv.Itoa(v.Revision) {
+			continue
+		}
+		rel, relObjs, err := c.readRelease(ctx, m)
+		if err != nil {
+			logger.V(2).Info("Cannot read the verified revision; every object of the new one must be proved", "secret", klog.KObj(m), "err", err)
+			return nil
+		}
+		if manifestDigest(rel.Manifest) != v.ManifestDigest {
+			logger.Info("The verified revision's Secret was rewritten since it was verified; not trusting it", "secret", klog.KObj(m))
+			return nil
+		}
+		return objectDigests(relObjs)
+	}
+	return nil
+}
+
+// unverifiedMessage says why an object of revision is not held.
+func unverifiedMessage(revision int, u engine.Unverified) string {
+	what := objectName(u.Kind, u.Ref)
+	switch {
+	case u.Missing:
+		return fmt.Sprintf("revision %d: %s does not exist, so Helm did not apply it; it is not created", revision, what)
+	case len(u.Owned) > 0:
+		return fmt.Sprintf("revision %d: %s differs at %s, where Helm applied other values; it is not changed", revision, what, strings.Join(u.Owned, ", "))
+	default:
+		return fmt.Sprintf("revision %d: %s differs at %s, and Helm has not written it since the revision was created; it is not changed", revision, what, strings.Join(u.Paths, ", "))
+	}
+}
