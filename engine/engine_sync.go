@@ -456,6 +456,14 @@ func (o *lockedObject) applyManagerOrDefault() string {
 // current declaration when last stored.
 func (e *Engine) live(ctx context.Context, obj *lockedObject) (live *unstructured.Unstructured, inLine bool, err error) {
 	ref := obj.ref
+	if p := obj.proof; p != nil && !p.checked {
+		// The first check of an unverified object decides what the
+		// owner applied (see Verification), so it reads the object as
+		// it is now: the cache may not show the owner's writes yet,
+		// though the declaration that followed them has arrived.
+		live, err = e.resource(ref).Get(ctx, ref.Name, metav1.GetOptions{})
+		return live, false, err
+	}
 	cached, exists, synced, err := e.informers.Get(ref.GVR, ref.Namespace, ref.Name)
 	// The cache does not hold objects that were untracked at their last
 	// event, so a missing object is looked up: it may have been created

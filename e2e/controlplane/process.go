@@ -58,3 +58,10 @@ func (p *Process) Stop(timeout time.Duration) error {
 		return fmt.Errorf("%s did not stop within %s of SIGTERM and was killed", p.Name, timeout)
 	}
 }
+
+// Kill sends SIGKILL, as the kernel's OOM killer or a node failure would,
+// and waits for the process to exit.
+func (p *Process) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
