@@ -36,7 +36,7 @@ test-unit: ## Run the unit tests with the race detector
 .PHONY: test-e2e
 test-e2e: ## Run the e2e suite against a real control plane and real helm CLIs
 	bin=$$(bash hack/tools.sh); export HELM_LOCKER_TOOLS_BIN=$$bin; status=0; \
-	go test -count=1 -timeout 45m $(E2E_FLAGS) ./e2e/... || status=$$?; \
+	go test -count=1 -timeout 45m -parallel 6 $(E2E_FLAGS) ./e2e/... || status=$$?; \
 	bash hack/check-leaks.sh; \
 	exit $$status
 

@@ -21,6 +21,7 @@ const childEnv = "HELM_LOCKER_E2E_CHILD"
 // way a CI timeout or a second Ctrl-C would. Its etcd and kube-apiserver
 // must die with it.
 func TestKilledRunLeavesNoProcess(t *testing.T) {
+	t.Parallel()
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestChildHoldsControlPlane$", "-test.v")
 	cmd.Env = append(os.Environ(), childEnv+"=1")
 	stdout, err := cmd.StdoutPipe()
@@ -76,6 +77,7 @@ func TestKilledRunLeavesNoProcess(t *testing.T) {
 // TestChildHoldsControlPlane is the child half of
 // TestKilledRunLeavesNoProcess; on its own it does nothing.
 func TestChildHoldsControlPlane(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(childEnv) == "" {
 		t.Skip("run only as the child of TestKilledRunLeavesNoProcess")
 	}

@@ -22,6 +22,7 @@ import (
 // namespace of its own. If the ClusterRole lacks a permission, the lock
 // never settles or the revert fails.
 func TestDeployManifestsGrantEnough(t *testing.T) {
+	t.Parallel()
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 // the locker will look for it, and the chart's objects, which set no
 // metadata.namespace, land in the release namespace.
 func TestHelmInstallsCreatedChart(t *testing.T) {
+	t.Parallel()
 	for _, v := range framework.HelmVersions {
 		t.Run(v.String(), func(t *testing.T) {
 			ns := env.Namespace(t)
@@ -67,6 +68,7 @@ func TestHelmInstallsCreatedChart(t *testing.T) {
 // ldflags: without them it reports v0.0.0-master and helm rejects charts
 // with a kubeVersion constraint.
 func TestControlPlaneVersion(t *testing.T) {
+	t.Parallel()
 	info, err := env.Kube.Discovery().ServerVersion()
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +81,7 @@ func TestControlPlaneVersion(t *testing.T) {
 // TestToolsAreCached runs hack/tools.sh a second time and fails if it
 // rebuilds anything: the first build takes minutes and must happen once.
 func TestToolsAreCached(t *testing.T) {
+	t.Parallel()
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		t.Fatal(err)

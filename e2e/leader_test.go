@@ -17,6 +17,7 @@ import (
 // the Lease holder locks; when it stops, the other takes the Lease and
 // reverts the next edit.
 func TestLeaderHandover(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	registration := env.Namespace(t)
 	flags := []string{"--namespace", registration, "--controller-name", "ha-locker",

@@ -93,6 +93,7 @@ func encodeRelease(t *testing.T, rel map[string]any) []byte {
 }
 
 func TestPendingUpgradeOpensTheLock(t *testing.T) {
+	t.Parallel()
 	for _, v := range framework.HelmVersions {
 		t.Run(v.String(), func(t *testing.T) {
 			ns := env.Namespace(t)
@@ -114,6 +115,7 @@ func TestPendingUpgradeOpensTheLock(t *testing.T) {
 }
 
 func TestFailedRevisionIsNotLocked(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	cr := lockConfigMaps(t, framework.Helm3, ns, "cms", 1)
 	writeRevision(t, ns, "cms", 1, 2, "failed")
@@ -125,6 +127,7 @@ func TestFailedRevisionIsNotLocked(t *testing.T) {
 }
 
 func TestChangingSpecReleaseMovesTheLock(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	cr := lockConfigMaps(t, framework.Helm3, ns, "first", 1)
 	env.Helm(t, framework.Helm3, "install", "second", framework.Chart(t, "configmaps"), "-n", ns)
@@ -145,6 +148,7 @@ func TestChangingSpecReleaseMovesTheLock(t *testing.T) {
 }
 
 func TestConfigMapStorageDriverIsReported(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	if _, err := env.HelmWithEnv(t, framework.Helm3, []string{"HELM_DRIVER=configmap"}, "install", "cms", framework.Chart(t, "configmaps"), "-n", ns); err != nil {
 		t.Fatal(err)
@@ -160,6 +164,7 @@ func TestConfigMapStorageDriverIsReported(t *testing.T) {
 // templates/, then upgrades it to add a custom resource of that kind (Helm
 // cannot map a kind whose CRD it creates in the same install).
 func TestLocksClusterRoleCRDAndCustomResource(t *testing.T) {
+	t.Parallel()
 	for _, v := range framework.HelmVersions {
 		t.Run(v.String(), func(t *testing.T) {
 			ns := env.Namespace(t)
@@ -221,6 +226,7 @@ func widgetIsDeclared(t *testing.T, apiVersion, ns, name string) error {
 // not a Helm release. Its CR must say so, naming the Secret, while a
 // release beside it keeps being locked.
 func TestBadReleaseDoesNotStopOthers(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	if _, err := env.Kube.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "sh.helm.release.v1.bad.v1", Labels: map[string]string{"owner": "helm", "name": "bad", "status": "deployed", "version": "1"}},

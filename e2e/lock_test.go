@@ -101,6 +101,7 @@ func waitForKey(t *testing.T, ns, name, want string) {
 }
 
 func TestRevertsConfigMapEdit(t *testing.T) {
+	t.Parallel()
 	for _, v := range framework.HelmVersions {
 		t.Run(v.String(), func(t *testing.T) {
 			ns := env.Namespace(t)
@@ -121,6 +122,7 @@ func TestRevertsConfigMapEdit(t *testing.T) {
 }
 
 func TestForeignLabelSurvivesRevert(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	lockConfigMaps(t, framework.Helm3, ns, "cms", 1)
 	env.Kubectl(t, "label", "-n", ns, "configmap", "cms-0", "team=payments")
@@ -136,6 +138,7 @@ func TestForeignLabelSurvivesRevert(t *testing.T) {
 }
 
 func TestRecreatesDeletedObjects(t *testing.T) {
+	t.Parallel()
 	for _, v := range framework.HelmVersions {
 		t.Run(v.String(), func(t *testing.T) {
 			ns := env.Namespace(t)
@@ -162,6 +165,7 @@ func TestRecreatesDeletedObjects(t *testing.T) {
 // which sets no metadata.namespace: the locker must find the Service in
 // the release namespace, and never create one in default.
 func TestRevertsServiceOfCreatedChart(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	lockCreatedChart(t, framework.Helm3, ns)
 	env.Kubectl(t, "patch", "-n", ns, "service", "demo-web", "--type", "merge", "-p", `{"spec":{"type":"NodePort"}}`)
@@ -186,6 +190,7 @@ func TestRevertsServiceOfCreatedChart(t *testing.T) {
 // duplicate port. After the locker's revert, an upgrade with no force flag
 // must succeed and leave exactly the new manifest's port.
 func TestServicePortsRevertThenHelmUpgrade(t *testing.T) {
+	t.Parallel()
 	for _, v := range framework.HelmVersions {
 		t.Run(v.String(), func(t *testing.T) {
 			ns := env.Namespace(t)
@@ -222,6 +227,7 @@ func waitForPorts(t *testing.T, ns string, want []int64) {
 }
 
 func TestHelmUpgradeAndRollbackAreNotFought(t *testing.T) {
+	t.Parallel()
 	for _, v := range framework.HelmVersions {
 		t.Run(v.String(), func(t *testing.T) {
 			ns := env.Namespace(t)
@@ -243,6 +249,7 @@ func TestHelmUpgradeAndRollbackAreNotFought(t *testing.T) {
 }
 
 func TestUninstallIsNotResurrected(t *testing.T) {
+	t.Parallel()
 	for _, v := range framework.HelmVersions {
 		t.Run(v.String(), func(t *testing.T) {
 			ns := env.Namespace(t)
@@ -262,6 +269,7 @@ func TestUninstallIsNotResurrected(t *testing.T) {
 }
 
 func TestDeletingTheCRLeavesEditsAlone(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	cr := lockConfigMaps(t, framework.Helm3, ns, "cms", 1)
 	if err := env.Dynamic.Resource(v1alpha1.Resource).Namespace(framework.RegistrationNamespace).Delete(t.Context(), cr, metav1.DeleteOptions{}); err != nil {
@@ -278,6 +286,7 @@ func TestDeletingTheCRLeavesEditsAlone(t *testing.T) {
 }
 
 func TestCRManagedByAnotherControllerIsLeftAlone(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	env.Helm(t, framework.Helm3, "install", "cms", framework.Chart(t, "configmaps"), "-n", ns)
 	hr := &unstructured.Unstructured{Object: map[string]any{
@@ -307,6 +316,7 @@ func TestCRManagedByAnotherControllerIsLeftAlone(t *testing.T) {
 // TestRegistrationClaimsUnannotatedCR checks the CR is annotated with the
 // controller's name once served.
 func TestRegistrationClaimsUnannotatedCR(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	cr := lockConfigMaps(t, framework.Helm3, ns, "cms", 1)
 	if got := env.HelmRelease(t, cr).Annotations[v1alpha1.ManagedByAnnotation]; got != "helm-locker" {
@@ -317,6 +327,7 @@ func TestRegistrationClaimsUnannotatedCR(t *testing.T) {
 // TestStatusIsTrue checks that the release's description and notes are
 // reported and that the Locked condition names the revision.
 func TestStatusIsTrue(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	cr := lockConfigMaps(t, framework.Helm4, ns, "cms", 4)
 	hr := env.HelmRelease(t, cr)

@@ -78,6 +78,7 @@ func managers(obj *unstructured.Unstructured) []string {
 // deletion are reported (condition, status, event) and left alone, and the
 // locker's field manager never appears on the objects.
 func TestWarnModeNeverWrites(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	env.Helm(t, framework.Helm3, "install", "cms", framework.Chart(t, "configmaps"), "-n", ns, "--set", "count=2")
 	cr := env.RegisterWith(t, framework.RegistrationNamespace, ns, "cms", map[string]any{"mode": "Warn"})
@@ -117,6 +118,7 @@ func TestWarnModeNeverWrites(t *testing.T) {
 // of the chart `helm create` makes: a scale stays, while an image change
 // made at the same time is reverted.
 func TestIgnoreRuleLetsScaleSurvive(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	chart := env.CreateChart(t, "web")
 	env.Helm(t, framework.Helm4, "install", "demo", chart, "-n", ns)
@@ -159,6 +161,7 @@ func containerImage(t *testing.T, ns, name string) string {
 // TestSuspendAndResume suspends a lock: the state says so, an edit stays;
 // resuming re-locks at once and reverts that edit.
 func TestSuspendAndResume(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	cr := lockConfigMaps(t, framework.Helm3, ns, "cms", 1)
 	waitForEvent(t, cr, "Locked", "all 1 objects of revision 1 are held")
@@ -185,6 +188,7 @@ func TestSuspendAndResume(t *testing.T) {
 // patch`; the events and the status name kubectl-patch, the path and the
 // object.
 func TestAttributionNamesKubectlPatch(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	cr := lockConfigMaps(t, framework.Helm4, ns, "cms", 1)
 	env.Kubectl(t, "patch", "configmap", "cms-0", "-n", ns, "--type=merge", "-p", `{"data":{"key":"patched"}}`)
@@ -207,6 +211,7 @@ func TestAttributionNamesKubectlPatch(t *testing.T) {
 // opt-out annotation alone, while its sibling is locked, and says so in
 // the status.
 func TestPerObjectOptOut(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	env.Helm(t, framework.Helm3, "install", "cms", framework.Chart(t, "configmaps"), "-n", ns, "--set", "count=2", "--set", "unlocked={1}")
 	cr := env.Register(t, ns, "cms")
@@ -228,6 +233,7 @@ func TestPerObjectOptOut(t *testing.T) {
 // bounded, and the CR says Fighting, naming the writer, the path and the
 // ignore rule that would end it.
 func TestFightIsBounded(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	cr := lockConfigMaps(t, framework.Helm3, ns, "cms", 1)
 
@@ -301,6 +307,7 @@ func httpGet(t *testing.T, url string) (int, string) {
 // probes and JSON logs, makes a known number of drifts, and reads the
 // counters back from /metrics.
 func TestMetricsHealthAndJSONLogs(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	registration := env.Namespace(t)
 	metricsAddr, healthAddr := freeAddress(t), freeAddress(t)

@@ -17,6 +17,7 @@ import (
 )
 
 func TestTwentyReleasesRevertedTogether(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	const n = 20
 	var crs []string
@@ -54,6 +55,7 @@ func TestTwentyReleasesRevertedTogether(t *testing.T) {
 // object must be back to the declared value: no edit falls into a blind
 // window.
 func TestBackToBackEditsAreAllReverted(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	const objects, edits = 20, 200
 	lockConfigMaps(t, framework.Helm4, ns, "cms", objects)

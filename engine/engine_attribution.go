@@ -176,7 +176,7 @@ func attribute(live *unstructured.Unstructured, paths []string, own string) []Ma
 }
 
 // owns reports whether set, a managedFields entry's field set, holds the
-// field at p in doc or anything under it. List elements are matched the
+// field at p in doc or anything under it, or an atomic value around it. List elements are matched the
 // way managedFields names them: by key fields, by value or by index.
 func owns(set *fieldpath.Set, doc any, p Pointer) bool {
 	if len(p) == 0 {
@@ -203,11 +203,16 @@ func owns(set *fieldpath.Set, doc any, p Pointer) bool {
 		default:
 			return false
 		}
-		if cur.Members.Has(pe) {
+		next, hasChildren := cur.Children.Get(pe)
+		if cur.Members.Has(pe) && !hasChildren {
+			// A leaf: the whole value is owned, as an atomic list
+			// or map is.
 			return true
 		}
-		next, ok := cur.Children.Get(pe)
-		if !ok {
+		// A member with children too is a map or list the entry
+		// created ("." in FieldsV1): that owns the container, not
+		// what another manager put in it since.
+		if !hasChildren {
 			return false
 		}
 		cur = next

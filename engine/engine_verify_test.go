@@ -102,6 +102,14 @@ func TestVerification(t *testing.T) {
 		managers:  []metav1.ManagedFieldsEntry{managed("helm", after, false), managed("kubectl-edit", after, true)},
 		wantValue: "declared",
 	}, {
+		name: "drift of a key in a map the owner created is reverted", needed: true,
+		live: ptr("edited"),
+		managers: []metav1.ManagedFieldsEntry{
+			{Manager: "helm", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &metav1.Time{Time: after},
+				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:data":{".":{},"f:other":{}}}`)}},
+			managed("kubectl-edit", after, true)},
+		wantValue: "declared",
+	}, {
 		name: "another writer's value with no owner write since stays", needed: true,
 		live:      ptr("edited"),
 		managers:  []metav1.ManagedFieldsEntry{managed("helm", before, false), managed("kubectl-edit", before, true)},
