@@ -42,6 +42,14 @@ func runOperator(ctx context.Context, opts *options) error {
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting helm-locker", "version", versionString(), "namespace", opts.namespace)
 
+	var c *controller.Controller
+	var m *metrics.Metrics
+	if opts.metricsAddr != "" && opts.metricsAddr != "0" {
+		m = metrics.New(func() []schema.GroupVersionResource { return c.Informers() })
+		// Before the first request, so that every request is counted.
+		m.ReportClientRequests()
+	}
+
 	cfg, err := restConfig(opts.kubeconfig, opts.qps, opts.burst)
 	if err != nil {
 		return err
@@ -74,11 +82,6 @@ func runOperator(ctx context.Context, opts *options) error {
 	defer broadcaster.Shutdown()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 
-	var c *controller.Controller
-	var m *metrics.Metrics
-	if opts.metricsAddr != "" && opts.metricsAddr != "0" {
-		m = metrics.New(func() []schema.GroupVersionResource { return c.Informers() })
-	}
 	c = controller.New(controller.Config{
 		Namespace:      opts.namespace,
 		ControllerName: opts.controllerName,
