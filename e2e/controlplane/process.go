@@ -58,3 +58,11 @@ func (p *Process) Stop(timeout time.Duration) error {
 		return fmt.Errorf("%s did not stop within %s of SIGTERM and was killed", p.Name, timeout)
 	}
 }
+
+// Kill sends SIGKILL and waits for the process to exit: a crash, with no
+// chance to clean up, as when a node dies or the kernel's OOM killer
+// strikes.
+func (p *Process) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
