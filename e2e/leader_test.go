@@ -13,15 +13,14 @@ import (
 	"github.com/helm-locker/helm-locker/e2e/framework"
 )
 
-// TestLeaderHandover runs two lockers for one registration namespace. Only
-// the Lease holder locks; when it stops, the other takes the Lease and
-// reverts the next edit.
+// TestLeaderHandover runs two lockers for one registration namespace, with
+// the default leader flags. Only the Lease holder locks; when it stops,
+// the other takes the Lease and reverts the next edit.
 func TestLeaderHandover(t *testing.T) {
 	t.Parallel()
 	ns := env.Namespace(t)
 	registration := env.Namespace(t)
-	flags := []string{"--namespace", registration, "--controller-name", "ha-locker",
-		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms"}
+	flags := []string{"--namespace", registration, "--controller-name", "ha-locker"}
 	first, err := env.StartLocker("ha-first", flags...)
 	if err != nil {
 		t.Fatal(err)

@@ -24,13 +24,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/helm-locker/helm-locker/api"
 	"github.com/helm-locker/helm-locker/internal/controller"
+	"github.com/helm-locker/helm-locker/internal/leader"
 	"github.com/helm-locker/helm-locker/internal/metrics"
 )
 
@@ -42,6 +41,14 @@ func runOperator(ctx context.Context, opts *options) error {
 	}
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting helm-locker", "version", versionString(), "namespace", opts.namespace)
+
+	var c *controller.Controller
+	var m *metrics.Metrics
+	if opts.metricsAddr != "" && opts.metricsAddr != "0" {
+		m = metrics.New(func() []schema.GroupVersionResource { return c.Informers() })
+		// Before the first request, so that every request is counted.
+		m.ReportClientRequests()
+	}
 
 	cfg, err := restConfig(opts.kubeconfig, opts.qps, opts.burst)
 	if err != nil {
@@ -75,11 +82,6 @@ func runOperator(ctx context.Context, opts *options) error {
 	defer broadcaster.Shutdown()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 
-	var c *controller.Controller
-	var m *metrics.Metrics
-	if opts.metricsAddr != "" && opts.metricsAddr != "0" {
-		m = metrics.New(func() []schema.GroupVersionResource { return c.Informers() })
-	}
 	c = controller.New(controller.Config{
 		Namespace:             opts.namespace,
 		ControllerName:        opts.controllerName,
@@ -141,50 +143,29 @@ func metricsMux(m *metrics.Metrics) http.Handler {
 // or when leadership is lost, as an error, so that the process exits and
 // starts afresh rather than keep caches it no longer owns.
 func runAsLeader(ctx context.Context, kube kubernetes.Interface, opts *options, run func(context.Context) error) error {
-	logger := klog.FromContext(ctx)
 	host, err := os.Hostname()
 	if err != nil {
 		return err
 	}
 	identity := host + "_" + string(uuid.NewUUID())
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: opts.controllerName, Namespace: opts.namespace},
-		Client:     kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
-	}
-	var runErr error
-	lost := false
-	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   opts.leaseDuration,
-		RenewDeadline:   opts.renewDeadline,
-		RetryPeriod:     opts.retryPeriod,
-		ReleaseOnCancel: true,
-		Name:            opts.controllerName,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				logger.Info("Leading", "lease", opts.namespace+"/"+opts.controllerName, "identity", identity)
-				runErr = run(ctx)
-			},
-			OnStoppedLeading: func() {
-				lost = ctx.Err() == nil
-			},
-			OnNewLeader: func(leader string) {
-				if leader != identity {
-					logger.Info("Another replica leads; standing by", "leader", leader)
-				}
-			},
-		},
+	elector, err := leader.New(leader.Config{
+		Leases:        kube.CoordinationV1(),
+		Namespace:     opts.namespace,
+		Name:          opts.controllerName,
+		Identity:      identity,
+		LeaseDuration: opts.leaseDuration,
+		RenewDeadline: opts.renewDeadline,
+		RetryPeriod:   opts.retryPeriod,
 	})
 	if err != nil {
-		return fmt.Errorf("leader election: %w", err)
+		return fmt.Errorf("%w (see --leader-elect-lease-duration, --leader-elect-renew-deadline and --leader-elect-retry-period)", err)
 	}
-	logger.Info("Waiting to lead", "lease", opts.namespace+"/"+opts.controllerName, "identity", identity)
-	elector.Run(ctx)
-	if lost {
-		return errors.New("lost the leader Lease; exiting so a fresh process can compete for it")
+	klog.FromContext(ctx).Info("Waiting to lead", "lease", opts.namespace+"/"+opts.controllerName, "identity", identity)
+	err = elector.Run(ctx, run)
+	if errors.Is(err, leader.ErrLost) {
+		return fmt.Errorf("%w; exiting so a fresh process can compete for it", err)
 	}
-	return runErr
+	return err
 }
 
 // restConfig loads the kubeconfig the way kubectl does, falling back to the

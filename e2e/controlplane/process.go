@@ -59,8 +59,9 @@ func (p *Process) Stop(timeout time.Duration) error {
 	}
 }
 
-// Kill sends SIGKILL, as the kernel's OOM killer or a node failure would,
-// and waits for the process to exit.
+// Kill sends SIGKILL and waits for the process to exit: a crash, with no
+// chance to clean up, as when a node dies or the kernel's OOM killer
+// strikes.
 func (p *Process) Kill() {
 	_ = p.cmd.Process.Kill()
 	<-p.done

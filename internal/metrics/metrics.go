@@ -26,6 +26,7 @@ type Metrics struct {
 	revertLatency  prometheus.Histogram
 	reconcileErrs  *prometheus.CounterVec
 	workqueue      *workqueueProvider
+	client         *clientRequests
 
 	mu       sync.Mutex
 	releases map[string]releaseFigures // by CR key
@@ -76,6 +77,7 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	m.workqueue = newWorkqueueProvider(m.registry)
+	m.client = newClientRequests(m.registry)
 	return m
 }
 

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLeaderElectionDefaults holds the default leader flags to the
+// failover targets: a crashed leader replaced within 15 s (the lease
+// duration, plus up to 3 s for the successor to start and revert), and
+// at most 6 renewals a minute at idle.
+func TestLeaderElectionDefaults(t *testing.T) {
+	f := newRootCommand().Flags()
+	duration := func(name string) time.Duration {
+		t.Helper()
+		d, err := f.GetDuration(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	lease, deadline, retry := duration("leader-elect-lease-duration"), duration("leader-elect-renew-deadline"), duration("leader-elect-retry-period")
+	if lease > 13*time.Second {
+		t.Errorf("lease duration %s: a crashed leader would go unreplaced for longer than 15 s less startup", lease)
+	}
+	if perMinute := float64(time.Minute) / float64(retry); perMinute > 6 {
+		t.Errorf("retry period %s: %.1f renewals a minute, more than 6", retry, perMinute)
+	}
+	if !(retry < deadline && deadline < lease) {
+		t.Errorf("want retry period %s < renew deadline %s < lease duration %s", retry, deadline, lease)
+	}
+}
+
+// TestDeploymentKeepsLeaderDefaults keeps deploy/deployment.yaml from
+// overriding the leader flags, by argument or environment, with values
+// the test above does not hold to the targets.
+func TestDeploymentKeepsLeaderDefaults(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if line := strings.TrimSpace(line); !strings.HasPrefix(line, "#") && strings.Contains(strings.ToLower(strings.ReplaceAll(line, "_", "-")), "leader-elect") {
+			t.Errorf("deploy/deployment.yaml sets a leader flag; leave them at their defaults: %s", line)
+		}
+	}
+}
