@@ -92,6 +92,24 @@ func appendDocs(docs string) func(string) string {
 	return func(m string) string { return m + "\n---\n" + docs }
 }
 
+// clusterAdminFor is a ClusterRoleBinding named name that makes the tenant
+// ServiceAccount of ns cluster-admin: what a forger wants most.
+func clusterAdminFor(ns, name string) string {
+	return fmt.Sprintf(`apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: %s
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: cluster-admin
+subjects:
+- kind: ServiceAccount
+  name: tenant
+  namespace: %s
+`, name, ns)
+}
+
 // waitNotApplied waits until the CR reports revision held off as
 // NotAppliedByHelm, naming every one of objects in status.notLocked and in
 // a Warning event.
@@ -175,19 +193,7 @@ func TestForgedRevisionIsHeldOff(t *testing.T) {
 	}{{
 		name: "ClusterRoleBinding and ConfigMap in kube-system", v: framework.Helm3,
 		forge: func(ns string) (func(string) string, []string, [][4]string) {
-			return appendDocs(fmt.Sprintf(`apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: %[1]s-tenant-admin
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: cluster-admin
-subjects:
-- kind: ServiceAccount
-  name: tenant
-  namespace: %[1]s
----
+			return appendDocs(clusterAdminFor(ns, ns+"-tenant-admin") + fmt.Sprintf(`---
 apiVersion: v1
 kind: ConfigMap
 metadata:
@@ -293,19 +299,7 @@ func TestRevisionForgedWhileLockerIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	forge(t, forger, ns, "app", 1, 99999, "99999", appendDocs(fmt.Sprintf(`apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: %[1]s-while-down
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: cluster-admin
-subjects:
-- kind: ServiceAccount
-  name: tenant
-  namespace: %[1]s
-`, ns)))
+	forge(t, forger, ns, "app", 1, 99999, "99999", appendDocs(clusterAdminFor(ns, ns+"-while-down")))
 	env.Kubectl(t, "delete", "configmap", "-n", ns, "app-config")
 
 	locker, err = env.StartLocker("down-locker-again", flags...)

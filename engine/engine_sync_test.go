@@ -161,20 +161,26 @@ func strategicMergeReactor(client *dynamicfake.FakeDynamicClient) clienttesting.
 		if err != nil {
 			return true, nil, err
 		}
-		data, err := json.Marshal(current)
+		out, err := mergeConfigMap(current, patch.GetPatch())
 		if err != nil {
-			return true, nil, err
-		}
-		merged, err := strategicpatch.StrategicMergePatch(data, patch.GetPatch(), &corev1.ConfigMap{})
-		if err != nil {
-			return true, nil, err
-		}
-		out := &unstructured.Unstructured{}
-		if err := out.UnmarshalJSON(merged); err != nil {
 			return true, nil, err
 		}
 		return true, out, client.Tracker().Update(cmGVR, out, patch.GetNamespace())
 	}
+}
+
+// mergeConfigMap applies a strategic merge patch to a ConfigMap.
+func mergeConfigMap(current runtime.Object, patch []byte) (*unstructured.Unstructured, error) {
+	data, err := json.Marshal(current)
+	if err != nil {
+		return nil, err
+	}
+	merged, err := strategicpatch.StrategicMergePatch(data, patch, &corev1.ConfigMap{})
+	if err != nil {
+		return nil, err
+	}
+	out := &unstructured.Unstructured{}
+	return out, out.UnmarshalJSON(merged)
 }
 
 func drift(t *testing.T, client *dynamicfake.FakeDynamicClient, v string) *unstructured.Unstructured {

@@ -2,16 +2,13 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
 )
@@ -47,16 +44,8 @@ func dryRunReactor(client *dynamicfake.FakeDynamicClient, normalizes bool, dryRu
 		if normalizes {
 			return true, current, nil
 		}
-		data, err := json.Marshal(current)
-		if err != nil {
-			return true, nil, err
-		}
-		merged, err := strategicpatch.StrategicMergePatch(data, patch.GetPatch(), &corev1.ConfigMap{})
-		if err != nil {
-			return true, nil, err
-		}
-		out := &unstructured.Unstructured{}
-		return true, out, out.UnmarshalJSON(merged)
+		out, err := mergeConfigMap(current, patch.GetPatch())
+		return true, out, err
 	}
 }
 
