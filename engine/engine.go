@@ -101,6 +101,9 @@ type Options struct {
 	MaxFightBackoff time.Duration
 	// Now is the clock, for tests.
 	Now func() time.Time
+	// Readiness, if set, is what the engine's informers wait on after
+	// the API server was unavailable (see informers.Options.Readiness).
+	Readiness informers.Readiness
 	// Config, if set, is what the engine's informers watch with (see
 	// informers.Options.Config), so that objects no set holds are never
 	// decoded. Nil watches through the dynamic client.
@@ -128,6 +131,10 @@ type Engine struct {
 	fieldManager string
 	opts         Options
 	informers    *informers.Registry
+	// watching reports whether a type's informer is current; the
+	// registry's Current, but for unit tests that drive Sync by hand
+	// with no informer running.
+	watching func(schema.GroupVersionResource) bool
 
 	generations atomic.Uint64
 
@@ -254,9 +261,12 @@ func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func
 		Handler:        e.onEvent,
 		Tracked:        e.tracked,
 		Store:          e.store,
-		OnTypesChanged: e.typesChanged,
-		Config:         opts.Config,
+		OnTypesChanged:  e.typesChanged,
+		OnHealthChanged: e.healthChanged,
+		Readiness:       opts.Readiness,
+		Config:          opts.Config,
 	})
+	e.watching = e.informers.Current
 	return e
 }
 
@@ -289,6 +299,19 @@ func (e *Engine) Run(ctx context.Context) error {
 
 // Informers is the registry of running informers, for observability.
 func (e *Engine) Informers() *informers.Registry { return e.informers }
+
+// Unwatched lists the resource types of held objects whose informers do not
+// see their changes now (see Result.Unwatched).
+func (e *Engine) Unwatched() []schema.GroupVersionResource {
+	var out []schema.GroupVersionResource
+	for _, gvr := range e.informers.Running() {
+		if !e.watching(gvr) {
+			out = append(out, gvr)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
 
 // Declare makes set the objects held under key, replacing what key held
 // before. Objects that are no longer declared are left as they are. Every
@@ -503,6 +526,24 @@ func (e *Engine) typesChanged() {
 	var keys []string
 	for key, s := range e.sets {
 		if len(s.unresolved) > 0 {
+			keys = append(keys, key)
+		}
+	}
+	e.mu.Unlock()
+	sort.Strings(keys)
+	for _, key := range keys {
+		e.notify(key)
+	}
+}
+
+// healthChanged runs when gvr's informer stops or starts seeing its objects
+// as they are now: every set with objects of that type syncs, to say so
+// (see Result.Unwatched) and to check what waited for the watch.
+func (e *Engine) healthChanged(gvr schema.GroupVersionResource, _ bool) {
+	e.mu.Lock()
+	var keys []string
+	for key, s := range e.sets {
+		if s.gvrs[gvr] > 0 {
 			keys = append(keys, key)
 		}
 	}

@@ -49,6 +49,13 @@ type Result struct {
 	// Failed lists objects whose correction the API server refuses for
 	// good (see Failure), until their next try.
 	Failed []Failure
+	// Unwatched lists the set's resource types whose informers do not
+	// see their objects as they are now: not listed yet, or their list
+	// or watch is failing, as through an API server outage. Changes to
+	// those objects go unseen, so the set is not InLine. Sync reads them
+	// from the API server meanwhile, and the set syncs again when the
+	// watch is back.
+	Unwatched []schema.GroupVersionResource
 }
 
 // Drift is one object found not as declared.
@@ -183,6 +190,13 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 	for _, u := range s.unresolved {
 		res.Unresolved = append(res.Unresolved, u.err)
 	}
+	for gvr := range s.gvrs {
+		if !e.watching(gvr) {
+			res.Unwatched = append(res.Unwatched, gvr)
+			res.InLine = false
+		}
+	}
+	sort.Slice(res.Unwatched, func(i, j int) bool { return res.Unwatched[i].String() < res.Unwatched[j].String() })
 	return res, errors.Join(errs...)
 }
 

@@ -40,6 +40,9 @@ func newTestEngine(t *testing.T) (*Engine, *dynamicfake.FakeDynamicClient, *[]st
 	client.PrependReactor("patch", "configmaps", strategicMergeReactor(client))
 	var notified []string
 	e := New(client, resettable{mapper}, func(key string) { notified = append(notified, key) }, Options{})
+	// Sync is driven by hand here, with no informer running: objects are
+	// read with GETs, and every type counts as watched.
+	e.watching = func(schema.GroupVersionResource) bool { return true }
 	return e, client, &notified
 }
 

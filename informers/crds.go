@@ -5,8 +5,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -18,7 +19,18 @@ var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Ver
 // initial list, including a CRD becoming Established, restarts informers of
 // missing types and tells the caller that types changed.
 func (r *Registry) watchCRDs(ctx context.Context) <-chan struct{} {
-	informer := dynamicinformer.NewFilteredDynamicInformer(r.client, crdResource, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+	crds := r.client.Resource(crdResource)
+	informer := cache.NewSharedIndexInformerWithOptions(
+		cache.ToListWatcherWithWatchListSemantics(Guard(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return crds.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return crds.Watch(ctx, o)
+			},
+		}, r.opts.Readiness, nil), r.client),
+		&unstructured.Unstructured{},
+		cache.SharedIndexInformerOptions{ObjectDescription: crdResource.String()})
 	// CRDs carry their whole OpenAPI schema; only the fact of a change
 	// matters here.
 	_ = informer.SetTransform(func(obj any) (any, error) {

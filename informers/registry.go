@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -39,6 +40,15 @@ type Options struct {
 	// changed or deleted, so that callers can refresh their RESTMapper and
 	// retry kinds that did not exist before.
 	OnTypesChanged func()
+	// Readiness, if set, is what lists and watches that failed because
+	// the API server was unavailable wait on (see Guard). Nil, with
+	// Config set, asks Config's API server (see Probe); nil without
+	// Config leaves client-side backoff alone.
+	Readiness Readiness
+	// OnHealthChanged, if set, is called when a type's informer stops
+	// or starts seeing its objects as they are now (see Health). It runs
+	// on the informer's goroutine and must not block.
+	OnHealthChanged func(gvr schema.GroupVersionResource, current bool)
 	// Config, if set, is what the informers watch with instead of the
 	// dynamic client. Objects that Tracked says no caller needs are then
 	// read only as far as their name and resourceVersion, never decoded:
@@ -69,6 +79,7 @@ type entry struct {
 	gvr    schema.GroupVersionResource
 	refs   int
 	store  *trackingStore
+	health *Health
 	cancel context.CancelFunc
 	done   chan struct{}
 	// missing is set when the API server says the type does not exist; the
@@ -124,12 +135,13 @@ func (r *Registry) Release(gvr schema.GroupVersionResource) {
 // when its last event arrived is not stored, so exists is false both for an
 // object that is gone and for one that became tracked since; callers that
 // need to tell them apart ask the API server. synced is false while the
-// type's informer has not finished its first list (or is not running).
+// type's informer is not current (see Current): before its first list, or
+// while its list or watch fails, when what it stores may be out of date.
 func (r *Registry) Get(gvr schema.GroupVersionResource, namespace, name string) (obj any, exists, synced bool, err error) {
 	r.mu.Lock()
 	e := r.entries[gvr]
 	var store *trackingStore
-	if e != nil && e.cancel != nil {
+	if e != nil && e.cancel != nil && e.health.Current() {
 		store = e.store
 	}
 	r.mu.Unlock()
@@ -142,6 +154,22 @@ func (r *Registry) Get(gvr schema.GroupVersionResource, namespace, name string) 
 	}
 	obj, exists, err = store.GetByKey(key)
 	return obj, exists, true, err
+}
+
+// Current reports whether gvr's informer runs and sees its objects as they
+// are now: it has listed them, and no list or watch has failed since. A
+// lock over objects of a type that is not current cannot see their
+// changes, and must not claim to hold them.
+func (r *Registry) Current(gvr schema.GroupVersionResource) bool {
+	r.mu.Lock()
+	e := r.entries[gvr]
+	var store *trackingStore
+	var health *Health
+	if e != nil && e.cancel != nil {
+		store, health = e.store, e.health
+	}
+	r.mu.Unlock()
+	return store != nil && store.HasSynced() && health.Current()
 }
 
 // WaitForSync waits until gvr's informer has finished its first list, ctx
@@ -224,6 +252,12 @@ func (r *Registry) Run(ctx context.Context) error {
 			return err
 		}
 		r.watches = w
+		if r.opts.Readiness == nil {
+			if r.opts.Readiness, err = NewProbeForConfig(r.opts.Config); err != nil {
+				r.mu.Unlock()
+				return err
+			}
+		}
 	}
 	r.ctx = ctx
 	for _, e := range r.entries {
@@ -251,21 +285,36 @@ func (r *Registry) startLocked(e *entry) {
 		return
 	}
 	store := newTrackingStore(e.gvr, r.strip, r.opts.Handler)
+	gvr := e.gvr
+	health := NewHealth(func(current bool) {
+		if r.opts.OnHealthChanged != nil {
+			r.opts.OnHealthChanged(gvr, current)
+		}
+	})
 	// No expected type: with Options.Config, untracked objects arrive as
 	// stubs rather than as Unstructured.
 	reflector := cache.NewReflectorWithOptions(
-		cache.ToListWatcherWithWatchListSemantics(r.listWatch(e.gvr), r.client),
+		cache.ToListWatcherWithWatchListSemantics(Guard(r.listWatch(e.gvr), r.opts.Readiness, health), r.client),
 		nil, store,
-		cache.ReflectorOptions{Name: "helm-locker", TypeDescription: e.gvr.String()})
+		cache.ReflectorOptions{Name: "helm-locker", TypeDescription: e.gvr.String(), Backoff: relistBackoff()})
 	ctx, cancel := context.WithCancel(r.ctx)
 	done := make(chan struct{})
-	e.store, e.cancel, e.done = store, cancel, done
+	e.store, e.health, e.cancel, e.done = store, health, cancel, done
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		defer close(done)
 		reflector.RunWithContext(ctx)
 	}()
+}
+
+// relistBackoff is the reflector's wait before it lists again after a
+// watch ended in error, usually 410 Gone once the API server has compacted
+// past the informer's resourceVersion: events are lost until that list, so
+// the first wait is a quarter of client-go's 0.8 s. Outages never reach it
+// (see Guard); errors that repeat still back off to client-go's 30 s.
+func relistBackoff() *wait.Backoff {
+	return &wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 8, Cap: 30 * time.Second}
 }
 
 // listWatch lists and watches gvr in every namespace. A NotFound from
@@ -309,7 +358,7 @@ func (r *Registry) stopLocked(e *entry) <-chan struct{} {
 	}
 	e.cancel()
 	done := e.done
-	e.store, e.cancel, e.done = nil, nil, nil
+	e.store, e.health, e.cancel, e.done = nil, nil, nil, nil
 	return done
 }
 

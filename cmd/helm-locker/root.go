@@ -70,7 +70,7 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.IntVar(&opts.burst, "kube-api-burst", 1000, "burst above --kube-api-qps")
 	f.BoolVar(&opts.leaderElect, "leader-elect", true, "run only while holding the Lease <controller-name> in the registration namespace, so that of several replicas only one writes")
 	f.DurationVar(&opts.leaseDuration, "leader-elect-lease-duration", 13*time.Second, "how long a standby waits, from when it saw the Lease last renewed, before taking it over: with startup, the longest a crashed leader goes unreplaced")
-	f.DurationVar(&opts.renewDeadline, "leader-elect-renew-deadline", 12*time.Second, "how long after its last renewal a leader that cannot renew stops leading and exits; shorter than the lease duration, so it stops before a standby takes over")
+	f.DurationVar(&opts.renewDeadline, "leader-elect-renew-deadline", 12*time.Second, "how long after its last renewal a leader that cannot renew stops leading (and stands by again); shorter than the lease duration, so it stops before a standby takes over")
 	f.DurationVar(&opts.retryPeriod, "leader-elect-retry-period", 10*time.Second, "how often the leader renews its Lease (the locker's only requests when nothing changes), and how long to wait after a failed request; standbys watch the Lease rather than poll it")
 	f.StringVar(&opts.defaultSA, "default-service-account", "", "ServiceAccount, in each release's namespace, whose identity the writes of a HelmRelease without spec.serviceAccountName impersonate; empty writes with the locker's own identity")
 	f.StringSliceVar(&opts.helmManagers, "helm-field-managers", []string{"helm"}, "field managers Helm writes with (Helm names its manager after its binary)")

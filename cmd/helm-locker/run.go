@@ -28,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/helm-locker/helm-locker/api"
+	"github.com/helm-locker/helm-locker/informers"
 	"github.com/helm-locker/helm-locker/internal/controller"
 	"github.com/helm-locker/helm-locker/internal/leader"
 	"github.com/helm-locker/helm-locker/internal/metrics"
@@ -42,10 +43,17 @@ func runOperator(ctx context.Context, opts *options) error {
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting helm-locker", "version", versionString(), "namespace", opts.namespace)
 
-	var c *controller.Controller
+	// current is the controller of this term of leadership (see
+	// runAsLeader); nil while standing by.
+	var current atomic.Pointer[controller.Controller]
 	var m *metrics.Metrics
 	if opts.metricsAddr != "" && opts.metricsAddr != "0" {
-		m = metrics.New(func() []schema.GroupVersionResource { return c.Informers() })
+		m = metrics.New(func() []schema.GroupVersionResource {
+			if c := current.Load(); c != nil {
+				return c.Informers()
+			}
+			return nil
+		})
 		// Before the first request, so that every request is counted.
 		m.ReportClientRequests()
 	}
@@ -77,27 +85,38 @@ func runOperator(ctx context.Context, opts *options) error {
 		return err
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
+	// One probe for every informer and the elector: through an outage,
+	// they all wait on the same /readyz answers.
+	probe := informers.NewProbe(kube.Discovery().RESTClient())
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	defer broadcaster.Shutdown()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 
-	c = controller.New(controller.Config{
-		Namespace:             opts.namespace,
-		ControllerName:        opts.controllerName,
-		HelmManagers:          opts.helmManagers,
-		DefaultServiceAccount: opts.defaultSA,
-		Dynamic:               dyn,
-		REST:                  cfg,
-		Metadata:              meta,
-		Kube:                  kube,
-		Mapper:                mapper,
-		Workers:               opts.workers,
-		Recorder:              broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: opts.controllerName, Host: opts.nodeName}),
-		Metrics:               m,
-	})
+	newController := func() *controller.Controller {
+		return controller.New(controller.Config{
+			Namespace:             opts.namespace,
+			ControllerName:        opts.controllerName,
+			HelmManagers:          opts.helmManagers,
+			DefaultServiceAccount: opts.defaultSA,
+			Dynamic:               dyn,
+			REST:                  cfg,
+			Metadata:              meta,
+			Kube:                  kube,
+			Mapper:                mapper,
+			Workers:               opts.workers,
+			Recorder:              broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: opts.controllerName, Host: opts.nodeName}),
+			Metrics:               m,
+			Readiness:             probe,
+		})
+	}
+	run := func(ctx context.Context) error {
+		c := newController()
+		current.Store(c)
+		defer current.Store(nil)
+		return c.Run(ctx)
+	}
 
-	var leading atomic.Bool
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
@@ -108,28 +127,28 @@ func runOperator(ctx context.Context, opts *options) error {
 		}
 	}
 	// A standby replica has nothing to sync and is ready to take over;
-	// the leader is ready once its caches have synced.
+	// the leader is ready once its caches have synced, and while they see
+	// changes as they happen.
 	ready := func() (bool, string) {
+		c := current.Load()
 		switch {
-		case opts.leaderElect && !leading.Load():
+		case c == nil && opts.leaderElect:
 			return true, "standing by for the leader Lease"
-		case c.Synced():
-			return true, "caches synced"
-		default:
+		case c == nil || !c.Synced():
 			return false, "caches have not synced yet"
 		}
+		if ok, why := c.Watching(); !ok {
+			return false, why
+		}
+		return true, "caches synced and watching"
 	}
 	if err := serveHTTP(ctx, &wg, "health probes", opts.healthAddr, healthHandler(ready)); err != nil {
 		return err
 	}
 	if !opts.leaderElect {
-		return c.Run(ctx)
+		return run(ctx)
 	}
-	return runAsLeader(ctx, kube, opts, func(ctx context.Context) error {
-		leading.Store(true)
-		defer leading.Store(false)
-		return c.Run(ctx)
-	})
+	return runAsLeader(ctx, kube, opts, probe, run)
 }
 
 func metricsMux(m *metrics.Metrics) http.Handler {
@@ -138,11 +157,14 @@ func metricsMux(m *metrics.Metrics) http.Handler {
 	return mux
 }
 
-// runAsLeader runs run while this process holds the Lease, and returns
-// when ctx is done (releasing the Lease, so a successor takes over at once)
-// or when leadership is lost, as an error, so that the process exits and
-// starts afresh rather than keep caches it no longer owns.
-func runAsLeader(ctx context.Context, kube kubernetes.Interface, opts *options, run func(context.Context) error) error {
+// runAsLeader runs run for each term this process holds the Lease, until
+// ctx is done (the Lease is released, so a successor takes over at once).
+// A term lost, as when an API server outage outlasts the renew deadline,
+// stops run, and with it every write; the process then stands by again,
+// and its next term runs run afresh, with new caches. It does not exit:
+// restarted by the kubelet while the API server is still down, it would
+// back off for minutes (CrashLoopBackOff) after the API server returned.
+func runAsLeader(ctx context.Context, kube kubernetes.Interface, opts *options, ready leader.Readiness, run func(context.Context) error) error {
 	host, err := os.Hostname()
 	if err != nil {
 		return err
@@ -156,16 +178,20 @@ func runAsLeader(ctx context.Context, kube kubernetes.Interface, opts *options, 
 		LeaseDuration: opts.leaseDuration,
 		RenewDeadline: opts.renewDeadline,
 		RetryPeriod:   opts.retryPeriod,
+		Readiness:     ready,
 	})
 	if err != nil {
 		return fmt.Errorf("%w (see --leader-elect-lease-duration, --leader-elect-renew-deadline and --leader-elect-retry-period)", err)
 	}
-	klog.FromContext(ctx).Info("Waiting to lead", "lease", opts.namespace+"/"+opts.controllerName, "identity", identity)
-	err = elector.Run(ctx, run)
-	if errors.Is(err, leader.ErrLost) {
-		return fmt.Errorf("%w; exiting so a fresh process can compete for it", err)
+	logger := klog.FromContext(ctx)
+	for {
+		logger.Info("Waiting to lead", "lease", opts.namespace+"/"+opts.controllerName, "identity", identity)
+		err := elector.Run(ctx, run)
+		if !errors.Is(err, leader.ErrLost) || ctx.Err() != nil {
+			return err
+		}
+		logger.Error(err, "Stopped leading; standing by to lead again with fresh caches")
 	}
-	return err
 }
 
 // restConfig loads the kubeconfig the way kubectl does, falling back to the

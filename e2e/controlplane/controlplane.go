@@ -34,14 +34,40 @@ type ControlPlane struct {
 	// Config is the same credentials as a rest.Config.
 	Config *rest.Config
 
-	stopOnce sync.Once
-	procs    []*Process
+	// mu serialises Stop, StopAPIServer and StartAPIServer, so that Stop
+	// never misses an API server that is being started or stopped.
+	mu      sync.Mutex
+	stopped bool
+	etcd    *Process
+	// apiserver is nil while StopAPIServer has it stopped.
+	apiserver *Process
+	// apiserverPath and apiserverArgs start it again, identically, so that
+	// its port, certificates and token, and with them every kubeconfig,
+	// stay valid.
+	apiserverPath string
+	apiserverArgs []string
+	// apiserverStarts numbers the log of each restart.
+	apiserverStarts int
+}
+
+// Options changes how Start configures the control plane, for test binaries
+// that need a kube-apiserver unlike the one the rest of the suite shares.
+type Options struct {
+	// APIServerArgs are extra kube-apiserver flags. They come after Start's
+	// own, so a flag given again overrides Start's value, except that list
+	// flags such as --disable-admission-plugins add to it.
+	APIServerArgs []string
 }
 
 // Start runs etcd and kube-apiserver from tools, keeping all their state
 // under dir, and returns once /readyz answers. On error it stops whatever it
 // had started.
-func Start(ctx context.Context, tools Tools, dir string) (_ *ControlPlane, err error) {
+func Start(ctx context.Context, tools Tools, dir string) (*ControlPlane, error) {
+	return StartWithOptions(ctx, tools, dir, Options{})
+}
+
+// StartWithOptions is Start with a kube-apiserver configured by opts.
+func StartWithOptions(ctx context.Context, tools Tools, dir string, opts Options) (_ *ControlPlane, err error) {
 	cp := &ControlPlane{Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig")}
 	defer func() {
 		if err != nil {
@@ -54,19 +80,19 @@ func Start(ctx context.Context, tools Tools, dir string) (_ *ControlPlane, err e
 	}
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(ports[0])
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(ports[1])
-	if err := cp.start("etcd", tools.Etcd,
+	if cp.etcd, err = StartProcess("etcd", tools.Etcd, []string{
 		"--name=default",
-		"--data-dir="+filepath.Join(dir, "etcd"),
-		"--listen-client-urls="+etcdURL,
-		"--advertise-client-urls="+etcdURL,
-		"--listen-peer-urls="+peerURL,
-		"--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=default="+peerURL,
+		"--data-dir=" + filepath.Join(dir, "etcd"),
+		"--listen-client-urls=" + etcdURL,
+		"--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=default=" + peerURL,
 		// Test data is thrown away with the directory; fsync only slows
 		// every write down on a shared disk.
 		"--unsafe-no-fsync",
 		"--log-level=warn",
-	); err != nil {
+	}, filepath.Join(dir, "etcd.log")); err != nil {
 		return nil, err
 	}
 
@@ -83,22 +109,24 @@ func Start(ctx context.Context, tools Tools, dir string) (_ *ControlPlane, err e
 		return nil, err
 	}
 	port := strconv.Itoa(ports[2])
-	if err := cp.start("kube-apiserver", tools.KubeAPIServer,
-		"--etcd-servers="+etcdURL,
+	cp.apiserverPath = tools.KubeAPIServer
+	cp.apiserverArgs = append([]string{
+		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
-		"--secure-port="+port,
-		"--cert-dir="+filepath.Join(dir, "certs"),
-		"--token-auth-file="+tokenFile,
+		"--secure-port=" + port,
+		"--cert-dir=" + filepath.Join(dir, "certs"),
+		"--token-auth-file=" + tokenFile,
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+keyFile,
-		"--service-account-signing-key-file="+keyFile,
+		"--service-account-key-file=" + keyFile,
+		"--service-account-signing-key-file=" + keyFile,
 		"--service-cluster-ip-range=10.0.0.0/16",
 		// No controller-manager runs to make the token Secrets this
 		// admission plugin waits for.
 		"--disable-admission-plugins=ServiceAccount",
-	); err != nil {
+	}, opts.APIServerArgs...)
+	if err := cp.startAPIServer(); err != nil {
 		return nil, err
 	}
 
@@ -108,22 +136,69 @@ func Start(ctx context.Context, tools Tools, dir string) (_ *ControlPlane, err e
 		TLSClientConfig: rest.TLSClientConfig{Insecure: true},
 		QPS:             -1, // tests measure the locker, not client-side throttling
 	}
-	if err := writeKubeconfig(cp.Kubeconfig, cp.Config); err != nil {
+	if err := WriteKubeconfig(cp.Kubeconfig, cp.Config); err != nil {
 		return nil, err
 	}
-	if err := cp.waitReady(ctx, 2*time.Minute); err != nil {
+	if _, err := cp.waitReady(ctx, 2*time.Minute, 250*time.Millisecond); err != nil {
 		return nil, err
 	}
 	return cp, nil
 }
 
-// start launches one binary, logging to <dir>/<name>.log.
-func (cp *ControlPlane) start(name, path string, args ...string) error {
-	p, err := StartProcess(name, path, args, filepath.Join(cp.Dir, name+".log"))
+// StopAPIServer stops kube-apiserver and leaves etcd running, for tests of
+// how clients live through an API server outage. With kill it sends SIGKILL:
+// a crash, after which the kernel closes every connection at once. Without,
+// it sends SIGTERM and waits for a graceful shutdown, which can take a
+// minute while watches are open. Either way it returns once the process has
+// exited.
+func (cp *ControlPlane) StopAPIServer(kill bool) error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.apiserver == nil {
+		return errors.New("kube-apiserver is not running")
+	}
+	p := cp.apiserver
+	cp.apiserver = nil
+	if kill {
+		p.Kill()
+		return nil
+	}
+	return p.Stop(2 * time.Minute)
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, with the
+// same flags, port, certificates and token, so that every kubeconfig still
+// works. Each restart logs to a file of its own, kube-apiserver-2.log and
+// on. It returns when the first /readyz answered ok: polled every 50 ms, so
+// that tests can measure how long clients take to recover from that moment.
+func (cp *ControlPlane) StartAPIServer(ctx context.Context) (readyAt time.Time, err error) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.stopped {
+		return time.Time{}, errors.New("the control plane is stopped")
+	}
+	if cp.apiserver != nil {
+		return time.Time{}, errors.New("kube-apiserver is already running")
+	}
+	if err := cp.startAPIServer(); err != nil {
+		return time.Time{}, err
+	}
+	return cp.waitReady(ctx, 2*time.Minute, 50*time.Millisecond)
+}
+
+// startAPIServer launches kube-apiserver, logging to kube-apiserver.log the
+// first time and kube-apiserver-<n>.log on the nth.
+func (cp *ControlPlane) startAPIServer() error {
+	cp.apiserverStarts++
+	name := "kube-apiserver"
+	if cp.apiserverStarts > 1 {
+		name += "-" + strconv.Itoa(cp.apiserverStarts)
+	}
+	p, err := StartProcess("kube-apiserver", cp.apiserverPath, cp.apiserverArgs, filepath.Join(cp.Dir, name+".log"))
 	if err != nil {
 		return err
 	}
-	cp.procs = append(cp.procs, p)
+	cp.apiserver = p
 	return nil
 }
 
@@ -135,60 +210,73 @@ func processAttrs() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 }
 
-// waitReady polls /readyz until it answers ok, a process exits, or the
-// timeout passes.
-func (cp *ControlPlane) waitReady(ctx context.Context, timeout time.Duration) error {
+// waitReady polls /readyz every interval until it answers ok, a process
+// exits, or the timeout passes. It returns when the ok arrived.
+func (cp *ControlPlane) waitReady(ctx context.Context, timeout, interval time.Duration) (time.Time, error) {
 	client, err := kubernetes.NewForConfig(cp.Config)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tick := time.NewTicker(250 * time.Millisecond)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	var lastErr error
 	for {
-		for _, p := range cp.procs {
+		for _, p := range []*Process{cp.etcd, cp.apiserver} {
 			select {
 			case <-p.done:
-				return fmt.Errorf("%s exited before the API server was ready: %v\n%s", p.Name, p.err, tail(p.Log))
+				return time.Time{}, fmt.Errorf("%s exited before the API server was ready: %v\n%s", p.Name, p.err, tail(p.Log))
 			default:
 			}
 		}
 		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		if err == nil && string(body) == "ok" {
-			return nil
+			return time.Now(), nil
 		}
 		lastErr = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("kube-apiserver not ready after %s: %v\n%s", timeout, lastErr, tail(filepath.Join(cp.Dir, "kube-apiserver.log")))
+			return time.Time{}, fmt.Errorf("kube-apiserver not ready after %s: %v\n%s", timeout, lastErr, tail(cp.apiserver.Log))
 		case <-tick.C:
 		}
 	}
 }
 
 // PIDs returns the process IDs of etcd and kube-apiserver, for tests that
-// prove they do not outlive their parent.
+// prove they do not outlive their parent. While StopAPIServer has
+// kube-apiserver stopped, it returns etcd's alone.
 func (cp *ControlPlane) PIDs() []int {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	var pids []int
-	for _, p := range cp.procs {
-		pids = append(pids, p.PID())
+	for _, p := range []*Process{cp.etcd, cp.apiserver} {
+		if p != nil {
+			pids = append(pids, p.PID())
+		}
 	}
 	return pids
 }
 
 // Stop ends kube-apiserver, then etcd, and waits for both to exit. It is
-// safe to call more than once.
+// safe to call more than once, and after StopAPIServer.
 func (cp *ControlPlane) Stop() error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.stopped {
+		return nil
+	}
+	cp.stopped = true
 	var errs []error
-	cp.stopOnce.Do(func() {
-		for i := len(cp.procs) - 1; i >= 0; i-- {
-			if err := cp.procs[i].Stop(10 * time.Second); err != nil {
-				errs = append(errs, err)
-			}
+	for _, p := range []*Process{cp.apiserver, cp.etcd} {
+		if p == nil {
+			continue
 		}
-	})
+		if err := p.Stop(10 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	cp.apiserver, cp.etcd = nil, nil
 	return errors.Join(errs...)
 }
 
@@ -228,7 +316,11 @@ func writeRSAKey(path string) error {
 	return os.WriteFile(path, pem.EncodeToMemory(block), 0o600)
 }
 
-func writeKubeconfig(path string, cfg *rest.Config) error {
+// WriteKubeconfig writes a kubeconfig for cfg's host and bearer token that
+// trusts any server certificate, as the control plane's self-signed one
+// needs: the shape of Kubeconfig, for clients that reach the API server by
+// another address, such as a test proxy.
+func WriteKubeconfig(path string, cfg *rest.Config) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: cfg.Host, InsecureSkipTLSVerify: true}
 	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}

@@ -33,7 +33,7 @@ type Env struct {
 	Kube    kubernetes.Interface
 	Dynamic dynamic.Interface
 	// Locker is the helm-locker process shared by the tests, serving
-	// RegistrationNamespace.
+	// RegistrationNamespace; nil under Options.NoSharedLocker.
 	Locker *Locker
 	// helmHome isolates the helm CLIs from the user's own config and cache.
 	helmHome  string
@@ -44,10 +44,27 @@ type Env struct {
 // meant to be called from TestMain. It exits the process with the tests'
 // status; a control plane that will not start fails the whole binary.
 func Main(m *testing.M, env **Env) {
-	os.Exit(run(m, env))
+	MainWith(m, env, Options{})
 }
 
-func run(m *testing.M, envp **Env) int {
+// Options sets up a test binary whose tests need a control plane unlike the
+// suite's, such as one they take down, or lockers unlike the shared one.
+type Options struct {
+	// APIServerArgs are extra kube-apiserver flags (see
+	// controlplane.Options).
+	APIServerArgs []string
+	// NoSharedLocker starts no shared locker, for tests that start every
+	// locker themselves. The HelmRelease CRD then exists only once one of
+	// theirs has installed it.
+	NoSharedLocker bool
+}
+
+// MainWith is Main with a control plane and shared locker set up by opts.
+func MainWith(m *testing.M, env **Env, opts Options) {
+	os.Exit(run(m, env, opts))
+}
+
+func run(m *testing.M, envp **Env, opts Options) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	tools, err := controlplane.FindTools(ctx)
@@ -64,7 +81,7 @@ func run(m *testing.M, envp **Env) int {
 	}
 	defer os.RemoveAll(dir)
 	start := time.Now()
-	cp, err := controlplane.Start(ctx, tools, dir)
+	cp, err := controlplane.StartWithOptions(ctx, tools, dir, controlplane.Options{APIServerArgs: opts.APIServerArgs})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: starting control plane:", err)
 		return 1
@@ -88,19 +105,21 @@ func run(m *testing.M, envp **Env) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	if env.Locker, err = env.StartLocker("locker", "--namespace", RegistrationNamespace); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	defer func() { _ = env.Locker.Stop(10 * time.Second) }()
-	// The locker installs the HelmRelease CRD at startup; tests create
-	// CRs right away.
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := env.Dynamic.Resource(v1alpha1.Resource).Namespace(RegistrationNamespace).List(ctx, metav1.ListOptions{Limit: 1})
-		return err == nil, nil
-	}); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: the locker did not install the HelmRelease CRD:", err)
-		return 1
+	if !opts.NoSharedLocker {
+		if env.Locker, err = env.StartLocker("locker", "--namespace", RegistrationNamespace); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+		defer func() { _ = env.Locker.Stop(10 * time.Second) }()
+		// The locker installs the HelmRelease CRD at startup; tests
+		// create CRs right away.
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err := env.Dynamic.Resource(v1alpha1.Resource).Namespace(RegistrationNamespace).List(ctx, metav1.ListOptions{Limit: 1})
+			return err == nil, nil
+		}); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: the locker did not install the HelmRelease CRD:", err)
+			return 1
+		}
 	}
 	*envp = env
 	return m.Run()

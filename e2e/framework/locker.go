@@ -47,9 +47,15 @@ func buildLocker(ctx context.Context, dir string) (string, error) {
 // the given extra flags, logging to a file in the test binary's folder. The
 // kernel kills it if the test binary dies.
 func (e *Env) StartLocker(name string, args ...string) (*Locker, error) {
+	return e.StartLockerWith(name, e.CP.Kubeconfig, args...)
+}
+
+// StartLockerWith is StartLocker for a locker that reaches the API server
+// through kubeconfig, such as a Proxy's.
+func (e *Env) StartLockerWith(name, kubeconfig string, args ...string) (*Locker, error) {
 	// Metrics and probes listen on ports of their own, so that lockers
 	// side by side do not clash; a test that reads them names a port.
-	args = append([]string{"--kubeconfig", e.CP.Kubeconfig, "--v=4",
+	args = append([]string{"--kubeconfig", kubeconfig, "--v=4",
 		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}, args...)
 	return controlplane.StartProcess(name, e.lockerBin, args, filepath.Join(e.CP.Dir, name+".log"))
 }

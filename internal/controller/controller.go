@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,11 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -31,6 +31,7 @@ import (
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
+	"github.com/helm-locker/helm-locker/informers"
 	"github.com/helm-locker/helm-locker/internal/metrics"
 	"github.com/helm-locker/helm-locker/lock"
 	"github.com/helm-locker/helm-locker/manifest"
@@ -80,6 +81,10 @@ type Config struct {
 	Recorder record.EventRecorder
 	// Metrics, if set, receives the lock's figures.
 	Metrics *metrics.Metrics
+	// Readiness is what the informers wait on after the API server was
+	// unavailable, so that they watch again as soon as it is ready (see
+	// informers.Guard). Nil asks REST's API server, if REST is set.
+	Readiness informers.Readiness
 }
 
 // Controller locks the releases that HelmRelease CRs name.
@@ -89,6 +94,9 @@ type Controller struct {
 	queue   workqueue.TypedRateLimitingInterface[string]
 	crs     cache.SharedIndexInformer
 	secrets cache.SharedIndexInformer
+	// crsHealth and secretsHealth say whether the CR and Secret caches
+	// see changes as they happen (see informers.Health).
+	crsHealth, secretsHealth *informers.Health
 
 	mu     sync.Mutex
 	states map[string]*releaseState // by CR key
@@ -169,10 +177,30 @@ func New(cfg Config) *Controller {
 	if c.cfg.Recorder == nil {
 		c.cfg.Recorder = noEvents{}
 	}
-	c.engine = engine.New(cfg.Dynamic, cfg.Mapper, c.queue.Add, engine.Options{Config: cfg.REST})
+	if c.cfg.Readiness == nil && cfg.REST != nil {
+		// Building a client does no I/O; a config it cannot use fails
+		// every other client too.
+		if probe, err := informers.NewProbeForConfig(cfg.REST); err == nil {
+			c.cfg.Readiness = probe
+		}
+	}
+	c.engine = engine.New(cfg.Dynamic, cfg.Mapper, c.queue.Add, engine.Options{Config: cfg.REST, Readiness: c.cfg.Readiness})
 
-	c.crs = dynamicinformer.NewFilteredDynamicInformer(cfg.Dynamic, v1alpha1.Resource, cfg.Namespace, 0,
-		cache.Indexers{byRelease: crReleaseIndex}, nil).Informer()
+	// A change of either cache's health changes what every CR may claim.
+	c.crsHealth = informers.NewHealth(func(bool) { c.enqueueAll() })
+	c.secretsHealth = informers.NewHealth(func(bool) { c.enqueueAll() })
+	crs := cfg.Dynamic.Resource(v1alpha1.Resource).Namespace(cfg.Namespace)
+	c.crs = cache.NewSharedIndexInformerWithOptions(
+		cache.ToListWatcherWithWatchListSemantics(informers.Guard(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return crs.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return crs.Watch(ctx, o)
+			},
+		}, c.cfg.Readiness, c.crsHealth), cfg.Dynamic),
+		&unstructured.Unstructured{},
+		cache.SharedIndexInformerOptions{Indexers: cache.Indexers{byRelease: crReleaseIndex}, ObjectDescription: v1alpha1.Resource.String()})
 	_, _ = c.crs.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueCR,
 		UpdateFunc: func(_, obj any) { c.enqueueCR(obj) },
@@ -182,9 +210,20 @@ func New(cfg Config) *Controller {
 	// Release Secrets are watched as metadata only, selected by Helm's
 	// owner label: their labels carry the status and revision, and the
 	// payload is read only for the revision being locked.
-	c.secrets = metadatainformer.NewFilteredMetadataInformer(cfg.Metadata, secretsResource, metav1.NamespaceAll, 0,
-		cache.Indexers{byRelease: secretReleaseIndex},
-		func(o *metav1.ListOptions) { o.LabelSelector = labelOwner + "=helm" }).Informer()
+	secrets := cfg.Metadata.Resource(secretsResource)
+	c.secrets = cache.NewSharedIndexInformerWithOptions(
+		cache.ToListWatcherWithWatchListSemantics(informers.Guard(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.LabelSelector = labelOwner + "=helm"
+				return secrets.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.LabelSelector = labelOwner + "=helm"
+				return secrets.Watch(ctx, o)
+			},
+		}, c.cfg.Readiness, c.secretsHealth), cfg.Metadata),
+		&metav1.PartialObjectMetadata{},
+		cache.SharedIndexInformerOptions{Indexers: cache.Indexers{byRelease: secretReleaseIndex}, ObjectDescription: "release Secrets"})
 	_ = c.secrets.SetTransform(func(obj any) (any, error) {
 		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
 			m.ManagedFields = nil
@@ -265,9 +304,35 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// Synced reports whether every cache has finished its first list: the
-// readiness of a leading replica.
+// Synced reports whether every cache has finished its first list.
 func (c *Controller) Synced() bool { return c.synced.Load() }
+
+// Watching reports whether every cache sees changes as they happen, and if
+// not, which: the readiness of a leading replica, which cannot hold what it
+// cannot see.
+func (c *Controller) Watching() (bool, string) {
+	var blind []string
+	if !c.crsHealth.Current() {
+		blind = append(blind, v1alpha1.Resource.String())
+	}
+	if !c.secretsHealth.Current() {
+		blind = append(blind, "release Secrets")
+	}
+	for _, gvr := range c.engine.Unwatched() {
+		blind = append(blind, gvr.String())
+	}
+	if len(blind) == 0 {
+		return true, ""
+	}
+	return false, "watches not current: " + strings.Join(blind, ", ")
+}
+
+// enqueueAll queues every CR, when what all of them may report changed.
+func (c *Controller) enqueueAll() {
+	for _, key := range c.crs.GetIndexer().ListKeys() {
+		c.queue.Add(key)
+	}
+}
 
 // Informers lists the resource types watched now, for metrics.
 func (c *Controller) Informers() []schema.GroupVersionResource {
@@ -544,6 +609,14 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 		return hr.Status, false, nil
 	}
 	res, err := c.engine.Sync(ctx, key)
+	// Without current CR and Secret caches, an upgrade that opens the
+	// lock, or a new CR spec, can go unseen.
+	if !c.crsHealth.Current() {
+		res.Unwatched, res.InLine = append(res.Unwatched, v1alpha1.Resource), false
+	}
+	if !c.secretsHealth.Current() {
+		res.Unwatched, res.InLine = append(res.Unwatched, secretsResource), false
+	}
 	before := st.lock
 	if res.InLine {
 		st.lock = st.lock.Next(lock.Event{Type: lock.Settle, Revision: st.rel.Version})
@@ -581,7 +654,7 @@ func awaitingOwnWrites(res engine.Result) bool {
 		}
 	}
 	return !res.InLine && corrected > 0 && res.Drifted == 0 && len(res.Fights) == 0 &&
-		len(res.Unresolved) == 0 && res.Locked+corrected == res.Objects
+		len(res.Unresolved) == 0 && len(res.Unwatched) == 0 && res.Locked+corrected == res.Objects
 }
 
 // open stops holding key's objects, leaving them as they are.

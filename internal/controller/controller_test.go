@@ -9,6 +9,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
@@ -75,6 +77,7 @@ func newTestController(t *testing.T, hr *unstructured.Unstructured, secret *core
 	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme.Scheme, map[schema.GroupVersionResource]string{
 		v1alpha1.Resource: "HelmReleaseList",
+		{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}: "CustomResourceDefinitionList",
 	}, hr)
 	var kubeObjs []runtime.Object
 	if secret != nil {
@@ -91,13 +94,21 @@ func newTestController(t *testing.T, hr *unstructured.Unstructured, secret *core
 		Dynamic: dyn, Kube: fake.NewClientset(kubeObjs...), Metadata: metadatafake.NewSimpleMetadataClient(metaScheme, metaObjs...),
 		Mapper: resettable{mapper},
 	})
-	if err := c.crs.GetIndexer().Add(hr); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range metaObjs {
-		if err := c.secrets.GetIndexer().Add(m); err != nil {
-			t.Fatal(err)
-		}
+	// The informers run, on the fakes, so that the lock sees its objects'
+	// changes as they happen (see informers.Health); their events only
+	// queue keys, which these tests do not take from the queue.
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { c.crs.RunWithContext(ctx) })
+	wg.Go(func() { c.secrets.RunWithContext(ctx) })
+	wg.Go(func() { _ = c.engine.Run(ctx) })
+	t.Cleanup(func() {
+		cancel()
+		c.queue.ShutDown()
+		wg.Wait()
+	})
+	if !cache.WaitForCacheSync(ctx.Done(), c.crs.HasSynced, c.secrets.HasSynced) {
+		t.Fatal("caches did not sync")
 	}
 	return c, dyn
 }

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
@@ -67,6 +68,10 @@ func lockedStatus(hr *v1alpha1.HelmRelease, st *releaseState, res engine.Result,
 			limit(fmt.Sprintf("the API server refuses the correction of %s: %v; it is tried again at %s", objectName(f.Kind, f.Ref), f.Err, f.RetryAt.UTC().Format(time.RFC3339))))
 	case len(res.Unresolved) > 0:
 		locked = condition(v1alpha1.ConditionLocked, false, "WaitingForTypes", limit(joinErrors(res.Unresolved)))
+	case len(res.Unwatched) > 0:
+		locked = metav1.Condition{Type: v1alpha1.ConditionLocked, Status: metav1.ConditionUnknown, Reason: "WatchesNotSynced",
+			Message: limit(fmt.Sprintf("the watches of %s do not see changes as they happen (not listed yet, or failing); the objects of revision %d may have drifted unseen, and are checked again once the watches are back",
+				joinResources(res.Unwatched), st.rel.Version))}
 	case syncErr != nil:
 		locked = condition(v1alpha1.ConditionLocked, false, "CorrectionFailed", limit(syncErr.Error()))
 	case warn:
@@ -81,6 +86,11 @@ func lockedStatus(hr *v1alpha1.HelmRelease, st *releaseState, res engine.Result,
 	}
 	s.State = v1alpha1.StateTransitioning
 	if (warn && checked) || (!warn && st.lock.Phase == lock.Locked) {
+		s.State = v1alpha1.StateDeployed
+	}
+	if len(res.Unwatched) > 0 && hr.Status.State == v1alpha1.StateDeployed && hr.Status.Version == st.rel.Version {
+		// The release is as deployed as it was; Locked says what the
+		// lock can no longer tell.
 		s.State = v1alpha1.StateDeployed
 	}
 
@@ -115,7 +125,8 @@ func lockedStatus(hr *v1alpha1.HelmRelease, st *releaseState, res engine.Result,
 	case s.State == v1alpha1.StateDeployed:
 		ready = condition(v1alpha1.ConditionReady, true, "Locked", locked.Message)
 	default:
-		ready = condition(v1alpha1.ConditionReady, false, locked.Reason, locked.Message)
+		ready = locked
+		ready.Type = v1alpha1.ConditionReady
 	}
 	setConditions(&s, hr, locked, drifted, fighting, ready)
 	return s
@@ -327,6 +338,18 @@ func toJSONMap(v any) (map[string]any, error) {
 	}
 	var m map[string]any
 	return m, json.Unmarshal(data, &m)
+}
+
+// joinResources names resource types for a message.
+func joinResources(gvrs []schema.GroupVersionResource) string {
+	names := make([]string, len(gvrs))
+	for i, gvr := range gvrs {
+		names[i] = gvr.Resource
+		if gvr.Group != "" {
+			names[i] += "." + gvr.Group
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 func joinErrors(errs []error) string {

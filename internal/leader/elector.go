@@ -39,6 +39,18 @@ type Config struct {
 	// Clock is the clock timers and expiry are measured on; nil is the
 	// real clock.
 	Clock clock.WithTicker
+	// Readiness, if set, lets a standby whose requests failed because the
+	// API server was unavailable ask again as soon as it is ready, rather
+	// than a retry period later: after an outage that ended a term, the
+	// Lease is taken, and the lock resumes, within a readiness probe of
+	// the API server's return.
+	Readiness Readiness
+}
+
+// Readiness says whether the API server is ready to serve; see
+// informers.Probe.
+type Readiness interface {
+	Ready(ctx context.Context) bool
 }
 
 // renewRetry is how soon the leader tries again after a failed renewal.
@@ -86,9 +98,8 @@ func New(cfg Config) (*Elector, error) {
 //     so that a standby takes over at once;
 //   - lead's error, if lead returns while leading (the Lease is released);
 //   - ErrLost, wrapped, if the Lease was lost, once lead has returned: the
-//     caller should exit rather than keep state it no longer owns.
-//
-// Run is meant to be called once.
+//     caller should drop the state it built while leading, and may call
+//     Run again to stand by for another term.
 func (e *Elector) Run(ctx context.Context, lead func(context.Context) error) error {
 	term, err := e.standBy(ctx)
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
+
+	"github.com/helm-locker/helm-locker/informers"
 )
 
 // standby is the state of a replica waiting for the Lease.
@@ -28,7 +30,14 @@ type standby struct {
 	retryAt time.Time
 	// conflicts counts failed takeovers in a row: two back off.
 	conflicts int
+	// unavailable is set while the last request failed because the API
+	// server was unavailable, and Config.Readiness is set: the next one
+	// waits for it to be ready rather than for a retry period.
+	unavailable bool
 }
+
+// readinessPoll is how often a standby asks whether the API server is back.
+const readinessPoll = 250 * time.Millisecond
 
 // standBy watches the Lease until this replica takes it, and returns the
 // first term of its leadership, or ctx's error.
@@ -78,11 +87,17 @@ func (s *standby) act(ctx context.Context) (*term, error) {
 		if now.Before(s.retryAt) {
 			return nil, nil
 		}
+		if s.unavailable {
+			if !e.cfg.Readiness.Ready(ctx) {
+				s.retryAt = now.Add(readinessPoll)
+				return nil, nil
+			}
+			s.unavailable = false
+		}
 		if !s.obs.known {
 			lease, err := e.get(ctx)
 			if err != nil {
-				logger.Error(err, "Reading the leader Lease; retrying", "lease", e.describe(), "retryIn", e.cfg.RetryPeriod)
-				s.retryAt = now.Add(e.cfg.RetryPeriod)
+				s.failed(ctx, now, "Reading the leader Lease; retrying", err)
 				return nil, nil
 			}
 			s.see(ctx, lease)
@@ -106,8 +121,7 @@ func (s *standby) act(ctx context.Context) (*term, error) {
 				}
 				continue
 			default:
-				logger.Error(err, "Taking the leader Lease; retrying", "lease", e.describe(), "retryIn", e.cfg.RetryPeriod)
-				s.retryAt = now.Add(e.cfg.RetryPeriod)
+				s.failed(ctx, now, "Taking the leader Lease; retrying", err)
 				return nil, nil
 			}
 		}
@@ -116,8 +130,7 @@ func (s *standby) act(ctx context.Context) (*term, error) {
 			s.watchedAt = now
 			w, err := e.watch(ctx, s.rv)
 			if err != nil {
-				logger.Error(err, "Watching the leader Lease; retrying", "lease", e.describe(), "retryIn", e.cfg.RetryPeriod)
-				s.retryAt = now.Add(e.cfg.RetryPeriod)
+				s.failed(ctx, now, "Watching the leader Lease; retrying", err)
 				return nil, nil
 			}
 			s.w = w
@@ -126,11 +139,25 @@ func (s *standby) act(ctx context.Context) (*term, error) {
 	}
 }
 
+// failed schedules the retry of a request that failed at now: once the API
+// server is ready if it was unavailable and Config.Readiness can tell,
+// otherwise a retry period later.
+func (s *standby) failed(ctx context.Context, now time.Time, msg string, err error) {
+	e := s.e
+	if e.cfg.Readiness != nil && informers.Unavailable(err) {
+		klog.FromContext(ctx).Error(err, msg, "lease", e.describe(), "retry", "once the API server is ready")
+		s.unavailable, s.retryAt = true, now
+		return
+	}
+	klog.FromContext(ctx).Error(err, msg, "lease", e.describe(), "retryIn", e.cfg.RetryPeriod)
+	s.retryAt = now.Add(e.cfg.RetryPeriod)
+}
+
 // wake is when the standby must act next, short of a watch event: after a
 // failed request, once it may ask again; otherwise when the Lease expires,
 // or sooner if the watch must be opened again.
 func (s *standby) wake() time.Time {
-	if s.e.clock.Now().Before(s.retryAt) {
+	if s.unavailable || s.e.clock.Now().Before(s.retryAt) {
 		return s.retryAt
 	}
 	at := s.obs.freeAt(s.e.cfg.Identity, s.e.cfg.LeaseDuration)

@@ -1,0 +1,135 @@
+package informers
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Health says whether an informer sees its objects as they are now: its
+// last list or watch succeeded, and no watch error came since. A lock must
+// not claim to hold objects whose changes it cannot see.
+type Health struct {
+	onChange func(current bool)
+
+	mu      sync.Mutex
+	current bool
+}
+
+// NewHealth returns a Health that is not current until the informer's
+// first list, and calls onChange (if not nil) with every change. onChange
+// runs on the informer's goroutine and must not block.
+func NewHealth(onChange func(current bool)) *Health { return &Health{onChange: onChange} }
+
+// Current reports whether the informer is current.
+func (h *Health) Current() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.current
+}
+
+func (h *Health) set(current bool) {
+	h.mu.Lock()
+	changed := h.current != current
+	h.current = current
+	h.mu.Unlock()
+	if changed && h.onChange != nil {
+		h.onChange(current)
+	}
+}
+
+// maxGuardBackoff bounds the wait between calls that fail while the API
+// server says it is ready: a single type's list or watch that keeps
+// failing (a webhook conversion down, say) costs at most one request per
+// 10 s.
+const maxGuardBackoff = 10 * time.Second
+
+// Guard wraps lw for a reflector. A list or watch that fails because the
+// API server is unavailable (see Unavailable) is not returned to the
+// reflector, whose backoff would have grown to 30 s by the end of an
+// outage: it waits for ready and is tried again at once, then with a
+// backoff of its own while the API server says it is ready yet the call
+// still fails. Other errors go to the reflector as they are. health, if
+// not nil, follows whether the informer is current; ready, if nil, leaves
+// only the backoff.
+func Guard(lw *cache.ListWatch, ready Readiness, health *Health) *cache.ListWatch {
+	if health == nil {
+		health = NewHealth(nil)
+	}
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+			list, err := retryUnavailable(ctx, ready, health, func() (runtime.Object, error) {
+				return lw.ListWithContext(ctx, options)
+			})
+			if err == nil {
+				health.set(true)
+			}
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			w, err := retryUnavailable(ctx, ready, health, func() (watch.Interface, error) {
+				return lw.WatchWithContext(ctx, options)
+			})
+			if err != nil {
+				return nil, err
+			}
+			// A watch-list streams the objects first, and is current
+			// only once the server says they have all been sent.
+			initial := options.SendInitialEvents != nil && *options.SendInitialEvents
+			if !initial {
+				health.set(true)
+			}
+			return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+				switch {
+				case ev.Type == watch.Error:
+					// Usually 410 Gone: the reflector lists
+					// afresh, and until then events are lost.
+					health.set(false)
+				case initial && ev.Type == watch.Bookmark && initialEventsEnd(ev.Object):
+					health.set(true)
+				}
+				return ev, true
+			}), nil
+		},
+	}
+}
+
+// retryUnavailable calls call until it succeeds, fails for a reason other
+// than unavailability, or ctx is done.
+func retryUnavailable[T any](ctx context.Context, ready Readiness, health *Health, call func() (T, error)) (T, error) {
+	backoff := wait.Backoff{Duration: probeEvery, Factor: 2, Steps: 1 << 30, Cap: maxGuardBackoff}
+	for first := true; ; first = false {
+		v, err := call()
+		if err == nil {
+			return v, nil
+		}
+		health.set(false)
+		if !Unavailable(err) || ctx.Err() != nil {
+			return v, err
+		}
+		// The first retry goes as soon as the API server is ready;
+		// later ones back off, since it said it was ready and still
+		// failed.
+		if !first || ready == nil {
+			select {
+			case <-ctx.Done():
+				return v, err
+			case <-time.After(backoff.Step()):
+			}
+		}
+		if ready != nil && ready.WaitReady(ctx) != nil {
+			return v, err
+		}
+	}
+}
+
+func initialEventsEnd(obj runtime.Object) bool {
+	m, ok := obj.(metav1.Object)
+	return ok && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true"
+}
