@@ -258,9 +258,9 @@ func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func
 	}
 	e.opts = withDefaults(opts)
 	e.informers = informers.NewRegistry(client, informers.Options{
-		Handler:        e.onEvent,
-		Tracked:        e.tracked,
-		Store:          e.store,
+		Handler:         e.onEvent,
+		Tracked:         e.tracked,
+		Store:           e.store,
 		OnTypesChanged:  e.typesChanged,
 		OnHealthChanged: e.healthChanged,
 		Readiness:       opts.Readiness,
