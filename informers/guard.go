@@ -2,6 +2,7 @@ package informers
 
 import (
 	"context"
+	"net/http"
 	"sync"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -103,7 +105,7 @@ func Guard(lw *cache.ListWatch, ready Readiness, health *Health) *cache.ListWatc
 // retryUnavailable calls call until it succeeds, fails for a reason other
 // than unavailability, or ctx is done.
 func retryUnavailable[T any](ctx context.Context, ready Readiness, health *Health, call func() (T, error)) (T, error) {
-	backoff := wait.Backoff{Duration: probeEvery, Factor: 2, Steps: 1 << 30, Cap: maxGuardBackoff}
+	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: maxGuardBackoff}
 	for first := true; ; first = false {
 		v, err := call()
 		if err == nil {
@@ -133,3 +135,28 @@ func initialEventsEnd(obj runtime.Object) bool {
 	m, ok := obj.(metav1.Object)
 	return ok && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true"
 }
+
+// WatchConfig returns a copy of cfg for the clients of guarded informers.
+// Their responses lose the Retry-After header, so that client-go returns a
+// 429 or 5xx at once instead of sleeping it out inside the call, and Guard
+// paces the retry: a kube-apiserver that has just become ready still asks
+// custom-resource clients to wait a second while its CRD handler catches
+// up, which client-go would spend asleep inside the list.
+func WatchConfig(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return dropRetryAfter{rt} })
+	return c
+}
+
+type dropRetryAfter struct{ http.RoundTripper }
+
+func (d dropRetryAfter) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := d.RoundTripper.RoundTrip(req)
+	if resp != nil {
+		resp.Header.Del("Retry-After")
+	}
+	return resp, err
+}
+
+// WrappedRoundTripper lets client-go see through the wrapper.
+func (d dropRetryAfter) WrappedRoundTripper() http.RoundTripper { return d.RoundTripper }

@@ -246,12 +246,19 @@ func (r *Registry) Run(ctx context.Context) error {
 		return errors.New("informers: Registry.Run called twice")
 	}
 	if r.opts.Config != nil {
-		w, err := newWatchClient(r.opts.Config)
+		// Guard, not client-go, paces retries (see WatchConfig).
+		cfg := WatchConfig(r.opts.Config)
+		client, err := dynamic.NewForConfig(cfg)
 		if err != nil {
 			r.mu.Unlock()
 			return err
 		}
-		r.watches = w
+		w, err := newWatchClient(cfg)
+		if err != nil {
+			r.mu.Unlock()
+			return err
+		}
+		r.client, r.watches = client, w
 		if r.opts.Readiness == nil {
 			if r.opts.Readiness, err = NewProbeForConfig(r.opts.Config); err != nil {
 				r.mu.Unlock()

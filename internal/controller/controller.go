@@ -189,7 +189,19 @@ func New(cfg Config) *Controller {
 	// A change of either cache's health changes what every CR may claim.
 	c.crsHealth = informers.NewHealth(func(bool) { c.enqueueAll() })
 	c.secretsHealth = informers.NewHealth(func(bool) { c.enqueueAll() })
-	crs := cfg.Dynamic.Resource(v1alpha1.Resource).Namespace(cfg.Namespace)
+	watchDynamic, watchMetadata := cfg.Dynamic, cfg.Metadata
+	if cfg.REST != nil {
+		// Guard, not client-go, paces retries (see
+		// informers.WatchConfig). Building clients does no I/O, and a
+		// config they cannot use fails the others too.
+		if d, err := dynamic.NewForConfig(informers.WatchConfig(cfg.REST)); err == nil {
+			watchDynamic = d
+		}
+		if m, err := metadata.NewForConfig(informers.WatchConfig(cfg.REST)); err == nil {
+			watchMetadata = m
+		}
+	}
+	crs := watchDynamic.Resource(v1alpha1.Resource).Namespace(cfg.Namespace)
 	c.crs = cache.NewSharedIndexInformerWithOptions(
 		cache.ToListWatcherWithWatchListSemantics(informers.Guard(&cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -198,7 +210,7 @@ func New(cfg Config) *Controller {
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return crs.Watch(ctx, o)
 			},
-		}, c.cfg.Readiness, c.crsHealth), cfg.Dynamic),
+		}, c.cfg.Readiness, c.crsHealth), watchDynamic),
 		&unstructured.Unstructured{},
 		cache.SharedIndexInformerOptions{Indexers: cache.Indexers{byRelease: crReleaseIndex}, ObjectDescription: v1alpha1.Resource.String()})
 	_, _ = c.crs.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -210,7 +222,7 @@ func New(cfg Config) *Controller {
 	// Release Secrets are watched as metadata only, selected by Helm's
 	// owner label: their labels carry the status and revision, and the
 	// payload is read only for the revision being locked.
-	secrets := cfg.Metadata.Resource(secretsResource)
+	secrets := watchMetadata.Resource(secretsResource)
 	c.secrets = cache.NewSharedIndexInformerWithOptions(
 		cache.ToListWatcherWithWatchListSemantics(informers.Guard(&cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -221,7 +233,7 @@ func New(cfg Config) *Controller {
 				o.LabelSelector = labelOwner + "=helm"
 				return secrets.Watch(ctx, o)
 			},
-		}, c.cfg.Readiness, c.secretsHealth), cfg.Metadata),
+		}, c.cfg.Readiness, c.secretsHealth), watchMetadata),
 		&metav1.PartialObjectMetadata{},
 		cache.SharedIndexInformerOptions{Indexers: cache.Indexers{byRelease: secretReleaseIndex}, ObjectDescription: "release Secrets"})
 	_ = c.secrets.SetTransform(func(obj any) (any, error) {

@@ -120,6 +120,9 @@ func lockedStatus(hr *v1alpha1.HelmRelease, st *releaseState, res engine.Result,
 	switch {
 	case len(res.Fights) > 0:
 		ready = condition(v1alpha1.ConditionReady, false, "Fighting", fighting.Message)
+	case s.State == v1alpha1.StateDeployed && locked.Status == metav1.ConditionUnknown:
+		ready = locked
+		ready.Type = v1alpha1.ConditionReady
 	case s.State == v1alpha1.StateDeployed && warn:
 		ready = condition(v1alpha1.ConditionReady, true, "Monitoring", locked.Message)
 	case s.State == v1alpha1.StateDeployed:

@@ -9,12 +9,15 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
+	"github.com/helm-locker/helm-locker/lock"
+	"github.com/helm-locker/helm-locker/manifest"
 )
 
 func TestFightMessageSuggestsIgnoreRule(t *testing.T) {
@@ -93,5 +96,36 @@ func TestSameStatusAfterARoundTrip(t *testing.T) {
 	changed.DriftsCorrected = 2
 	if sameStatus(read.Status, changed) {
 		t.Error("sameStatus does not see a changed count")
+	}
+}
+
+// TestStatusWithoutWatches: while a type's watch is not current, the lock
+// claims nothing: Locked and Ready are Unknown, naming the type, and a
+// release that was Deployed stays so.
+func TestStatusWithoutWatches(t *testing.T) {
+	tests := []struct {
+		name      string
+		was       v1alpha1.State
+		wantState v1alpha1.State
+	}{
+		{name: "deployed before", was: v1alpha1.StateDeployed, wantState: v1alpha1.StateDeployed},
+		{name: "never locked", was: v1alpha1.StateTransitioning, wantState: v1alpha1.StateTransitioning},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hr := &v1alpha1.HelmRelease{Status: v1alpha1.HelmReleaseStatus{State: tt.was, Version: 3}}
+			st := &releaseState{rel: &manifest.Release{Version: 3}, lock: lock.Lock{Phase: lock.Reconciling, Revision: 3}}
+			res := engine.Result{Objects: 2, Locked: 2, Unwatched: []schema.GroupVersionResource{cmGVR, {Group: "apps", Version: "v1", Resource: "deployments"}}}
+			s := lockedStatus(hr, st, res, nil)
+			if s.State != tt.wantState {
+				t.Errorf("state %q, want %q", s.State, tt.wantState)
+			}
+			for _, typ := range []string{v1alpha1.ConditionLocked, v1alpha1.ConditionReady} {
+				c := meta.FindStatusCondition(s.Conditions, typ)
+				if c == nil || c.Status != metav1.ConditionUnknown || c.Reason != "WatchesNotSynced" || !strings.Contains(c.Message, "configmaps, deployments.apps") {
+					t.Errorf("%s = %+v, want Unknown, WatchesNotSynced, naming configmaps and deployments.apps", typ, c)
+				}
+			}
+		})
 	}
 }

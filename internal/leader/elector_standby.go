@@ -32,8 +32,12 @@ type standby struct {
 	conflicts int
 	// unavailable is set while the last request failed because the API
 	// server was unavailable, and Config.Readiness is set: the next one
-	// waits for it to be ready rather than for a retry period.
+	// waits for it to be ready rather than for a retry period. readyAt is
+	// when the API server last said it was; a request that fails within
+	// a retry period of that waits a retry period, so that an API server
+	// ready yet failing is asked at the usual pace.
 	unavailable bool
+	readyAt     time.Time
 }
 
 // readinessPoll is how often a standby asks whether the API server is back.
@@ -92,7 +96,7 @@ func (s *standby) act(ctx context.Context) (*term, error) {
 				s.retryAt = now.Add(readinessPoll)
 				return nil, nil
 			}
-			s.unavailable = false
+			s.unavailable, s.readyAt = false, now
 		}
 		if !s.obs.known {
 			lease, err := e.get(ctx)
@@ -144,9 +148,9 @@ func (s *standby) act(ctx context.Context) (*term, error) {
 // otherwise a retry period later.
 func (s *standby) failed(ctx context.Context, now time.Time, msg string, err error) {
 	e := s.e
-	if e.cfg.Readiness != nil && informers.Unavailable(err) {
+	if e.cfg.Readiness != nil && informers.Unavailable(err) && (s.readyAt.IsZero() || now.Sub(s.readyAt) >= e.cfg.RetryPeriod) {
 		klog.FromContext(ctx).Error(err, msg, "lease", e.describe(), "retry", "once the API server is ready")
-		s.unavailable, s.retryAt = true, now
+		s.unavailable, s.retryAt = true, now.Add(readinessPoll)
 		return
 	}
 	klog.FromContext(ctx).Error(err, msg, "lease", e.describe(), "retryIn", e.cfg.RetryPeriod)

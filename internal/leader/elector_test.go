@@ -74,6 +74,7 @@ func startDriver(t *testing.T, initial *coordinationv1.Lease, setup func(*fakeAP
 	e, err := New(Config{
 		Leases: d.api.CoordinationV1(), Namespace: "ns", Name: "locker", Identity: "me",
 		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod, Clock: d.clock,
+		Readiness: d.api,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -337,6 +338,37 @@ func TestElector(t *testing.T) {
 			name:  "the work fails: the Lease is released and the error returned",
 			first: leading,
 			steps: []step{{do: func(d *driver) { d.finish <- errors.New("caches did not sync") }, holder: "", requests: []string{"update"}, returned: "caches did not sync"}},
+		},
+		{
+			// After an outage, the standby asks again as soon as the
+			// API server is ready, not a retry period after its last
+			// failure; and while the API server says it is ready
+			// but requests still fail, it waits a retry period.
+			name:    "API server down: asks again once it is ready",
+			initial: heldByOther,
+			setup:   func(f *fakeAPI) { f.down.Store(true) },
+			first:   step{holder: "other", requests: []string{"get"}},
+			steps: []step{
+				{do: advance(readinessPoll), holder: "other"},
+				{do: func(d *driver) { d.api.down.Store(false); d.clock.Step(readinessPoll) }, holder: "other", requests: []string{"get", "watch"}},
+			},
+		},
+		{
+			name:    "API server ready but failing: waits a retry period",
+			initial: heldByOther,
+			setup: func(f *fakeAPI) {
+				f.PrependReactor("get", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+				})
+			},
+			first: step{holder: "other", requests: []string{"get"}},
+			steps: []step{
+				// Asked again once the API server says it is
+				// ready; then not for a retry period.
+				{do: advance(readinessPoll), holder: "other", requests: []string{"get"}},
+				{do: advance(retryPeriod - time.Millisecond), quiet: true, holder: "other"},
+				{do: advance(time.Millisecond), holder: "other", requests: []string{"get"}},
+			},
 		},
 		{
 			name:    "stopped while standing by: returns without writing",

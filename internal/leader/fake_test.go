@@ -1,9 +1,11 @@
 package leader
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -32,7 +34,16 @@ type fakeAPI struct {
 	// stalled makes new watches deliver nothing, as a watch lagging far
 	// behind would.
 	stalled bool
+	// down makes every request fail as with the API server stopped, and
+	// Ready say no.
+	down atomic.Bool
 }
+
+// errRefused is what a request to a stopped API server gets.
+var errRefused = errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+
+// Ready is the fake API server's readiness (see Readiness).
+func (f *fakeAPI) Ready(context.Context) bool { return !f.down.Load() }
 
 func newFakeAPI(t *testing.T, initial *coordinationv1.Lease) *fakeAPI {
 	t.Helper()
@@ -74,6 +85,18 @@ func newFakeAPI(t *testing.T, initial *coordinationv1.Lease) *fakeAPI {
 		}
 		f.watchers = append(f.watchers, w.(*watch.RaceFreeFakeWatcher))
 		return true, w, nil
+	})
+	f.PrependReactor("*", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if f.down.Load() {
+			return true, nil, errRefused
+		}
+		return false, nil, nil
+	})
+	f.PrependWatchReactor("leases", func(clienttesting.Action) (bool, watch.Interface, error) {
+		if f.down.Load() {
+			return true, nil, errRefused
+		}
+		return false, nil, nil
 	})
 	if initial != nil {
 		f.put(t, initial)
