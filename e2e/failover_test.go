@@ -47,7 +47,7 @@ func startReplicas(t *testing.T, registration, controller string, metrics bool) 
 		r := &replica{}
 		args := []string{"--namespace", registration, "--controller-name", controller}
 		if metrics {
-			r.metrics = freeAddress(t)
+			r.metrics = framework.FreeAddress(t)
 			args = append(args, "--metrics-bind-address="+r.metrics)
 		}
 		var err error
@@ -274,7 +274,7 @@ func TestFailoverIdleRequests(t *testing.T) {
 // by method and code.
 func requestCounts(t *testing.T, addr string) map[string]int {
 	t.Helper()
-	code, body := httpGet(t, "http://"+addr+"/metrics")
+	code, body := framework.HTTPGet("http://" + addr + "/metrics")
 	if code != 200 {
 		t.Fatalf("GET %s/metrics: %d %s", addr, code, body)
 	}

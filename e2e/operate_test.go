@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -282,27 +280,6 @@ func TestFightIsBounded(t *testing.T) {
 }
 
 // freeAddress returns a loopback address with a port free right now.
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func httpGet(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
-
 // TestMetricsHealthAndJSONLogs runs a locker of its own with metrics,
 // probes and JSON logs, makes a known number of drifts, and reads the
 // counters back from /metrics.
@@ -310,7 +287,7 @@ func TestMetricsHealthAndJSONLogs(t *testing.T) {
 	t.Parallel()
 	ns := env.Namespace(t)
 	registration := env.Namespace(t)
-	metricsAddr, healthAddr := freeAddress(t), freeAddress(t)
+	metricsAddr, healthAddr := framework.FreeAddress(t), framework.FreeAddress(t)
 	locker, err := env.StartLocker("metrics-locker", "--namespace", registration, "--controller-name", "metrics-locker",
 		"--leader-elect=false", "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+healthAddr, "--log-format=json")
 	if err != nil {
@@ -318,12 +295,12 @@ func TestMetricsHealthAndJSONLogs(t *testing.T) {
 	}
 	defer func() { _ = locker.Stop(10 * time.Second) }()
 	env.Eventually(t, 30*time.Second, func() error {
-		if code, body := httpGet(t, "http://"+healthAddr+"/readyz"); code != http.StatusOK {
+		if code, body := framework.HTTPGet("http://" + healthAddr + "/readyz"); code != http.StatusOK {
 			return fmt.Errorf("/readyz = %d %q", code, body)
 		}
 		return nil
 	})
-	if code, _ := httpGet(t, "http://"+healthAddr+"/healthz"); code != http.StatusOK {
+	if code, _ := framework.HTTPGet("http://" + healthAddr + "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz = %d, want 200", code)
 	}
 
@@ -346,7 +323,7 @@ func TestMetricsHealthAndJSONLogs(t *testing.T) {
 		`workqueue_adds_total{name="helmreleases"}`:                          "",
 	}
 	env.Eventually(t, 30*time.Second, func() error {
-		code, body := httpGet(t, "http://"+metricsAddr+"/metrics")
+		code, body := framework.HTTPGet("http://" + metricsAddr + "/metrics")
 		if code != http.StatusOK {
 			return fmt.Errorf("/metrics = %d", code)
 		}

@@ -9,6 +9,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -237,4 +240,28 @@ func Chart(t testing.TB, name string) string {
 		t.Fatal(err)
 	}
 	return filepath.Join(root, "e2e", "testdata", "charts", name)
+}
+
+// FreeAddress returns a loopback address with a port free now, for a
+// locker's metrics or probes that a test reads.
+func FreeAddress(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// HTTPGet returns the status code and body of a GET of url; code 0 and the
+// error if it could not be sent.
+func HTTPGet(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }

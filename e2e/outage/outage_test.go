@@ -2,8 +2,6 @@ package outage
 
 import (
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -36,7 +34,7 @@ type locker struct {
 
 func startLocker(t *testing.T, name, kubeconfig string) *locker {
 	t.Helper()
-	l := &locker{registration: env.Namespace(t), health: freeAddress(t)}
+	l := &locker{registration: env.Namespace(t), health: framework.FreeAddress(t)}
 	var err error
 	l.proc, err = env.StartLockerWith(name, kubeconfig, "--namespace", l.registration, "--controller-name", name,
 		"--health-probe-bind-address="+l.health)
@@ -52,27 +50,11 @@ func startLocker(t *testing.T, name, kubeconfig string) *locker {
 		}
 	})
 	// It installs the HelmRelease CRD as it starts.
-	l.eventually(t, time.Minute, func() error {
+	env.Eventually(t, time.Minute, func() error {
 		_, err := env.Dynamic.Resource(v1alpha1.Resource).Namespace(l.registration).List(t.Context(), metav1.ListOptions{Limit: 1})
 		return err
 	})
 	return l
-}
-
-// eventually is framework.Env.Eventually with this locker's log on failure.
-func (l *locker) eventually(t *testing.T, timeout time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // lock installs the configmaps chart as release with helm v, registers it
@@ -88,7 +70,7 @@ func (l *locker) lock(t *testing.T, v framework.HelmVersion, ns, release string)
 // waitLocked waits until the CR says Deployed at revision with Locked=True.
 func (l *locker) waitLocked(t *testing.T, cr string, revision int) {
 	t.Helper()
-	l.eventually(t, time.Minute, func() error {
+	env.Eventually(t, time.Minute, func() error {
 		hr := env.HelmReleaseIn(t, l.registration, cr)
 		c := condition(hr, v1alpha1.ConditionLocked)
 		if hr.Status.State != v1alpha1.StateDeployed || hr.Status.Version != revision || c == nil || c.Status != metav1.ConditionTrue {
@@ -99,15 +81,7 @@ func (l *locker) waitLocked(t *testing.T, cr string, revision int) {
 }
 
 // readyz returns the locker's /readyz status code and body.
-func (l *locker) readyz() (int, string) {
-	resp, err := http.Get("http://" + l.health + "/readyz")
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
+func (l *locker) readyz() (int, string) { return framework.HTTPGet("http://" + l.health + "/readyz") }
 
 // TestAPIServerOutages stops kube-apiserver (SIGKILL) for 10 s, 40 s and
 // 120 s under a locker with the default flags, and starts it again. Each
@@ -146,7 +120,7 @@ func TestAPIServerOutages(t *testing.T) {
 			}
 			var lastRevert time.Duration
 			for _, r := range releases {
-				l.eventually(t, 30*time.Second, func() error { return hasKey(t, r.ns, "cms-0", r.value) })
+				env.Eventually(t, 30*time.Second, func() error { return hasKey(t, r.ns, "cms-0", r.value) })
 				lastRevert = time.Since(readyAt)
 			}
 			t.Logf("%s outage: edits reverted %s after kube-apiserver was ready", outage, lastRevert.Round(time.Millisecond))
@@ -159,7 +133,7 @@ func TestAPIServerOutages(t *testing.T) {
 				env.Helm(t, r.v, "upgrade", "cms", framework.Chart(t, "configmaps"), "-n", r.ns, "--set", "count=2,value="+r.value)
 				l.waitLocked(t, r.cr, r.rev)
 				setKey(t, r.ns, "cms-1", "edited after the upgrade")
-				l.eventually(t, 10*time.Second, func() error { return hasKey(t, r.ns, "cms-1", r.value) })
+				env.Eventually(t, 10*time.Second, func() error { return hasKey(t, r.ns, "cms-1", r.value) })
 			}
 		})
 	}
@@ -184,7 +158,7 @@ func TestWatchesCutUntilCompacted(t *testing.T) {
 	// than resumed; this one must resume.
 	time.Sleep(2 * time.Second)
 	proxy.BlockWatches(true)
-	l.eventually(t, 30*time.Second, func() error {
+	env.Eventually(t, 30*time.Second, func() error {
 		hr := env.HelmReleaseIn(t, l.registration, cr)
 		c := condition(hr, v1alpha1.ConditionLocked)
 		if c == nil || c.Status != metav1.ConditionUnknown || c.Reason != "WatchesNotSynced" || !strings.Contains(c.Message, "configmaps") {
@@ -192,7 +166,7 @@ func TestWatchesCutUntilCompacted(t *testing.T) {
 		}
 		return nil
 	})
-	l.eventually(t, 10*time.Second, func() error {
+	env.Eventually(t, 10*time.Second, func() error {
 		if code, body := l.readyz(); code == http.StatusOK || !strings.Contains(body, "watches not current") {
 			return fmt.Errorf("/readyz = %d %q while the watches are cut; want a failure naming them", code, body)
 		}
@@ -214,10 +188,10 @@ func TestWatchesCutUntilCompacted(t *testing.T) {
 
 	proxy.BlockWatches(false)
 	for _, name := range []string{"cms-0", "cms-1"} {
-		l.eventually(t, 30*time.Second, func() error { return hasKey(t, ns, name, "declared") })
+		env.Eventually(t, 30*time.Second, func() error { return hasKey(t, ns, name, "declared") })
 	}
 	l.waitLocked(t, cr, 1)
-	l.eventually(t, 10*time.Second, func() error {
+	env.Eventually(t, 10*time.Second, func() error {
 		if code, body := l.readyz(); code != http.StatusOK {
 			return fmt.Errorf("/readyz = %d %q after the watches are back; want 200", code, body)
 		}
@@ -270,16 +244,6 @@ func createConfigMap(t *testing.T, ns, name string) {
 	if _, err := env.Dynamic.Resource(configMaps).Namespace(ns).Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // logTail returns the end of a log file, to explain a failure.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,9 +70,11 @@ func helmRelease(annotations map[string]any) *unstructured.Unstructured {
 	}}
 }
 
-// newTestController builds a controller on fake clients and fills its
-// caches by hand, so sync can be driven one call at a time.
-func newTestController(t *testing.T, hr *unstructured.Unstructured, secret *corev1.Secret) (*Controller, *dynamicfake.FakeDynamicClient) {
+// newTestController builds a controller on fake clients and runs its
+// informers, so sync can be driven one call at a time. setup, if set,
+// prepares the dynamic client before anything uses it: the fake's reactors
+// may not change while informers call it.
+func newTestController(t *testing.T, hr *unstructured.Unstructured, secret *corev1.Secret, setup func(*dynamicfake.FakeDynamicClient)) (*Controller, *dynamicfake.FakeDynamicClient) {
 	t.Helper()
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
@@ -79,6 +82,9 @@ func newTestController(t *testing.T, hr *unstructured.Unstructured, secret *core
 		v1alpha1.Resource: "HelmReleaseList",
 		{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}: "CustomResourceDefinitionList",
 	}, hr)
+	if setup != nil {
+		setup(dyn)
+	}
 	var kubeObjs []runtime.Object
 	if secret != nil {
 		kubeObjs = append(kubeObjs, secret)
@@ -157,7 +163,7 @@ func TestSync(t *testing.T) {
 			for k, v := range tt.spec {
 				hr.Object["spec"].(map[string]any)[k] = v
 			}
-			c, dyn := newTestController(t, hr, tt.secret)
+			c, dyn := newTestController(t, hr, tt.secret, nil)
 			if err := c.sync(context.Background(), "cattle-helm-system/hr", false); err != nil {
 				t.Fatalf("sync: %v", err)
 			}
@@ -182,7 +188,7 @@ func TestSync(t *testing.T) {
 // TestSyncRecoversFromPanics shows one release's panic becomes that
 // release's error rather than the process's crash.
 func TestSyncRecoversFromPanics(t *testing.T) {
-	c, _ := newTestController(t, helmRelease(nil), nil)
+	c, _ := newTestController(t, helmRelease(nil), nil, nil)
 	c.cfg.Kube = nil // noSecretStatus dereferences it
 	if err := c.safeSync(context.Background(), "cattle-helm-system/hr", false); err == nil {
 		t.Fatal("want an error from the recovered panic")
@@ -192,20 +198,22 @@ func TestSyncRecoversFromPanics(t *testing.T) {
 // TestEvents drives one release through a failing and then a working
 // correction, and reads the events the recorder got.
 func TestEvents(t *testing.T) {
-	c, dyn := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1))
+	var refuse atomic.Bool
+	refuse.Store(true)
+	c, _ := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), func(dyn *dynamicfake.FakeDynamicClient) {
+		dyn.PrependReactor("create", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
+			if refuse.Load() {
+				return true, nil, apierrors.NewServiceUnavailable("etcd is away")
+			}
+			return false, nil, nil
+		})
+	})
 	recorder := record.NewFakeRecorder(20)
 	c.cfg.Recorder = recorder
-	refuse := true
-	dyn.PrependReactor("create", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
-		if refuse {
-			return true, nil, apierrors.NewServiceUnavailable("etcd is away")
-		}
-		return false, nil, nil
-	})
 	if err := c.sync(context.Background(), "cattle-helm-system/hr", false); err == nil {
 		t.Fatal("sync with a failed create: want an error")
 	}
-	refuse = false
+	refuse.Store(false)
 	if err := c.sync(context.Background(), "cattle-helm-system/hr", false); err != nil {
 		t.Fatal(err)
 	}
@@ -234,21 +242,22 @@ func TestEvents(t *testing.T) {
 // reported once, names the identity and the verb, and is not retried at
 // once.
 func TestForbiddenIsReportedOnce(t *testing.T) {
-	c, dyn := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1))
+	var creates atomic.Int32
+	c, dyn := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), func(dyn *dynamicfake.FakeDynamicClient) {
+		dyn.PrependReactor("create", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
+			creates.Add(1)
+			return true, nil, apierrors.NewForbidden(cmGVR.GroupResource(), "cm", errors.New(`User "system:serviceaccount:apps:tenant" cannot create resource "configmaps" in API group "" in the namespace "apps"`))
+		})
+	})
 	recorder := record.NewFakeRecorder(20)
 	c.cfg.Recorder = recorder
-	creates := 0
-	dyn.PrependReactor("create", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
-		creates++
-		return true, nil, apierrors.NewForbidden(cmGVR.GroupResource(), "cm", errors.New(`User "system:serviceaccount:apps:tenant" cannot create resource "configmaps" in API group "" in the namespace "apps"`))
-	})
 	for range 3 {
 		if err := c.sync(context.Background(), "cattle-helm-system/hr", false); err != nil {
 			t.Fatalf("sync: %v; a refusal for good is not an error to retry at once", err)
 		}
 	}
-	if creates != 1 {
-		t.Errorf("%d creates in three syncs, want 1", creates)
+	if n := creates.Load(); n != 1 {
+		t.Errorf("%d creates in three syncs, want 1", n)
 	}
 	st := statusOf(t, dyn)
 	cond := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionLocked)
@@ -276,7 +285,7 @@ func TestForbiddenIsReportedOnce(t *testing.T) {
 func TestClaimIsNotRepeatedOnAStaleCache(t *testing.T) {
 	hr := helmRelease(nil)
 	hr.SetResourceVersion("7")
-	c, dyn := newTestController(t, hr, releaseSecret(t, "deployed", 1))
+	c, dyn := newTestController(t, hr, releaseSecret(t, "deployed", 1), nil)
 	for range 2 {
 		_ = c.sync(context.Background(), "cattle-helm-system/hr", false)
 	}
