@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -203,4 +204,37 @@ func value(t *testing.T, client *dynamicfake.FakeDynamicClient) string {
 	}
 	v, _, _ := unstructured.NestedString(got.Object, "data", "key")
 	return v
+}
+
+// TestUnwatchedTypes: while a type's informer does not see changes as they
+// happen, a set with objects of that type is not in line, says which types
+// are blind, and is notified when that changes.
+func TestUnwatchedTypes(t *testing.T) {
+	ctx := context.Background()
+	e, _, notified := newTestEngine(t)
+	blind := map[schema.GroupVersionResource]bool{cmGVR: true}
+	e.watching = func(gvr schema.GroupVersionResource) bool { return !blind[gvr] }
+	e.Declare("cms", ObjectSet{Objects: []*unstructured.Unstructured{configMap(t, "declared")}, DefaultNamespace: "ns"})
+	e.Declare("roles", ObjectSet{Objects: []*unstructured.Unstructured{{Object: obj(t, "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: r}\n")}}})
+
+	res, err := e.Sync(ctx, "cms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.InLine || !slices.Equal(res.Unwatched, []schema.GroupVersionResource{cmGVR}) || res.Locked != 1 {
+		t.Errorf("Sync with configmaps unwatched = %+v; want the object checked, the set not in line, configmaps unwatched", res)
+	}
+	if res, _ := e.Sync(ctx, "roles"); !res.InLine || len(res.Unwatched) != 0 {
+		t.Errorf("Sync of a set of another type = %+v; want it in line", res)
+	}
+
+	*notified = nil
+	blind[cmGVR] = false
+	e.healthChanged(cmGVR, true)
+	if !slices.Equal(*notified, []string{"cms"}) {
+		t.Errorf("notified %v when configmaps were watched again, want [cms]", *notified)
+	}
+	if res, _ := e.Sync(ctx, "cms"); !res.InLine || len(res.Unwatched) != 0 {
+		t.Errorf("Sync once watched again = %+v; want in line", res)
+	}
 }
