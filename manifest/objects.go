@@ -54,7 +54,13 @@ func Objects(rel *Release) ([]*unstructured.Unstructured, error) {
 // parseDocument decodes one YAML document. It returns nothing for a document
 // that holds only comments or whitespace.
 func parseDocument(doc string) ([]*unstructured.Unstructured, error) {
-	data, err := yaml.YAMLToJSON([]byte(doc))
+	// Helm stores each document as its template's trimmed output and one
+	// line break, and applies it as its YAML reader splits it, line break
+	// included. splitDocuments trims it, as Helm's SplitManifests does;
+	// without it back, a block scalar that ends a document ("|" keeps
+	// one final line break) would lose the line break Helm applied, and
+	// the lock would "correct" every such value.
+	data, err := yaml.YAMLToJSON([]byte(doc + "\n"))
 	if err != nil {
 		return nil, err
 	}
