@@ -49,15 +49,18 @@ spec:
 `
 
 // BenchmarkRevertPatch is the per-event hot path: the desired state of a
-// drifted Deployment and the strategic merge patch that restores it.
+// drifted Deployment and the patch that restores it.
 func BenchmarkRevertPatch(b *testing.B) {
 	declared := normalize(&unstructured.Unstructured{Object: obj(b, benchDeployment)}).Object
 	live := obj(b, benchLive)
-	meta := patchMetaFor(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"})
+	rules := rulesFor(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"})
 	b.ReportAllocs()
 	for b.Loop() {
-		patch, err := ComputePatch(live, Desired(live, declared, meta), meta)
-		if err != nil || patch == nil {
+		desired, err := rules.desired(live, declared)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if patch, err := computePatch(live, desired); err != nil || patch == nil {
 			b.Fatal(err, patch)
 		}
 	}
@@ -67,11 +70,18 @@ func BenchmarkRevertPatch(b *testing.B) {
 // declared: no patch.
 func BenchmarkInLineCheck(b *testing.B) {
 	declared := normalize(&unstructured.Unstructured{Object: obj(b, benchDeployment)}).Object
-	meta := patchMetaFor(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"})
-	live := Desired(obj(b, benchLive), declared, meta)
+	rules := rulesFor(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"})
+	live, err := rules.desired(obj(b, benchLive), declared)
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if patch, err := ComputePatch(live, Desired(live, declared, meta), meta); err != nil || patch != nil {
+		desired, err := rules.desired(live, declared)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if patch, err := computePatch(live, desired); err != nil || patch != nil {
 			b.Fatal(err, patch)
 		}
 	}

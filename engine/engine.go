@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -159,7 +158,7 @@ type lockedObject struct {
 	// JSON: a third of its size as nested maps, and decoded in
 	// microseconds when an event needs it.
 	declared []byte
-	meta     strategicpatch.LookupPatchMeta
+	rules    mergeRules
 	// inLine is set once the object was checked and found, or made, as
 	// declared, and cleared when that check fails.
 	inLine bool
@@ -218,12 +217,15 @@ type noopPatch struct {
 	data            string
 }
 
-// desired is the live object as it must be (see Desired), with the
-// ignored fields as they are live.
-func (o *lockedObject) desired(live, declared map[string]any) map[string]any {
-	d := Desired(live, declared, o.meta)
+// desired is the live object as it must be (see mergeRules.desired), with
+// the ignored fields as they are live.
+func (o *lockedObject) desired(live, declared map[string]any) (map[string]any, error) {
+	d, err := o.rules.desired(live, declared)
+	if err != nil {
+		return nil, err
+	}
 	keepLive(d, live, o.ignore)
-	return d
+	return d, nil
 }
 
 // declaration decodes the declared object.
@@ -440,7 +442,7 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	locked := &lockedObject{
 		ref:        ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()},
 		declared:   data,
-		meta:       patchMetaFor(gvk),
+		rules:      rulesFor(gvk),
 		ignore:     ignore,
 		generation: e.generations.Add(1),
 	}
@@ -504,8 +506,10 @@ func (e *Engine) store(gvr schema.GroupVersionResource, obj *unstructured.Unstru
 	}
 	e.mu.Unlock()
 	if owners == 1 && !(spec.ServerSideApply && hasUpdateEntry(obj, e.fieldManager)) {
-		if declared, err := locked.declaration(); err == nil && reflect.DeepEqual(locked.desired(obj.Object, declared.Object), obj.Object) {
-			return &inLineStub{Stub: informers.NewStub(obj), generation: locked.generation}
+		if declared, err := locked.declaration(); err == nil {
+			if desired, err := locked.desired(obj.Object, declared.Object); err == nil && reflect.DeepEqual(desired, obj.Object) {
+				return &inLineStub{Stub: informers.NewStub(obj), generation: locked.generation}
+			}
 		}
 	}
 	return obj

@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"sigs.k8s.io/yaml"
 )
 
@@ -105,7 +104,7 @@ spec:
   ports: [{name: http, port: 81, targetPort: http, protocol: TCP}]
 `,
 			want:      service,
-			wantPatch: `{"spec":{"$setElementOrder/ports":[{"port":80}],"ports":[{"name":"http","port":80,"protocol":"TCP","targetPort":"http"},{"$patch":"delete","port":81}]}}`,
+			wantPatch: `{"spec":{"ports":[{"name":"http","port":80,"protocol":"TCP","targetPort":"http"}]}}`,
 		},
 		{
 			name: "a keyed list entry keeps what the server defaulted inside it",
@@ -137,7 +136,7 @@ spec:
     spec:
       containers: [{name: app, image: "nginx:1", imagePullPolicy: IfNotPresent}]
 `,
-			wantPatch: `{"spec":{"template":{"spec":{"$setElementOrder/containers":[{"name":"app"}],"containers":[{"image":"nginx:1","name":"app"},{"$patch":"delete","name":"sidecar"}]}}}}`,
+			wantPatch: `{"spec":{"template":{"spec":{"containers":[{"image":"nginx:1","imagePullPolicy":"IfNotPresent","name":"app"}]}}}}`,
 		},
 		{
 			name: "custom resource: JSON merge patch, an atomic list is replaced",
@@ -207,38 +206,35 @@ data: {a: "1"}
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var meta strategicpatch.LookupPatchMeta
-			if !tt.gvk.Empty() {
-				meta = patchMetaFor(tt.gvk)
-				if meta == nil {
-					t.Fatalf("no patch metadata for %s", tt.gvk)
-				}
+			declaredObj := &unstructured.Unstructured{Object: obj(t, tt.declared)}
+			rules := rulesFor(declaredObj.GroupVersionKind())
+			if !tt.gvk.Empty() && rules.types == deducedTypes {
+				t.Fatalf("no schema for %s", tt.gvk)
 			}
-			declared := normalize(&unstructured.Unstructured{Object: obj(t, tt.declared)}).Object
+			declared := normalize(declaredObj).Object
 			live := obj(t, tt.live)
-			got := Desired(live, declared, meta)
-			if diff := cmp.Diff(obj(t, tt.want), got); diff != "" {
-				t.Errorf("Desired (-want +got):\n%s", diff)
+			got, err := rules.desired(live, declared)
+			if err != nil {
+				t.Fatal(err)
 			}
-			patch, err := ComputePatch(live, got, meta)
+			if diff := cmp.Diff(obj(t, tt.want), got); diff != "" {
+				t.Errorf("desired (-want +got):\n%s", diff)
+			}
+			patch, err := computePatch(live, got)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if tt.wantPatch == "" {
 				if patch != nil {
-					t.Errorf("ComputePatch = %s, want no patch", patch.Data)
+					t.Errorf("computePatch = %s, want no patch", patch.Data)
 				}
 				return
 			}
 			if patch == nil {
-				t.Fatalf("ComputePatch = nil, want %s", tt.wantPatch)
+				t.Fatalf("computePatch = nil, want %s", tt.wantPatch)
 			}
-			wantType := types.StrategicMergePatchType
-			if meta == nil {
-				wantType = types.MergePatchType
-			}
-			if patch.Type != wantType {
-				t.Errorf("patch type = %s, want %s", patch.Type, wantType)
+			if patch.Type != types.MergePatchType {
+				t.Errorf("patch type = %s, want %s", patch.Type, types.MergePatchType)
 			}
 			var gotPatch, wantPatch any
 			_ = json.Unmarshal(patch.Data, &gotPatch)

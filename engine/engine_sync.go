@@ -246,8 +246,11 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 		drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Deleted: true}
 		return drift, e.correct(ctx, spec, obj, drift, "", func() error { return e.create(ctx, spec, obj, declared) })
 	}
-	desired := obj.desired(live.Object, declared.Object)
-	patch, err := ComputePatch(live.Object, desired, obj.meta)
+	desired, err := obj.desired(live.Object, declared.Object)
+	if err != nil {
+		return nil, err
+	}
+	patch, err := computePatch(live.Object, desired)
 	if err != nil {
 		return nil, err
 	}

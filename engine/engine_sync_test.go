@@ -4,22 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/scheme"
-	clienttesting "k8s.io/client-go/testing"
 )
 
 // resettable makes a static RESTMapper look like a discovery-backed one.
@@ -38,7 +36,6 @@ func newTestEngine(t *testing.T) (*Engine, *dynamicfake.FakeDynamicClient, *[]st
 	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
 	mapper.Add(schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}, meta.RESTScopeRoot)
 	client := dynamicfake.NewSimpleDynamicClient(scheme.Scheme)
-	client.PrependReactor("patch", "configmaps", strategicMergeReactor(client))
 	var notified []string
 	e := New(client, resettable{mapper}, func(key string) { notified = append(notified, key) }, Options{})
 	// Sync is driven by hand here, with no informer running: objects are
@@ -153,33 +150,14 @@ func TestDeclareResolvesScopeAndUnknownKinds(t *testing.T) {
 	}
 }
 
-// strategicMergeReactor applies strategic merge patches to ConfigMaps, which
-// the fake dynamic client cannot do for unstructured objects by itself.
-func strategicMergeReactor(client *dynamicfake.FakeDynamicClient) clienttesting.ReactionFunc {
-	return func(action clienttesting.Action) (bool, runtime.Object, error) {
-		patch := action.(clienttesting.PatchAction)
-		if patch.GetPatchType() != types.StrategicMergePatchType {
-			return false, nil, nil
-		}
-		current, err := client.Tracker().Get(cmGVR, patch.GetNamespace(), patch.GetName())
-		if err != nil {
-			return true, nil, err
-		}
-		out, err := mergeConfigMap(current, patch.GetPatch())
-		if err != nil {
-			return true, nil, err
-		}
-		return true, out, client.Tracker().Update(cmGVR, out, patch.GetNamespace())
-	}
-}
-
-// mergeConfigMap applies a strategic merge patch to a ConfigMap.
+// mergeConfigMap applies a JSON merge patch to a ConfigMap, as the API
+// server does.
 func mergeConfigMap(current runtime.Object, patch []byte) (*unstructured.Unstructured, error) {
 	data, err := json.Marshal(current)
 	if err != nil {
 		return nil, err
 	}
-	merged, err := strategicpatch.StrategicMergePatch(data, patch, &corev1.ConfigMap{})
+	merged, err := jsonpatch.MergePatch(data, patch)
 	if err != nil {
 		return nil, err
 	}

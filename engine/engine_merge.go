@@ -1,0 +1,308 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sync"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/client-go/applyconfigurations"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v6/typed"
+)
+
+// The merge rules of the objects the engine holds are Kubernetes' own: the
+// list types (atomic, set, map and their keys) and map types of the schema
+// the API server merges server-side applies with, read through
+// sigs.k8s.io/structured-merge-diff, as the API server does. Strategic merge
+// patch metadata, which the engine used before, knows one merge key per
+// list: the UDP and TCP entries of a Service port 53 were one entry to it,
+// and atomic lists were merged by position.
+
+// builtinTypes is the schema of the built-in kinds client-go was generated
+// with. Parsing it takes a moment, so it is read on first use.
+var builtinTypes = sync.OnceValue(func() managedfields.TypeConverter {
+	return applyconfigurations.NewTypeConverter(scheme.Scheme)
+})
+
+// deducedTypes treats every list as atomic and every map as granular, as a
+// JSON merge patch does: the rules for kinds without a schema here, such as
+// custom resources.
+var deducedTypes = managedfields.NewDeducedTypeConverter()
+
+// mergeRules are the merge rules of one kind.
+type mergeRules struct {
+	types managedfields.TypeConverter
+}
+
+func rulesFor(gvk schema.GroupVersionKind) mergeRules {
+	if scheme.Scheme.Recognizes(gvk) {
+		return mergeRules{types: builtinTypes()}
+	}
+	return mergeRules{types: deducedTypes}
+}
+
+// typed converts obj under r, falling back to the deduced rules for an
+// object the schema does not describe (a field newer than client-go, say):
+// holding it by the simpler rules beats not holding it.
+func (r mergeRules) typed(obj map[string]any) (*typed.TypedValue, error) {
+	u := &unstructured.Unstructured{Object: obj}
+	tv, err := r.types.ObjectToTyped(u, typed.AllowDuplicates)
+	if err != nil && r.types != deducedTypes {
+		return deducedTypes.ObjectToTyped(u, typed.AllowDuplicates)
+	}
+	return tv, err
+}
+
+// desired returns the live object as it must be: every field the declared
+// object sets holds the declared value; an atomic list or map the declared
+// object sets is held whole; of a set or map list it sets, entries are
+// matched by all their keys, each declared entry keeps what the server
+// defaulted in the live one, and live entries not declared are removed; a
+// union keeps only the declared member (see keepDeclaredMembers);
+// everything else the live object has (fields the server defaulted, labels
+// other actors added, metadata) stays as it is.
+//
+// It is what a server-side apply of the declaration would make of the live
+// object if the applier owned every entry of the lists it declares.
+func (r mergeRules) desired(live, declared map[string]any) (map[string]any, error) {
+	lt, err := r.typed(live)
+	if err != nil {
+		return nil, fmt.Errorf("reading the live object by its schema: %w", err)
+	}
+	dt, err := r.typed(declared)
+	if err != nil {
+		return nil, fmt.Errorf("reading the declared object by its schema: %w", err)
+	}
+	owned, err := dt.ToFieldSet()
+	if err != nil {
+		return nil, err
+	}
+	present, err := lt.ToFieldSet()
+	if err != nil {
+		return nil, err
+	}
+	// Entries of declared lists that the declaration does not have are
+	// drift: another actor added them.
+	stale := fieldpath.NewSet()
+	present.Iterate(func(p fieldpath.Path) {
+		n := len(p)
+		if n == 0 || !isListEntry(p[n-1]) || owned.Has(p) {
+			return
+		}
+		if declaresEntries(owned, p[:n-1]) {
+			stale.Insert(p)
+		}
+	})
+	merged, err := lt.RemoveItems(stale).Merge(dt)
+	if err != nil {
+		return nil, fmt.Errorf("merging the declaration into the live object: %w", err)
+	}
+	out, ok := merged.AsValue().Unstructured().(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("merged object is not a map")
+	}
+	if r.types == deducedTypes {
+		keepItemDefaults(out, live, declared)
+	}
+	keepDeclaredMembers(out, declared)
+	return out, nil
+}
+
+// keepItemDefaults merges, for a kind without a schema here, each entry of
+// a declared list of objects with the live entry at the same position when
+// both lists have the same length, so that what a CRD's schema defaults
+// inside the entries is not taken for drift. The deduced rules hold such
+// lists whole, which is right only for their length and order.
+func keepItemDefaults(desired, live, declared map[string]any) {
+	for k, dv := range declared {
+		switch dv := dv.(type) {
+		case map[string]any:
+			sub, ok1 := desired[k].(map[string]any)
+			lv, ok2 := live[k].(map[string]any)
+			if ok1 && ok2 {
+				keepItemDefaults(sub, lv, dv)
+			}
+		case []any:
+			lv, ok := live[k].([]any)
+			if !ok || len(lv) != len(dv) {
+				continue
+			}
+			out := make([]any, len(dv))
+			for i, d := range dv {
+				dm, ok1 := d.(map[string]any)
+				lm, ok2 := lv[i].(map[string]any)
+				if !ok1 || !ok2 {
+					out[i] = d
+					continue
+				}
+				m := make(map[string]any, len(lm)+len(dm))
+				for k, v := range lm {
+					m[k] = v
+				}
+				for k, v := range dm {
+					m[k] = v
+				}
+				keepItemDefaults(m, lm, dm)
+				out[i] = m
+			}
+			desired[k] = out
+		}
+	}
+}
+
+func isListEntry(pe fieldpath.PathElement) bool {
+	return pe.Key != nil || pe.Value != nil || pe.Index != nil
+}
+
+// declaresEntries reports whether owned holds an entry of the list at path.
+func declaresEntries(owned *fieldpath.Set, path fieldpath.Path) bool {
+	s := owned
+	for _, pe := range path {
+		s = s.WithPrefix(pe)
+		if s.Empty() {
+			return false
+		}
+	}
+	found := false
+	s.Members.Iterate(func(pe fieldpath.PathElement) { found = found || isListEntry(pe) })
+	s.Children.Iterate(func(pe fieldpath.PathElement) { found = found || isListEntry(pe) })
+	return found
+}
+
+// Unions of the Kubernetes API that the schema does not declare as such:
+// fields of one object of which at most one may be set. A drift that sets
+// another member than the declared one is undone by removing it; merged
+// beside the declared member, the API server would refuse the object.
+var oneOf = [][]string{
+	{"value", "valueFrom"}, // EnvVar
+	{"configMapKeyRef", "secretKeyRef", "fieldRef", "resourceFieldRef", "fileKeyRef"}, // EnvVarSource
+	{"configMapRef", "secretRef"},                     // EnvFromSource
+	{"exec", "httpGet", "tcpSocket", "grpc", "sleep"}, // probes and lifecycle handlers
+	// Volume and VolumeProjection sources.
+	{"awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "configMap", "csi", "downwardAPI",
+		"emptyDir", "ephemeral", "fc", "flexVolume", "flocker", "gcePersistentDisk", "gitRepo", "glusterfs",
+		"hostPath", "image", "iscsi", "nfs", "persistentVolumeClaim", "photonPersistentDisk", "portworxVolume",
+		"projected", "quobyte", "rbd", "scaleIO", "secret", "storageos", "vsphereVolume",
+		"serviceAccountToken", "clusterTrustBundle", "podCertificate"},
+}
+
+// discriminated are unions whose "type" says which member may be set:
+// Deployment, DaemonSet and StatefulSet update strategies.
+var discriminated = map[string]map[string]string{
+	"strategy":       {"RollingUpdate": "rollingUpdate"},
+	"updateStrategy": {"RollingUpdate": "rollingUpdate"},
+}
+
+// keepDeclaredMembers removes from desired, wherever the declaration sets a
+// member of a union, the union's other members.
+func keepDeclaredMembers(desired, declared map[string]any) {
+	for _, group := range oneOf {
+		var set []string
+		for _, f := range group {
+			if _, ok := declared[f]; ok {
+				set = append(set, f)
+			}
+		}
+		if len(set) == 0 {
+			continue
+		}
+		for _, f := range group {
+			if _, ok := declared[f]; !ok {
+				delete(desired, f)
+			}
+		}
+	}
+	for k, dv := range declared {
+		switch dv := dv.(type) {
+		case map[string]any:
+			sub, ok := desired[k].(map[string]any)
+			if !ok {
+				continue
+			}
+			if members, ok := discriminated[k]; ok {
+				if t, ok := dv["type"].(string); ok {
+					for _, m := range members {
+						if members[t] != m {
+							if _, declaredToo := dv[m]; !declaredToo {
+								delete(sub, m)
+							}
+						}
+					}
+				}
+			}
+			keepDeclaredMembers(sub, dv)
+		case []any:
+			keepDeclaredEntries(desired[k], dv)
+		}
+	}
+}
+
+// keepDeclaredEntries applies keepDeclaredMembers to the entries of a
+// desired list that stand for declared ones: by name where entries have
+// one (containers, volumes, env), else by position.
+func keepDeclaredEntries(desired any, declared []any) {
+	list, ok := desired.([]any)
+	if !ok {
+		return
+	}
+	byName := map[string]map[string]any{}
+	for _, e := range list {
+		if m, ok := e.(map[string]any); ok {
+			if name, ok := m["name"].(string); ok {
+				byName[name] = m
+			}
+		}
+	}
+	for i, d := range declared {
+		dm, ok := d.(map[string]any)
+		if !ok {
+			continue
+		}
+		var target map[string]any
+		if name, ok := dm["name"].(string); ok {
+			target = byName[name]
+		} else if i < len(list) {
+			target, _ = list[i].(map[string]any)
+		}
+		if target != nil {
+			keepDeclaredMembers(target, dm)
+		}
+	}
+}
+
+// Patch is a request body that moves a live object to its desired state.
+type Patch struct {
+	Type types.PatchType
+	Data []byte
+}
+
+// computePatch returns the JSON merge patch that turns live into desired,
+// or nil if live already is desired, so that no request is sent for
+// nothing. A list that differs is sent whole, as desired has it: unlike a
+// strategic merge patch, which matches list entries by one merge key, a
+// whole list cannot land on the wrong entry.
+func computePatch(live, desired map[string]any) (*Patch, error) {
+	if reflect.DeepEqual(live, desired) {
+		return nil, nil
+	}
+	liveJSON, err := json.Marshal(live)
+	if err != nil {
+		return nil, err
+	}
+	desiredJSON, err := json.Marshal(desired)
+	if err != nil {
+		return nil, err
+	}
+	data, err := jsonpatch.CreateMergePatch(liveJSON, desiredJSON)
+	if err != nil {
+		return nil, fmt.Errorf("computing JSON merge patch: %w", err)
+	}
+	return &Patch{Type: types.MergePatchType, Data: data}, nil
+}

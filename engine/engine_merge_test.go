@@ -1,0 +1,244 @@
+package engine
+
+import (
+	"encoding/json"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+)
+
+// stored puts an object through the API types' round trip, as the API
+// server stores it: quantities in canonical form, empty optional maps and
+// lists dropped.
+func stored(t testing.TB, y string) map[string]any {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: obj(t, y)}
+	typed, err := scheme.Scheme.New(u.GroupVersionKind())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := yaml.YAMLToJSON([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, typed); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runtime.DefaultUnstructuredConverter.ToUnstructured(typed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The typed round trip writes creationTimestamp: null.
+	if m, ok := out["metadata"].(map[string]any); ok {
+		delete(m, "creationTimestamp")
+	}
+	return dropNulls(out).(map[string]any)
+}
+
+// TestMergeByKubernetesRules holds objects of real charts, as the API
+// server stores them, by the list, map and union rules of their schema.
+func TestMergeByKubernetesRules(t *testing.T) {
+	tests := []struct {
+		name                 string
+		declared, live, want string
+	}{
+		{
+			// CoreDNS's Service: port 53 twice, keyed by port and
+			// protocol. A strategic merge patch keyed by port alone
+			// restored the UDP entry and left the TCP drift.
+			name: "dual-protocol Service ports are matched by port and protocol",
+			declared: `
+apiVersion: v1
+kind: Service
+metadata: {name: dns, namespace: kube-system}
+spec:
+  ports:
+  - {name: dns, port: 53, protocol: UDP, targetPort: 53}
+  - {name: dns-tcp, port: 53, protocol: TCP, targetPort: 53}`,
+			live: `
+apiVersion: v1
+kind: Service
+metadata: {name: dns, namespace: kube-system}
+spec:
+  clusterIP: 10.0.0.10
+  ports:
+  - {name: dns, port: 53, protocol: UDP, targetPort: 53}
+  - {name: dns-tcp, port: 53, protocol: TCP, targetPort: 5353}`,
+			want: `
+apiVersion: v1
+kind: Service
+metadata: {name: dns, namespace: kube-system}
+spec:
+  clusterIP: 10.0.0.10
+  ports:
+  - {name: dns, port: 53, protocol: UDP, targetPort: 53}
+  - {name: dns-tcp, port: 53, protocol: TCP, targetPort: 53}`,
+		},
+		{
+			name: "a Deployment strategy switched to RollingUpdate goes back to Recreate alone",
+			declared: `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  strategy: {type: Recreate}`,
+			live: `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 1
+  strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 25%, maxUnavailable: 25%}}`,
+			want: `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 1
+  strategy: {type: Recreate}`,
+		},
+		{
+			name: "a volume switched from configMap to secret, and an env var from value to valueFrom",
+			declared: `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  template:
+    spec:
+      containers:
+      - name: app
+        image: app:1
+        env: [{name: MODE, value: prod}]
+      volumes: [{name: config, configMap: {name: web-config}}]`,
+			live: `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  template:
+    spec:
+      containers:
+      - name: app
+        image: app:1
+        imagePullPolicy: IfNotPresent
+        env: [{name: MODE, valueFrom: {secretKeyRef: {name: s, key: mode}}}]
+      volumes: [{name: config, secret: {secretName: web-config, defaultMode: 420}}]`,
+			want: `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  template:
+    spec:
+      containers:
+      - name: app
+        image: app:1
+        imagePullPolicy: IfNotPresent
+        env: [{name: MODE, value: prod}]
+      volumes: [{name: config, configMap: {name: web-config}}]`,
+		},
+		{
+			// Tolerations are an atomic list: held whole, so an
+			// operator switched to Exists cannot keep a stale value.
+			name: "an atomic list is held whole",
+			declared: `
+apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  containers: [{name: c, image: i}]
+  tolerations: [{key: dedicated, operator: Exists, effect: NoSchedule}]`,
+			live: `
+apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  containers: [{name: c, image: i}]
+  tolerations: [{key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}]`,
+			want: `
+apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  containers: [{name: c, image: i}]
+  tolerations: [{key: dedicated, operator: Exists, effect: NoSchedule}]`,
+		},
+		{
+			// An empty namespaceSelector added to a peer opens the pod
+			// to every namespace. The peers are an atomic list; merged
+			// by position, the lock called this in line.
+			name: "a field added inside an entry of an atomic list is drift",
+			declared: `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: np}
+spec:
+  podSelector: {matchLabels: {app: db}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: web}}}]`,
+			live: `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: np}
+spec:
+  podSelector: {matchLabels: {app: db}}
+  policyTypes: [Ingress]
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: web}}, namespaceSelector: {}}]`,
+			want: `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: np}
+spec:
+  podSelector: {matchLabels: {app: db}}
+  policyTypes: [Ingress]
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: web}}}]`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			declared := normalize(&unstructured.Unstructured{Object: stored(t, tt.declared)})
+			rules := rulesFor(declared.GroupVersionKind())
+			if rules.types == deducedTypes {
+				t.Fatalf("no schema for %s", declared.GroupVersionKind())
+			}
+			live := stored(t, tt.live)
+			got, err := rules.desired(live, declared.Object)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(stored(t, tt.want), got); diff != "" {
+				t.Errorf("desired (-want +got):\n%s", diff)
+			}
+			// The patch sent makes the live object what it must be.
+			patch, err := computePatch(live, got)
+			if err != nil || patch == nil {
+				t.Fatalf("computePatch = %v, %v; want a patch", patch, err)
+			}
+			liveJSON, _ := json.Marshal(live)
+			patched, err := jsonpatch.MergePatch(liveJSON, patch.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(stored(t, tt.want), stored(t, string(patched))); diff != "" {
+				t.Errorf("live after the patch %s (-want +got):\n%s", patch.Data, diff)
+			}
+			// Once corrected, the object is in line.
+			again, err := rules.desired(got, declared.Object)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if patch, err := computePatch(got, again); err != nil || patch != nil {
+				t.Errorf("after the correction: patch %v, %v; want none", patch, err)
+			}
+		})
+	}
+}
