@@ -242,3 +242,73 @@ spec:
 		})
 	}
 }
+
+// TestNormalizedValuesAreInLine: values a real chart writes in a form the
+// API server stores differently are in line once stored, and send nothing.
+func TestNormalizedValuesAreInLine(t *testing.T) {
+	for _, manifest := range []string{`
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, annotations: {}}
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}, annotations: {}}
+    spec:
+      nodeSelector: {}
+      tolerations: []
+      affinity: {}
+      hostNetwork: false
+      containers:
+      - name: app
+        image: app:1
+        env: []
+        args: []
+        resources:
+          limits: {cpu: 1000m, memory: 1024Mi}
+          requests: {cpu: 0.5, memory: "134217728"}`, `
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  type: ClusterIP
+  clusterIP: ""
+  loadBalancerIP: ""
+  ports: [{name: http, port: 80, targetPort: 8080}]`, `
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: empty}
+data: {}`, `
+apiVersion: v1
+kind: Secret
+metadata: {name: tls}
+data:
+  tls.crt: |
+    LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJ
+    rVENDQVRDZ0F3SUJBZ0lVYz0KLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo=`,
+	} {
+		declared := normalize(&unstructured.Unstructured{Object: obj(t, manifest)})
+		live := stored(t, manifest)
+		if m, ok := live["spec"].(map[string]any); ok && declared.GetKind() == "Service" {
+			// What the API server allocates and defaults.
+			m["clusterIP"] = "10.0.0.7"
+			m["sessionAffinity"] = "None"
+			m["ports"].([]any)[0].(map[string]any)["protocol"] = "TCP"
+		}
+		rules := rulesFor(declared.GroupVersionKind())
+		desired, err := rules.desired(live, declared.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if patch, err := computePatch(live, desired); err != nil || patch != nil {
+			t.Errorf("%s as stored: patch %s, %v; want none", declared.GetKind(), patchData(patch), err)
+		}
+	}
+}
+
+func patchData(p *Patch) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return string(p.Data)
+}
