@@ -157,8 +157,13 @@ type lockedObject struct {
 	// declared is the normalized declaration, namespace resolved, as
 	// JSON: a third of its size as nested maps, and decoded in
 	// microseconds when an event needs it.
-	declared []byte
+	declared atomic.Pointer[[]byte]
 	rules    mergeRules
+	// canonical is set once the declaration has been put in the form the
+	// API server stores it by a dry run (see canonicalize), and fresh
+	// while a mismatch may be the API server's form rather than drift:
+	// at the first check, and at the check after the engine's own write.
+	canonical, fresh bool
 	// inLine is set once the object was checked and found, or made, as
 	// declared, and cleared when that check fails.
 	inLine bool
@@ -231,7 +236,7 @@ func (o *lockedObject) desired(live, declared map[string]any) (map[string]any, e
 // declaration decodes the declared object.
 func (o *lockedObject) declaration() (*unstructured.Unstructured, error) {
 	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(o.declared); err != nil {
+	if err := u.UnmarshalJSON(*o.declared.Load()); err != nil {
 		return nil, fmt.Errorf("decoding the declared object: %w", err)
 	}
 	return u, nil
@@ -441,11 +446,12 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	}
 	locked := &lockedObject{
 		ref:        ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()},
-		declared:   data,
 		rules:      rulesFor(gvk),
 		ignore:     ignore,
 		generation: e.generations.Add(1),
 	}
+	locked.declared.Store(&data)
+	locked.fresh = true
 	if needsProof(spec, obj) {
 		locked.proof = &proof{Unverified: Unverified{Ref: locked.ref, Kind: gvk.Kind}}
 	}

@@ -25,7 +25,7 @@ func writes(client *dynamicfake.FakeDynamicClient) int {
 	for _, a := range client.Actions() {
 		switch a := a.(type) {
 		case clienttesting.PatchActionImpl:
-			if a.PatchOptions.FieldManager == DefaultFieldManager {
+			if a.PatchOptions.FieldManager == DefaultFieldManager && len(a.PatchOptions.DryRun) == 0 {
 				n++
 			}
 		case clienttesting.CreateActionImpl:

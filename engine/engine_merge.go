@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"sync"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -305,4 +307,86 @@ func computePatch(live, desired map[string]any) (*Patch, error) {
 		return nil, fmt.Errorf("computing JSON merge patch: %w", err)
 	}
 	return &Patch{Type: types.MergePatchType, Data: data}, nil
+}
+
+// canonicalize puts obj's declaration in the form the API server stores it,
+// by a dry run of patch, the correction of live: the declared fields are
+// taken from what the server would store. That covers what the API types'
+// round trip (see storedForm) cannot know: values the server defaults
+// inside atomic lists and structs (a fieldRef's apiVersion, a
+// NetworkPolicy port's protocol) and those of custom resources, whose
+// CRDs default them. It is done once per declaration, on a mismatch at
+// the first check or after the engine's own write, where it is most
+// likely the server's form rather than drift; a mismatch that is drift is
+// taken in stored form all the same, since the dry run applies the
+// declaration over it.
+func (e *Engine) canonicalize(ctx context.Context, spec ObjectSet, obj *lockedObject, declared *unstructured.Unstructured, patch *Patch) (*unstructured.Unstructured, error) {
+	out, err := e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data,
+		metav1.PatchOptions{FieldManager: e.fieldManager, DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return nil, err
+	}
+	return obj.storedDeclaration(declared, out)
+}
+
+// storedDeclaration takes the declared fields from out, a dry run's answer,
+// records them as obj's declaration and returns them.
+func (obj *lockedObject) storedDeclaration(declared, out *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	obj.canonical = true
+	dt, err := obj.rules.typed(declared.Object)
+	if err != nil {
+		return nil, err
+	}
+	fields, err := dt.ToFieldSet()
+	if err != nil {
+		return nil, err
+	}
+	st, err := obj.rules.typed(out.Object)
+	if err != nil {
+		return nil, err
+	}
+	m, ok := st.ExtractItems(fields, typed.WithAppendKeyFields()).AsValue().Unstructured().(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("dry run returned no object")
+	}
+	canon := &unstructured.Unstructured{Object: m}
+	// What the dry run does not say back as declared, such as a field
+	// the server does not store, stays declared: holding it costs a
+	// no-op patch at most, and dropping it could lose a value.
+	keepUnsaid(canon.Object, declared.Object)
+	data, err := canon.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	obj.declared.Store(&data)
+	return canon, nil
+}
+
+// keepUnsaid adds to stored the non-zero fields of declared it lacks.
+func keepUnsaid(stored, declared map[string]any) {
+	for k, dv := range declared {
+		sv, ok := stored[k]
+		if !ok {
+			if !isZero(dv) {
+				stored[k] = dv
+			}
+			continue
+		}
+		switch dv := dv.(type) {
+		case map[string]any:
+			if sm, ok := sv.(map[string]any); ok {
+				keepUnsaid(sm, dv)
+			}
+		case []any:
+			if sl, ok := sv.([]any); ok && len(sl) == len(dv) {
+				for i := range dv {
+					dm, ok1 := dv[i].(map[string]any)
+					sm, ok2 := sl[i].(map[string]any)
+					if ok1 && ok2 {
+						keepUnsaid(sm, dm)
+					}
+				}
+			}
+		}
+	}
 }

@@ -219,6 +219,10 @@ const informerSyncWait = 5 * time.Second
 func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObject) (*Drift, error) {
 	obj.inLine = false
 	live, inLine, err := e.live(ctx, obj)
+	fresh := obj.fresh
+	if err == nil {
+		obj.fresh = false
+	}
 	if inLine {
 		obj.settle()
 		return nil, nil
@@ -254,6 +258,20 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 	if err != nil {
 		return nil, err
 	}
+	// An unverified object's declaration is put in stored form by the
+	// dry run its verification makes.
+	if patch != nil && fresh && !obj.canonical && obj.proof == nil {
+		obj.canonical = true
+		if canon, err := e.canonicalize(ctx, spec, obj, declared, patch); err == nil {
+			declared = canon
+			if desired, err = obj.desired(live.Object, declared.Object); err != nil {
+				return nil, err
+			}
+			if patch, err = computePatch(live.Object, desired); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if patch != nil && obj.noop != nil && obj.noop.resourceVersion == live.GetResourceVersion() && obj.noop.data == string(patch.Data) {
 		patch = nil
 	}
@@ -288,6 +306,7 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 			obj.noop = &noopPatch{resourceVersion: live.GetResourceVersion(), data: string(patch.Data)}
 		}
 		obj.superseded = []string{live.GetResourceVersion()}
+		obj.fresh = true
 		return e.handOver(ctx, spec, obj, out)
 	})
 }
@@ -395,6 +414,7 @@ func (e *Engine) create(ctx context.Context, spec ObjectSet, obj *lockedObject, 
 		// brings it up to date marks the object dirty again.
 		return fmt.Errorf("recreating: %w", err)
 	}
+	obj.fresh = true
 	return nil
 }
 

@@ -108,6 +108,11 @@ func (e *Engine) verify(ctx context.Context, spec ObjectSet, obj *lockedObject, 
 	if err != nil {
 		return false, fmt.Errorf("dry-running the correction of an unverified object: %w", err)
 	}
+	if !obj.canonical {
+		if declared, err := obj.declaration(); err == nil {
+			_, _ = obj.storedDeclaration(declared, out)
+		}
+	}
 	if sameStored(out, live) {
 		obj.noop = &noopPatch{resourceVersion: live.GetResourceVersion(), data: string(patch.Data)}
 		obj.settle()
