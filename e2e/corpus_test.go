@@ -191,6 +191,18 @@ func TestRealChartCorpus(t *testing.T) {
 				})
 			}
 
+			// Helm's ownership metadata, which Helm adds as it
+			// applies and the stored manifest lacks, is held too.
+			owned := byKind["ConfigMap"]
+			owned.patch(t, types.MergePatchType, `{"metadata":{"labels":{"app.kubernetes.io/managed-by":null},"annotations":{"meta.helm.sh/release-name":null}}}`)
+			env.Eventually(t, 30*time.Second, func() error {
+				live := owned.get(t)
+				if live.GetLabels()["app.kubernetes.io/managed-by"] != "Helm" || live.GetAnnotations()["meta.helm.sh/release-name"] != release {
+					return fmt.Errorf("%s: Helm's ownership metadata not restored: labels %v, annotations %v", owned, live.GetLabels(), live.GetAnnotations())
+				}
+				return nil
+			})
+
 			// Kubernetes' own rules. The TCP entry of a port 53
 			// served on UDP and TCP, keyed by port and protocol.
 			dns := corpusObject{kind: "Service", gvr: schema.GroupVersionResource{Version: "v1", Resource: "services"}, namespace: ns, name: release + "-webstack-dns"}

@@ -440,9 +440,9 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	if err != nil {
 		return nil, &ObjectError{Ref: ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()}, Err: err}
 	}
-	var ignore []Pointer
+	ignore := controllerOwned(declared)
 	if spec.Ignore != nil {
-		ignore = spec.Ignore(declared)
+		ignore = append(ignore, spec.Ignore(declared)...)
 	}
 	locked := &lockedObject{
 		ref:        ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()},
@@ -456,6 +456,24 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 		locked.proof = &proof{Unverified: Unverified{Ref: locked.ref, Kind: gvk.Kind}}
 	}
 	return locked, nil
+}
+
+// aggregatedRules is where the aggregation controller writes an aggregated
+// ClusterRole's rules.
+var aggregatedRules = Pointer{"rules"}
+
+// controllerOwned returns the declared fields that a Kubernetes controller
+// writes by design, which a lock must leave to it: the rules of a
+// ClusterRole with an aggregationRule are the union of the ClusterRoles it
+// selects, kept so by kube-controller-manager, whatever the manifest says.
+func controllerOwned(declared *unstructured.Unstructured) []Pointer {
+	gvk := declared.GroupVersionKind()
+	if gvk.Group == "rbac.authorization.k8s.io" && gvk.Kind == "ClusterRole" {
+		if _, ok := declared.Object["aggregationRule"]; ok {
+			return []Pointer{aggregatedRules}
+		}
+	}
+	return nil
 }
 
 // onEvent marks the object dirty in every set that holds it.

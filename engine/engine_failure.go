@@ -2,9 +2,11 @@ package engine
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // PermanentRetry is how long the engine waits before it writes an object
@@ -18,6 +20,10 @@ const (
 	ReasonTooLarge = "TooLarge"
 	// ReasonInvalid: the API server's validation rejects the object.
 	ReasonInvalid = "Invalid"
+	// ReasonImmutable: the correction changes a field that cannot change
+	// once set, such as a Job's template or a PersistentVolumeClaim's
+	// storage class; only recreating the object could.
+	ReasonImmutable = "Immutable"
 	// ReasonForbidden: the identity the engine writes as may not write it.
 	ReasonForbidden = "Forbidden"
 	// ReasonNamespaceNotFound: the object's namespace does not exist.
@@ -56,6 +62,9 @@ func permanentReason(err error) string {
 	case apierrors.IsRequestEntityTooLargeError(err):
 		return ReasonTooLarge
 	case apierrors.IsInvalid(err):
+		if immutable(status.Status()) {
+			return ReasonImmutable
+		}
 		return ReasonInvalid
 	case apierrors.IsForbidden(err):
 		return ReasonForbidden
@@ -71,4 +80,17 @@ func permanentReason(err error) string {
 		return ReasonMethodNotAllowed
 	}
 	return ""
+}
+
+// immutable reports whether a 422 names a field that may not change: the
+// API server's validation says "field is immutable" for each.
+func immutable(status metav1.Status) bool {
+	if d := status.Details; d != nil {
+		for _, c := range d.Causes {
+			if strings.Contains(c.Message, "field is immutable") {
+				return true
+			}
+		}
+	}
+	return strings.Contains(status.Message, "field is immutable")
 }

@@ -28,6 +28,7 @@ func TestPermanentFailureIsReportedOnceAndRetriedEveryMinute(t *testing.T) {
 	}{
 		{"too large", apierrors.NewRequestEntityTooLargeError("limit is 3145728"), ReasonTooLarge},
 		{"invalid", apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "c", field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), "Bad_Name", "a lowercase RFC 1123 subdomain")}), ReasonInvalid},
+		{"immutable", apierrors.NewInvalid(schema.GroupKind{Group: "batch", Kind: "Job"}, "j", field.ErrorList{field.Invalid(field.NewPath("spec", "template"), "{}", "field is immutable")}), ReasonImmutable},
 		{"forbidden", apierrors.NewForbidden(cm, "c", errors.New(`User "system:serviceaccount:t:sa" cannot create resource "configmaps"`)), ReasonForbidden},
 		{"namespace missing", apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "ns"), ReasonNamespaceNotFound},
 		{"throttled", apierrors.NewTooManyRequests("slow down", 1), ""},

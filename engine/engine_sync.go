@@ -260,9 +260,16 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 	}
 	// An unverified object's declaration is put in stored form by the
 	// dry run its verification makes.
+	// refused is the API server's refusal of the correction, seen in the
+	// dry run: the write would get it too.
+	var refused error
 	if patch != nil && fresh && !obj.canonical && obj.proof == nil {
 		obj.canonical = true
-		if canon, err := e.canonicalize(ctx, spec, obj, declared, patch); err == nil {
+		canon, err := e.canonicalize(ctx, spec, obj, declared, patch)
+		if permanentReason(err) != "" {
+			refused = err
+		}
+		if err == nil {
 			declared = canon
 			if desired, err = obj.desired(live.Object, declared.Object); err != nil {
 				return nil, err
@@ -297,6 +304,9 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 			if err := spec.BeforeWrite(ctx, obj.ref, live); err != nil {
 				return err
 			}
+		}
+		if refused != nil {
+			return fmt.Errorf("patching: %w", refused)
 		}
 		out, err := e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager})
 		if err != nil {

@@ -216,3 +216,37 @@ func TestUnwatchedTypes(t *testing.T) {
 		t.Errorf("Sync once watched again = %+v; want in line", res)
 	}
 }
+
+// TestAggregatedClusterRoleRulesAreLeftToTheirController: the rules of a
+// ClusterRole with an aggregationRule are the aggregation controller's; the
+// lock holds the rest.
+func TestAggregatedClusterRoleRulesAreLeftToTheirController(t *testing.T) {
+	ctx := context.Background()
+	e, client, _ := newTestEngine(t)
+	const declared = `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: view-extra, labels: {app: x}}
+aggregationRule:
+  clusterRoleSelectors: [{matchLabels: {rbac.example.com/aggregate-to-view: "true"}}]
+rules: []`
+	live := &unstructured.Unstructured{Object: obj(t, declared)}
+	live.Object["rules"] = []any{map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"get"}}}
+	if err := client.Tracker().Create(roleGVR, live, ""); err != nil {
+		t.Fatal(err)
+	}
+	e.Declare("k", ObjectSet{Objects: []*unstructured.Unstructured{{Object: obj(t, declared)}}})
+	res, err := e.Sync(ctx, "k")
+	if err != nil || !res.InLine || len(res.Drifts) != 0 {
+		t.Fatalf("Sync = %+v, %v; want in line with the aggregated rules left alone", res, err)
+	}
+	// A change of what the lock does hold is still drift.
+	live.SetLabels(map[string]string{"app": "edited"})
+	if err := client.Tracker().Update(roleGVR, live, ""); err != nil {
+		t.Fatal(err)
+	}
+	e.onEvent(roleGVR, live)
+	if res, err := e.Sync(ctx, "k"); err != nil || len(res.Drifts) != 1 || !slices.Equal(res.Drifts[0].Paths, []string{"/metadata/labels/app"}) {
+		t.Fatalf("Sync after a label edit = %+v, %v; want one drift at /metadata/labels/app", res, err)
+	}
+}

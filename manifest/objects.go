@@ -107,16 +107,16 @@ func parseDocument(doc string) ([]*unstructured.Unstructured, error) {
 	return []*unstructured.Unstructured{obj}, nil
 }
 
-// validate rejects objects the locker could not address on the API server.
+// validate rejects objects the API server could not take. An object named
+// by metadata.generateName alone is valid: the API server names it, anew
+// at each apply; callers that need fixed names set it aside.
 func validate(obj *unstructured.Unstructured) error {
 	switch {
 	case obj.GetAPIVersion() == "":
 		return fmt.Errorf("object has no apiVersion")
 	case obj.GetKind() == "":
 		return fmt.Errorf("object has no kind")
-	case obj.GetName() == "" && obj.GetGenerateName() != "":
-		return fmt.Errorf("%s uses metadata.generateName, so it has no fixed name to lock", obj.GetKind())
-	case obj.GetName() == "":
+	case obj.GetName() == "" && obj.GetGenerateName() == "":
 		return fmt.Errorf("%s has no metadata.name", obj.GetKind())
 	}
 	return nil

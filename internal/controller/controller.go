@@ -216,7 +216,8 @@ func New(cfg Config) *Controller {
 	_, _ = c.crs.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueCR,
 		UpdateFunc: func(_, obj any) { c.enqueueCR(obj) },
-		DeleteFunc: c.enqueueCR,
+		// A CR that goes may leave its release to another.
+		DeleteFunc: c.enqueueReleaseCRs,
 	})
 
 	// Release Secrets are watched as metadata only, selected by Helm's
@@ -413,6 +414,52 @@ func (c *Controller) enqueueCR(obj any) {
 	}
 }
 
+// enqueueReleaseCRs queues a deleted CR and every CR naming its release.
+func (c *Controller) enqueueReleaseCRs(obj any) {
+	c.enqueueCR(obj)
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	keys, err := crReleaseIndex(obj)
+	if err != nil || len(keys) == 0 {
+		return
+	}
+	crs, err := c.crs.GetIndexer().ByIndex(byRelease, keys[0])
+	if err != nil {
+		return
+	}
+	for _, cr := range crs {
+		c.enqueueCR(cr)
+	}
+}
+
+// lockedElsewhere returns the name of another HelmRelease of this
+// controller that names the same release and came first, if any: one
+// release has one lock, or two CRs would report, and write, for it twice.
+// The oldest CR holds it; a tie goes to the first name.
+func (c *Controller) lockedElsewhere(hr *v1alpha1.HelmRelease) string {
+	crs, err := c.crs.GetIndexer().ByIndex(byRelease, hr.Spec.Release.Namespace+"/"+hr.Spec.Release.Name)
+	if err != nil {
+		return ""
+	}
+	first := ""
+	for _, obj := range crs {
+		other, ok := obj.(*unstructured.Unstructured)
+		if !ok || other.GetName() == hr.Name {
+			continue
+		}
+		if owner := other.GetAnnotations()[v1alpha1.ManagedByAnnotation]; owner != "" && owner != c.cfg.ControllerName {
+			continue
+		}
+		created := other.GetCreationTimestamp()
+		older := created.Before(&hr.CreationTimestamp) || (created.Equal(&hr.CreationTimestamp) && other.GetName() < hr.Name)
+		if older && (first == "" || other.GetName() < first) {
+			first = other.GetName()
+		}
+	}
+	return first
+}
+
 // enqueueForSecret queues every CR that names the Secret's release.
 func (c *Controller) enqueueForSecret(obj any) {
 	keys, err := secretReleaseIndex(obj)
@@ -557,6 +604,11 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 	if rk.Name == "" || rk.Namespace == "" {
 		c.openState(key, st)
 		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", "spec.release.name and spec.release.namespace must both be set"), false, nil
+	}
+	if holder := c.lockedElsewhere(hr); holder != "" {
+		c.openState(key, st)
+		return openStatus(hr, v1alpha1.StateError, 0, "Conflict",
+			fmt.Sprintf("release %s/%s is already locked by HelmRelease %s/%s; this one holds nothing until that one is deleted", rk.Namespace, rk.Name, hr.Namespace, holder)), false, nil
 	}
 	if hr.Spec.Suspend {
 		c.openState(key, st)
@@ -739,7 +791,38 @@ func (c *Controller) readRelease(ctx context.Context, latest *metav1.PartialObje
 	if err != nil {
 		return nil, nil, err
 	}
+	for _, obj := range objs {
+		holdHelmOwnership(obj, rel)
+	}
 	return rel, objs, nil
+}
+
+// Helm's ownership metadata. Helm adds it to every object as it applies
+// the manifest; it is not in the stored manifest.
+const (
+	labelManagedBy         = "app.kubernetes.io/managed-by"
+	annotationReleaseName  = "meta.helm.sh/release-name"
+	annotationReleaseSpace = "meta.helm.sh/release-namespace"
+)
+
+// holdHelmOwnership declares Helm's ownership metadata on obj, as Helm
+// applies it: tools that find a release's objects by it, and Helm's own
+// check that an object it applies afresh belongs to the release, lose
+// track of an object that lost it.
+func holdHelmOwnership(obj *unstructured.Unstructured, rel *manifest.Release) {
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[labelManagedBy] = "Helm"
+	obj.SetLabels(labels)
+	annotations := obj.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[annotationReleaseName] = rel.Name
+	annotations[annotationReleaseSpace] = rel.Namespace
+	obj.SetAnnotations(annotations)
 }
 
 // noSecretStatus reports a release with no Secrets. The lock is open and

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -297,5 +298,49 @@ func TestClaimIsNotRepeatedOnAStaleCache(t *testing.T) {
 	}
 	if claims != 1 {
 		t.Errorf("%d claim patches in two syncs over the same cached CR, want 1", claims)
+	}
+}
+
+// TestSecondCRForALockedReleaseConflicts: of two CRs naming one release,
+// the first holds it; the other says Conflict and writes nothing.
+func TestSecondCRForALockedReleaseConflicts(t *testing.T) {
+	ctx := context.Background()
+	c, dyn := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
+	second := helmRelease(nil)
+	second.SetName("hr2")
+	if _, err := dyn.Resource(v1alpha1.Resource).Namespace("cattle-helm-system").Create(ctx, second, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, ok, _ := c.crs.GetIndexer().GetByKey("cattle-helm-system/hr2"); ok {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := c.sync(ctx, "cattle-helm-system/hr2", false); err != nil {
+		t.Fatal(err)
+	}
+	u, err := dyn.Resource(v1alpha1.Resource).Namespace("cattle-helm-system").Get(ctx, "hr2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hr2 v1alpha1.HelmRelease
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &hr2); err != nil {
+		t.Fatal(err)
+	}
+	cond := meta.FindStatusCondition(hr2.Status.Conditions, v1alpha1.ConditionLocked)
+	if cond == nil || cond.Reason != "Conflict" || !strings.Contains(cond.Message, "cattle-helm-system/hr") {
+		t.Errorf("Locked of the second CR = %+v, want Conflict naming the first", cond)
+	}
+	for _, a := range dyn.Actions() {
+		if a.GetVerb() == "create" && a.GetResource() == cmGVR {
+			t.Errorf("the second CR created %v", a)
+		}
+	}
+	if err := c.sync(ctx, "cattle-helm-system/hr", false); err != nil {
+		t.Fatal(err)
+	}
+	if cond := meta.FindStatusCondition(statusOf(t, dyn).Conditions, v1alpha1.ConditionLocked); cond == nil || cond.Status != metav1.ConditionTrue {
+		t.Errorf("Locked of the first CR = %+v, want True", cond)
 	}
 }

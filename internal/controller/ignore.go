@@ -82,12 +82,20 @@ func pointersFor(rules []ignoreRule) func(*unstructured.Unstructured) []engine.P
 	}
 }
 
-// splitOptedOut leaves out the objects whose manifest sets
-// v1alpha1.UnlockAnnotation to "false", and says so for the status.
+// splitOptedOut leaves out the objects the lock may not or cannot hold,
+// and says why for the status: those whose manifest sets
+// v1alpha1.UnlockAnnotation to "false", and those with no fixed name.
 func splitOptedOut(objs []*unstructured.Unstructured) ([]*unstructured.Unstructured, []v1alpha1.ObjectProblem) {
 	kept := objs[:0:0]
 	var out []v1alpha1.ObjectProblem
 	for _, o := range objs {
+		if o.GetName() == "" {
+			// Helm creates a new object at each upgrade, named by
+			// the API server, and never looks for the old one.
+			out = append(out, v1alpha1.ObjectProblem{Object: o.GetKind() + " " + o.GetGenerateName() + "*", Reason: "GenerateName",
+				Message: "it is named by metadata.generateName, so each apply creates a new object; there is no one object to hold"})
+			continue
+		}
 		if o.GetAnnotations()[v1alpha1.UnlockAnnotation] == "false" {
 			name := o.GetName()
 			if ns := o.GetNamespace(); ns != "" {
