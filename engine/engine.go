@@ -440,13 +440,15 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	if err != nil {
 		return nil, &ObjectError{Ref: ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()}, Err: err}
 	}
+	rules := rulesFor(gvk)
 	ignore := controllerOwned(declared)
 	if spec.Ignore != nil {
 		ignore = append(ignore, spec.Ignore(declared)...)
 	}
+	ignore = rules.keyed(declared.Object, ignore)
 	locked := &lockedObject{
 		ref:        ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()},
-		rules:      rulesFor(gvk),
+		rules:      rules,
 		ignore:     ignore,
 		generation: e.generations.Add(1),
 	}

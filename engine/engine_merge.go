@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/applyconfigurations"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	smdschema "sigs.k8s.io/structured-merge-diff/v6/schema"
 	"sigs.k8s.io/structured-merge-diff/v6/typed"
 )
 
@@ -389,4 +390,69 @@ func keepUnsaid(stored, declared map[string]any) {
 			}
 		}
 	}
+}
+
+// keyed rewrites the list indexes of pointers into the declared object as
+// the keys of the entries they point at, where the schema keys the list:
+// the same pointer then finds the same entry in a live list of another
+// order. /spec/template/spec/containers/0/image names the declared first
+// container; with a debug container prepended live, index 0 is another.
+func (r mergeRules) keyed(declared map[string]any, pointers []Pointer) []Pointer {
+	if len(pointers) == 0 || r.types == deducedTypes {
+		return pointers
+	}
+	tv, err := r.typed(declared)
+	if err != nil {
+		return pointers
+	}
+	out := make([]Pointer, len(pointers))
+	for i, p := range pointers {
+		out[i] = keyedPointer(tv.Schema(), tv.TypeRef(), declared, p)
+	}
+	return out
+}
+
+func keyedPointer(s *smdschema.Schema, tr smdschema.TypeRef, doc any, p Pointer) Pointer {
+	out := make(Pointer, 0, len(p))
+	for n, seg := range p {
+		atom, ok := s.Resolve(tr)
+		if !ok {
+			return append(out, p[n:]...)
+		}
+		switch {
+		case atom.Map != nil:
+			m, _ := doc.(map[string]any)
+			if f, ok := atom.Map.FindField(seg); ok {
+				tr = f.Type
+			} else {
+				tr = atom.Map.ElementType
+			}
+			doc = m[seg]
+			out = append(out, seg)
+		case atom.List != nil:
+			list, _ := doc.([]any)
+			i := index(list, seg)
+			if i < 0 {
+				return append(out, p[n:]...)
+			}
+			entry, _ := list[i].(map[string]any)
+			if atom.List.ElementRelationship == smdschema.Associative && len(atom.List.Keys) > 0 && entry != nil {
+				keys := map[string]any{}
+				for _, k := range atom.List.Keys {
+					if v, ok := entry[k]; ok {
+						keys[k] = v
+					}
+				}
+				if data, err := json.Marshal(keys); err == nil && len(keys) > 0 {
+					seg = keySegment + string(data)
+				}
+			}
+			out = append(out, seg)
+			tr = atom.List.ElementType
+			doc = list[i]
+		default:
+			return append(out, p[n:]...)
+		}
+	}
+	return out
 }

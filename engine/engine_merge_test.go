@@ -312,3 +312,46 @@ func patchData(p *Patch) string {
 	}
 	return string(p.Data)
 }
+
+// TestIgnorePointersFollowTheEntryNotTheIndex: an ignore rule's list index
+// counts the declared list; a container prepended live must not take the
+// ignored field of the container it displaced.
+func TestIgnorePointersFollowTheEntryNotTheIndex(t *testing.T) {
+	declared := normalize(&unstructured.Unstructured{Object: obj(t, `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  template:
+    spec:
+      containers: [{name: app, image: "app:1"}]`)})
+	live := stored(t, `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  template:
+    spec:
+      containers: [{name: debug, image: busybox}, {name: app, image: "app:2"}]`)
+	ignore, err := ParsePointer("/spec/template/spec/containers/0/image")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := rulesFor(declared.GroupVersionKind())
+	o := &lockedObject{rules: rules, ignore: rules.keyed(declared.Object, []Pointer{ignore})}
+	got, err := o.desired(live, declared.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := stored(t, `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  template:
+    spec:
+      containers: [{name: app, image: "app:2"}]`)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("desired (-want +got):\n%s", diff)
+	}
+}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -36,9 +37,48 @@ func (p Pointer) String() string {
 	var b strings.Builder
 	for _, seg := range p {
 		b.WriteByte('/')
+		if keys, ok := strings.CutPrefix(seg, keySegment); ok {
+			b.WriteString(keys) // the entry's keys, for messages
+			continue
+		}
 		b.WriteString(strings.ReplaceAll(strings.ReplaceAll(seg, "~", "~0"), "/", "~1"))
 	}
 	return b.String()
+}
+
+// keySegment starts a segment that selects a list entry by its keys rather
+// than its index (see mergeRules.keyed); the rest is the keys as JSON.
+const keySegment = "\x00"
+
+// index returns the position in list of the entry seg selects: by index,
+// or by keys for a key segment.
+func index(list []any, seg string) int {
+	if keys, ok := strings.CutPrefix(seg, keySegment); ok {
+		var want map[string]any
+		if json.Unmarshal([]byte(keys), &want) != nil {
+			return -1
+		}
+		for i, e := range list {
+			if m, ok := e.(map[string]any); ok && hasKeys(m, want) {
+				return i
+			}
+		}
+		return -1
+	}
+	i, err := strconv.Atoi(seg)
+	if err != nil || i < 0 || i >= len(list) {
+		return -1
+	}
+	return i
+}
+
+func hasKeys(entry, keys map[string]any) bool {
+	for k, v := range keys {
+		if !scalarEqual(entry[k], v) {
+			return false
+		}
+	}
+	return true
 }
 
 // get returns the value at p in doc.
@@ -53,8 +93,8 @@ func (p Pointer) get(doc any) (any, bool) {
 			}
 			cur = v
 		case []any:
-			i, err := strconv.Atoi(seg)
-			if err != nil || i < 0 || i >= len(c) {
+			i := index(c, seg)
+			if i < 0 {
 				return nil, false
 			}
 			cur = c[i]
@@ -85,7 +125,7 @@ func (p Pointer) set(doc any, v any, present bool) {
 			delete(c, last)
 		}
 	case []any:
-		if i, err := strconv.Atoi(last); err == nil && i >= 0 && i < len(c) && present {
+		if i := index(c, last); i >= 0 && present {
 			c[i] = v
 		}
 	}
