@@ -99,6 +99,12 @@ func TestFightBacksOff(t *testing.T) {
 		t.Errorf("writes = %d, want %d: one per ended hold", got, DefaultFightThreshold+1+len(want))
 	}
 
+	// Once the object is back in line and left alone, the fight is no
+	// longer reported, though its backoff lasts.
+	e.onEvent(cmGVR, drift(t, client, "declared"))
+	if res, err := e.Sync(ctx, "k"); err != nil || !res.InLine || len(res.Fights) != 0 {
+		t.Errorf("Sync of the object back in line during the backoff = %+v, %v; want in line and no fight", res, err)
+	}
 	// When the other actor stops for longer than the window, the next
 	// drift is corrected at once again.
 	clock.advance(res.Fights[0].Until.Sub(clock.now()) + 2*DefaultFightWindow)

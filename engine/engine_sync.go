@@ -148,6 +148,10 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 		}
 	}
 
+	drifted := make(map[ObjectRef]bool, len(res.Drifts))
+	for _, d := range res.Drifts {
+		drifted[d.Ref] = true
+	}
 	now := e.now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -175,7 +179,11 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 		if obj.drift.drifted {
 			res.Drifted++
 		}
-		if f := obj.drift.fight; f != nil && now.Before(f.Until) {
+		// A fight shows while its object drifts, and in the Sync whose
+		// correction started or continued it; once the object is back
+		// in line and left alone, there is nothing to hold back, though
+		// the backoff lasts.
+		if f := obj.drift.fight; f != nil && now.Before(f.Until) && (!obj.inLine || drifted[obj.ref]) {
 			res.Fights = append(res.Fights, *f)
 			res.requeueBy(f.Until.Sub(now))
 		}
