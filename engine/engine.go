@@ -64,12 +64,11 @@ type ObjectSet struct {
 	// survive the owner's next apply beside the entry that replaces it.
 	// Deleted objects are recreated by applying as that manager.
 	ServerSideApply bool
-	// BeforeWrite, if set, is called before every write with the object
-	// about to be written (the live object, or nil when recreating one).
-	// An error stops that write and is returned by Sync. It lets a caller
+	// BeforeWrite, if set, is called before every write (see Write). An
+	// error stops that write and is returned by Sync. It lets a caller
 	// confirm that the lock still holds, for example that Helm has not
 	// started an upgrade whose writes the engine would otherwise revert.
-	BeforeWrite func(ctx context.Context, ref ObjectRef, live *unstructured.Unstructured) error
+	BeforeWrite func(ctx context.Context, w Write) error
 	// ReportOnly makes the engine detect and report drift (see
 	// Result.Drifts) and never write.
 	ReportOnly bool
@@ -85,6 +84,18 @@ type ObjectSet struct {
 	// than the set's author; reads use the engine's own client. Nil
 	// writes with the engine's client.
 	Writer dynamic.Interface
+}
+
+// Write is a write the engine is about to make, for ObjectSet.BeforeWrite.
+type Write struct {
+	Ref ObjectRef
+	// Live is the object as it is; nil when the write recreates it.
+	Live *unstructured.Unstructured
+	// Restores says the write puts back declared fields, or list
+	// entries, that the live object lacks. A removal leaves no trace in
+	// managedFields of who made it, so a caller that tells its owner's
+	// changes from drift by them cannot tell for this one.
+	Restores bool
 }
 
 // Options configure an Engine. Zero fields take the Default values.

@@ -355,3 +355,22 @@ spec:
 		t.Errorf("desired (-want +got):\n%s", diff)
 	}
 }
+
+func TestRestores(t *testing.T) {
+	live := map[string]any{"data": map[string]any{"a": "1"}, "list": []any{"x"}}
+	tests := []struct {
+		desired map[string]any
+		paths   []string
+		want    bool
+	}{
+		{map[string]any{"data": map[string]any{"a": "2"}, "list": []any{"x"}}, []string{"/data/a"}, false},
+		{map[string]any{"data": map[string]any{"a": "1", "b": "2"}, "list": []any{"x"}}, []string{"/data/b"}, true},
+		{map[string]any{"data": map[string]any{"a": "1"}, "list": []any{"x", "y"}}, []string{"/list"}, true},
+		{map[string]any{"data": map[string]any{}, "list": []any{"x"}}, []string{"/data/a"}, false},
+	}
+	for _, tt := range tests {
+		if got := restores(live, tt.desired, tt.paths); got != tt.want {
+			t.Errorf("restores(%v, %v) = %v, want %v", tt.desired, tt.paths, got, tt.want)
+		}
+	}
+}

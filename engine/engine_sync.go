@@ -309,7 +309,7 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 	drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, paths, e.fieldManager)}
 	return drift, e.correct(ctx, spec, obj, drift, live.GetResourceVersion(), func() error {
 		if spec.BeforeWrite != nil {
-			if err := spec.BeforeWrite(ctx, obj.ref, live); err != nil {
+			if err := spec.BeforeWrite(ctx, Write{Ref: obj.ref, Live: live, Restores: restores(live.Object, desired, paths)}); err != nil {
 				return err
 			}
 		}
@@ -417,7 +417,7 @@ func (e *Engine) countDrift(d *driftState, drift *Drift, now time.Time) {
 // owner's next apply finds every field its own.
 func (e *Engine) create(ctx context.Context, spec ObjectSet, obj *lockedObject, declared *unstructured.Unstructured) error {
 	if spec.BeforeWrite != nil {
-		if err := spec.BeforeWrite(ctx, obj.ref, nil); err != nil {
+		if err := spec.BeforeWrite(ctx, Write{Ref: obj.ref, Restores: true}); err != nil {
 			return err
 		}
 	}
@@ -535,4 +535,26 @@ func (e *Engine) live(ctx context.Context, obj *lockedObject) (live *unstructure
 	}
 	live, err = e.resource(ref).Get(ctx, ref.Name, metav1.GetOptions{})
 	return live, false, err
+}
+
+// restores reports whether desired has, at one of the drifted paths, a
+// field live lacks, or a list with more entries.
+func restores(live, desired map[string]any, paths []string) bool {
+	for _, text := range paths {
+		p, err := ParsePointer(text)
+		if err != nil {
+			continue
+		}
+		lv, inLive := p.get(live)
+		dv, inDesired := p.get(desired)
+		if !inLive && inDesired {
+			return true
+		}
+		ll, ok1 := lv.([]any)
+		dl, ok2 := dv.([]any)
+		if ok1 && ok2 && len(dl) > len(ll) {
+			return true
+		}
+	}
+	return false
 }

@@ -58,7 +58,7 @@ func TestSyncStepByStep(t *testing.T) {
 	e.Declare("k", ObjectSet{
 		Objects:          []*unstructured.Unstructured{configMap(t, "declared")},
 		DefaultNamespace: "ns",
-		BeforeWrite:      func(context.Context, ObjectRef, *unstructured.Unstructured) error { return refuse },
+		BeforeWrite:      func(context.Context, Write) error { return refuse },
 	})
 
 	// 1. The object does not exist: it is created in the default namespace.

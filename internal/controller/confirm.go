@@ -32,14 +32,15 @@ func (e *LockOpenError) Error() string {
 // marks a release pending before it writes objects, but the watch of the
 // release Secret and the watch of an object are separate streams, so the
 // object's change can arrive first. When the object about to be corrected
-// was last changed by Helm's field manager after the lock engaged, or is
-// about to be recreated (Helm deletes objects on upgrade and uninstall),
-// the release's revisions are listed afresh before writing.
-func (c *Controller) confirmLocked(rk v1alpha1.ReleaseKey, revision int, engagedAt time.Time) func(context.Context, engine.ObjectRef, *unstructured.Unstructured) error {
+// was last changed by Helm's field manager after the lock engaged, or the
+// write puts back what the object lacks (Helm deletes objects, and an
+// upgrade that only removes a field leaves Helm's managedFields time as it
+// was), the release's revisions are listed afresh before writing.
+func (c *Controller) confirmLocked(rk v1alpha1.ReleaseKey, revision int, engagedAt time.Time) func(context.Context, engine.Write) error {
 	// managedFields times have a resolution of one second.
 	since := engagedAt.Truncate(time.Second)
-	return func(ctx context.Context, _ engine.ObjectRef, live *unstructured.Unstructured) error {
-		if live != nil && !c.helmChangedSince(live, since) {
+	return func(ctx context.Context, w engine.Write) error {
+		if w.Live != nil && !w.Restores && !c.helmChangedSince(w.Live, since) {
 			return nil
 		}
 		list, err := c.cfg.Metadata.Resource(secretsResource).Namespace(rk.Namespace).List(ctx, metav1.ListOptions{

@@ -1,0 +1,43 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metadatafake "k8s.io/client-go/metadata/fake"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/engine"
+)
+
+// TestConfirmLockedBeforeRestoring: a write that puts back what the object
+// lacks lists the release afresh, even though Helm's managedFields time is
+// old, since an upgrade that only removes a field leaves it so; any other
+// write of an object Helm has not touched since the lock engaged does not.
+func TestConfirmLockedBeforeRestoring(t *testing.T) {
+	c, _ := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
+	engaged := time.Now()
+	confirm := c.confirmLocked(v1alpha1.ReleaseKey{Name: "rel", Namespace: "apps"}, 1, engaged)
+	// Helm has started an upgrade whose Secret the cache has not shown.
+	pending := releaseSecret(t, "pending-upgrade", 2)
+	if err := c.cfg.Metadata.(*metadatafake.FakeMetadataClient).Tracker().Add(&metav1.PartialObjectMetadata{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: pending.ObjectMeta}); err != nil {
+		t.Fatal(err)
+	}
+	live := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "cm", "namespace": "apps"}}}
+	old := metav1.NewTime(engaged.Add(-time.Hour))
+	live.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "helm", Operation: metav1.ManagedFieldsOperationUpdate, Time: &old}})
+	ref := engine.ObjectRef{GVR: cmGVR, Namespace: "apps", Name: "cm"}
+
+	if err := confirm(context.Background(), engine.Write{Ref: ref, Live: live}); err != nil {
+		t.Errorf("a write changing a value Helm has not touched since the lock engaged: %v, want it let through unconfirmed", err)
+	}
+	var open *LockOpenError
+	if err := confirm(context.Background(), engine.Write{Ref: ref, Live: live, Restores: true}); !errors.As(err, &open) || open.Latest != 2 {
+		t.Errorf("a write restoring a removed field during an upgrade: %v, want LockOpenError at revision 2", err)
+	}
+}
