@@ -132,8 +132,12 @@ func setup(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface
 			if o.GetKind() == "ConfigMap" {
 				locked[name] = append(locked[name], ref{ns: ns, name: o.GetName()})
 			}
+			// As Helm applies it: with the ownership annotations it
+			// adds, which the stored manifest lacks.
+			applied := o.DeepCopy()
+			applied.SetAnnotations(map[string]string{"meta.helm.sh/release-name": name, "meta.helm.sh/release-namespace": ns})
 			send(func() error {
-				_, err := dyn.Resource(gvrOf(o)).Namespace(ns).Create(ctx, o, metav1.CreateOptions{FieldManager: "helm"})
+				_, err := dyn.Resource(gvrOf(applied)).Namespace(ns).Create(ctx, applied, metav1.CreateOptions{FieldManager: "helm"})
 				return err
 			})
 		}
