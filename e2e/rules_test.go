@@ -219,3 +219,55 @@ func yamlObject(t *testing.T, y string) *unstructured.Unstructured {
 	}
 	return u
 }
+
+// TestFinishedJobWithTTLIsNotRecreated: once a Job has finished, the
+// TTL-after-finished controller deletes it; the lock lets it go, and says
+// so, rather than run it again.
+func TestFinishedJobWithTTLIsNotRecreated(t *testing.T) {
+	t.Parallel()
+	ns := env.Namespace(t)
+	storeRelease(t, ns, "batch", `---
+# Source: batch/templates/job.yaml
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: migrate
+spec:
+  ttlSecondsAfterFinished: 30
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: migrate
+          image: migrate:1
+`)
+	cr := env.Register(t, ns, "batch")
+	env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)
+	// What the Job controller writes when the Job's pod has succeeded
+	// (there is no controller-manager here).
+	now := time.Now().UTC().Format(time.RFC3339)
+	status := fmt.Sprintf(`{"status":{"startTime":%q,"completionTime":%q,"succeeded":1,"conditions":[`+
+		`{"type":"SuccessCriteriaMet","status":"True","lastProbeTime":%[1]q,"lastTransitionTime":%[1]q},`+
+		`{"type":"Complete","status":"True","lastProbeTime":%[1]q,"lastTransitionTime":%[1]q}]}}`, now, now)
+	if _, err := env.Dynamic.Resource(jobs).Namespace(ns).Patch(t.Context(), "migrate", types.MergePatchType, []byte(status), metav1.PatchOptions{FieldManager: "job-controller"}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the lock sees the Job finished
+	// What the TTL-after-finished controller does. Background propagation:
+	// the default for Jobs orphans their pods, with a finalizer that only
+	// the garbage collector, absent here, would remove.
+	background := metav1.DeletePropagationBackground
+	if err := env.Dynamic.Resource(jobs).Namespace(ns).Delete(t.Context(), "migrate", metav1.DeleteOptions{PropagationPolicy: &background}); err != nil {
+		t.Fatal(err)
+	}
+	env.Consistently(t, 3*time.Second, func() error {
+		if env.Get(t, "batch/v1", "jobs", ns, "migrate") != nil {
+			return fmt.Errorf("the finished Job %s/migrate was recreated, to run again", ns)
+		}
+		return nil
+	})
+	hr := env.HelmRelease(t, cr)
+	if len(hr.Status.NotLocked) != 1 || hr.Status.NotLocked[0].Reason != "Finished" {
+		t.Errorf("notLocked = %+v, want the Job as Finished", hr.Status.NotLocked)
+	}
+}

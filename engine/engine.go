@@ -175,6 +175,11 @@ type lockedObject struct {
 	// while a mismatch may be the API server's form rather than drift:
 	// at the first check, and at the check after the engine's own write.
 	canonical, fresh bool
+	// finished is set while the object was last seen as a finished Job
+	// that its TTL will delete (see finishedWithTTL), and expired once
+	// it is gone: it is not recreated.
+	finished atomic.Bool
+	expired  bool
 	// inLine is set once the object was checked and found, or made, as
 	// declared, and cleared when that check fails.
 	inLine bool
@@ -471,6 +476,26 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	return locked, nil
 }
 
+// finishedWithTTL reports whether obj is a Job that has finished and that
+// the TTL-after-finished controller deletes: recreating it would run it
+// again, every time the TTL runs out.
+func finishedWithTTL(obj *unstructured.Unstructured) bool {
+	if obj.GroupVersionKind().GroupKind() != (schema.GroupKind{Group: "batch", Kind: "Job"}) {
+		return false
+	}
+	if _, ok, _ := unstructured.NestedFieldNoCopy(obj.Object, "spec", "ttlSecondsAfterFinished"); !ok {
+		return false
+	}
+	conditions, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conditions {
+		c, _ := c.(map[string]any)
+		if (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
 // aggregatedRules is where the aggregation controller writes an aggregated
 // ClusterRole's rules.
 var aggregatedRules = Pointer{"rules"}
@@ -535,9 +560,11 @@ func (e *Engine) store(gvr schema.GroupVersionResource, obj *unstructured.Unstru
 	var locked *lockedObject
 	var spec ObjectSet
 	owners := 0
+	finished := finishedWithTTL(obj)
 	for _, key := range e.owners[ref] {
 		if s := e.sets[key]; s != nil && s.objects[ref] != nil {
 			locked, spec = s.objects[ref], s.spec
+			locked.finished.Store(finished)
 			owners++
 		}
 	}

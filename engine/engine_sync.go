@@ -49,6 +49,10 @@ type Result struct {
 	// Failed lists objects whose correction the API server refuses for
 	// good (see Failure), until their next try.
 	Failed []Failure
+	// Finished lists finished Jobs that their ttlSecondsAfterFinished
+	// deleted: they are not recreated, and not held until they appear
+	// again.
+	Finished []ObjectRef
 	// Unwatched lists the set's resource types whose informers do not
 	// see their objects as they are now: not listed yet, or their list
 	// or watch is failing, as through an API server outage. Changes to
@@ -165,9 +169,12 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 	res.Objects = len(s.objects) + len(s.unresolved)
 	res.InLine = len(s.unresolved) == 0
 	for _, obj := range s.objects {
-		if obj.inLine {
+		switch {
+		case obj.expired:
+			res.Finished = append(res.Finished, obj.ref)
+		case obj.inLine:
 			res.Locked++
-		} else {
+		default:
 			res.InLine = false
 		}
 		if p := obj.proof; p != nil && p.checked {
@@ -248,6 +255,15 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 	declared, err := obj.declaration()
 	if err != nil {
 		return nil, err
+	}
+	if notFound && obj.finished.Load() {
+		// Its TTL deleted it, as Kubernetes is meant to.
+		obj.expired = true
+		return nil, nil
+	}
+	obj.expired = false
+	if !notFound {
+		obj.finished.Store(finishedWithTTL(live))
 	}
 	if notFound {
 		if obj.proof != nil {

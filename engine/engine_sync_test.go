@@ -250,3 +250,45 @@ rules: []`
 		t.Fatalf("Sync after a label edit = %+v, %v; want one drift at /metadata/labels/app", res, err)
 	}
 }
+
+// TestFinishedJobWithTTLIsNotRecreated: a finished Job that its TTL deletes
+// stays deleted; recreating it would run it again each time.
+func TestFinishedJobWithTTLIsNotRecreated(t *testing.T) {
+	ctx := context.Background()
+	jobGVR := schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}, meta.RESTScopeNamespace)
+	client := dynamicfake.NewSimpleDynamicClient(scheme.Scheme)
+	e := New(client, resettable{mapper}, func(string) {}, Options{})
+	e.watching = func(schema.GroupVersionResource) bool { return true }
+	const job = `
+apiVersion: batch/v1
+kind: Job
+metadata: {name: migrate, namespace: ns}
+spec:
+  ttlSecondsAfterFinished: 60
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: m, image: "migrate:1"}]`
+	live := &unstructured.Unstructured{Object: obj(t, job)}
+	live.Object["status"] = map[string]any{"conditions": []any{map[string]any{"type": "Complete", "status": "True"}}}
+	if err := client.Tracker().Create(jobGVR, live, "ns"); err != nil {
+		t.Fatal(err)
+	}
+	e.Declare("k", ObjectSet{Objects: []*unstructured.Unstructured{{Object: obj(t, job)}}})
+	if res, err := e.Sync(ctx, "k"); err != nil || !res.InLine {
+		t.Fatalf("first Sync = %+v, %v; want in line", res, err)
+	}
+	if err := client.Tracker().Delete(jobGVR, "ns", "migrate"); err != nil {
+		t.Fatal(err)
+	}
+	e.onEvent(jobGVR, live)
+	res, err := e.Sync(ctx, "k")
+	if err != nil || !res.InLine || len(res.Drifts) != 0 || len(res.Finished) != 1 || res.Locked != 0 {
+		t.Fatalf("Sync after the TTL deleted it = %+v, %v; want it reported Finished, not recreated", res, err)
+	}
+	if _, err := client.Resource(jobGVR).Namespace("ns").Get(ctx, "migrate", metav1.GetOptions{}); err == nil {
+		t.Error("the finished Job was recreated")
+	}
+}

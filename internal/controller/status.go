@@ -160,6 +160,10 @@ func notLocked(optedOut []v1alpha1.ObjectProblem, revision int, res engine.Resul
 	for _, f := range res.Failed {
 		out = append(out, v1alpha1.ObjectProblem{Object: objectName(f.Kind, f.Ref), Reason: f.Reason, Message: limit(f.Err.Error())})
 	}
+	for _, ref := range res.Finished {
+		out = append(out, v1alpha1.ObjectProblem{Object: objectName("Job", ref), Reason: "Finished",
+			Message: "the Job finished and its ttlSecondsAfterFinished deleted it; it is not recreated, which would run it again"})
+	}
 	for _, err := range res.Unresolved {
 		var te *engine.TypeError
 		if errors.As(err, &te) {
