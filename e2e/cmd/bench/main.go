@@ -14,17 +14,20 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 
 	"github.com/helm-locker/helm-locker/api"
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/e2e/controlplane"
 )
 
@@ -241,7 +244,17 @@ type scenarioResult struct {
 	ConcurrentFloor distribution `json:"concurrentFloor"`
 	Concurrent      distribution `json:"concurrent"`
 	BackToBack      distribution `json:"backToBack"`
+	Churn           *churnResult `json:"churn,omitempty"`
 	Idle            *idleResult  `json:"idle,omitempty"`
+}
+
+// churnResult is what the locker did when another field manager touched
+// every locked object once: nothing, if it tells others' changes from
+// drift.
+type churnResult struct {
+	Touched      int     `json:"objectsTouched"`
+	LockerWrites float64 `json:"lockerWrites"`
+	Drifts       int64   `json:"driftsDetected"`
 }
 
 type idleResult struct {
@@ -341,7 +354,9 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 	if err != nil {
 		return nil, fmt.Errorf("cold lock: %w\n%s", err, tailFile(filepath.Join(dir, "locker.log")))
 	}
-	last := deployedAt
+	// Each restoration is timed by its own event, not clamped to the
+	// moment every CR said Deployed.
+	var last time.Time
 	for i, ch := range restoredAt {
 		select {
 		case t := <-ch:
@@ -385,6 +400,9 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 
 	if full != nil {
 		quiet := func() error { return waitQuiet(ctx, kube, baseline) }
+		if res.Churn, err = churn(ctx, dyn, l, p, quiet); err != nil {
+			return nil, err
+		}
 		if err := measureLatency(ctx, dyn, restored, locked, full, res, quiet); err != nil {
 			return nil, err
 		}
@@ -475,4 +493,76 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// churn touches every locked object once with a label of another field
+// manager, as other controllers and people do all day, and returns what
+// the locker wrote in answer and the drifts it counted: both must be 0.
+// Half the releases are real-chart-shaped (see releaseObjects), so this is
+// also where a value the API server normalizes would show as a write.
+func churn(ctx context.Context, dyn dynamic.Interface, l *locker, p params, quiet func() error) (*churnResult, error) {
+	drifts0, err := driftsDetected(ctx, dyn)
+	if err != nil {
+		return nil, err
+	}
+	writes0, err := l.writes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	refs := releaseRefs(p)
+	work := make(chan objectRef)
+	errs := make(chan error, 16)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for r := range work {
+				_, err := dyn.Resource(r.gvr).Namespace(r.ns).Patch(ctx, r.name, types.MergePatchType,
+					[]byte(`{"metadata":{"labels":{"bench.example.com/touched":"yes"}}}`), metav1.PatchOptions{FieldManager: "churn"})
+				if err != nil {
+					select {
+					case errs <- fmt.Errorf("touching %s %s/%s: %w", r.gvr.Resource, r.ns, r.name, err):
+					default:
+					}
+				}
+			}
+		})
+	}
+	for _, r := range refs {
+		work <- r
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return nil, err
+	default:
+	}
+	// Drift is recorded up to 2 s later (see bookkeepingDelay).
+	time.Sleep(3 * time.Second)
+	if err := quiet(); err != nil {
+		return nil, err
+	}
+	writes1, err := l.writes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	drifts1, err := driftsDetected(ctx, dyn)
+	if err != nil {
+		return nil, err
+	}
+	return &churnResult{Touched: len(refs), LockerWrites: writes1 - writes0, Drifts: drifts1 - drifts0}, nil
+}
+
+// driftsDetected sums status.driftsDetected over every HelmRelease CR.
+func driftsDetected(ctx context.Context, dyn dynamic.Interface) (int64, error) {
+	list, err := dyn.Resource(v1alpha1.Resource).Namespace(v1alpha1Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, cr := range list.Items {
+		d, _, _ := unstructured.NestedInt64(cr.Object, "status", "driftsDetected")
+		n += d
+	}
+	return n, nil
 }

@@ -45,34 +45,73 @@ func (l *locker) stop() { _ = l.Stop(10 * time.Second) }
 // servingMetrics finds the address the locker logged for its metrics.
 var servingMetrics = regexp.MustCompile(`"Serving metrics".*? address="([^"]+)"`)
 
-// heap is the locker's Go heap (live objects and garbage not yet swept),
-// from its own /metrics.
-func (l *locker) heap(ctx context.Context) (int64, error) {
+// metrics reads the locker's own /metrics.
+func (l *locker) metrics(ctx context.Context) ([]string, error) {
 	log, err := os.ReadFile(l.Log)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	m := servingMetrics.FindSubmatch(log)
 	if m == nil {
-		return 0, fmt.Errorf("the locker's log does not say where it serves metrics")
+		return nil, fmt.Errorf("the locker's log does not say where it serves metrics")
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+string(m[1])+"/metrics", nil)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
+	var lines []string
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_alloc_bytes "); ok {
+		lines = append(lines, sc.Text())
+	}
+	return lines, sc.Err()
+}
+
+// heap is the locker's Go heap (live objects and garbage not yet swept),
+// from its own /metrics.
+func (l *locker) heap(ctx context.Context) (int64, error) {
+	lines, err := l.metrics(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range lines {
+		if v, ok := strings.CutPrefix(line, "go_memstats_heap_alloc_bytes "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			return int64(f), err
 		}
 	}
 	return 0, fmt.Errorf("the locker's /metrics has no go_memstats_heap_alloc_bytes")
+}
+
+// writes counts the locker's requests that change something (POST, PATCH,
+// DELETE), from client-go's request metrics on its /metrics. Lease
+// renewals (PUT) are not counted.
+func (l *locker) writes(ctx context.Context) (float64, error) {
+	lines, err := l.metrics(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var n float64
+	for _, line := range lines {
+		if !strings.HasPrefix(line, "rest_client_requests_total{") {
+			continue
+		}
+		if !strings.Contains(line, `method="POST"`) && !strings.Contains(line, `method="PATCH"`) && !strings.Contains(line, `method="DELETE"`) {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			return 0, err
+		}
+		n += v
+	}
+	return n, nil
 }
 
 // rss is the process's resident set, from /proc.
@@ -187,6 +226,13 @@ func (cw *configMapWatch) observe(obj *unstructured.Unstructured, now time.Time)
 		}
 	}
 	cw.waiters[key] = kept
+}
+
+// lastRV is the resourceVersion of the last event seen for key.
+func (cw *configMapWatch) lastRV(key string) int64 {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	return cw.last[key].rv
 }
 
 // wait returns a channel that receives the time an event showed key at

@@ -24,27 +24,55 @@ import (
 var (
 	cmGVR     = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	svcGVR    = schema.GroupVersionResource{Version: "v1", Resource: "services"}
+	deployGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
 	secretGVR = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 )
 
 // payload is ~1 KB of ConfigMap data, the size the issue names.
 var payload = strings.Repeat("locked-data-", 85)
 
-// releaseObjects returns the M objects of release i: 60% ConfigMaps, 20%
+// releaseObjects returns the M objects of a release: 60% ConfigMaps, 20%
 // Services, 20% Secrets, none with metadata.namespace, as charts write them.
-func releaseObjects(name string, m int) []*unstructured.Unstructured {
+// A real-chart-shaped release has Deployments in place of the Services,
+// written as widely used charts write them: quantities in forms the API
+// server stores otherwise (cpu 0.5, memory 1024Mi), the empty maps and
+// lists left by {{- with }} and toYaml of empty defaults, and fields the
+// API server defaults.
+func releaseObjects(name string, m int, realChart bool) []*unstructured.Unstructured {
 	var objs []*unstructured.Unstructured
 	for j := range m {
 		obj := map[string]any{"metadata": map[string]any{
 			"name":   fmt.Sprintf("%s-%d", name, j),
 			"labels": map[string]any{"app.kubernetes.io/instance": name, "app.kubernetes.io/managed-by": "Helm"},
 		}}
-		switch j % 5 {
-		case 3:
+		switch {
+		case j%5 == 3 && realChart:
+			obj["apiVersion"], obj["kind"] = "apps/v1", "Deployment"
+			app := map[string]any{"app": fmt.Sprintf("%s-%d", name, j)}
+			obj["spec"] = map[string]any{
+				"replicas": int64(1),
+				"selector": map[string]any{"matchLabels": app},
+				"template": map[string]any{
+					"metadata": map[string]any{"labels": app, "annotations": map[string]any{}},
+					"spec": map[string]any{
+						"nodeSelector": map[string]any{},
+						"tolerations":  []any{},
+						"containers": []any{map[string]any{
+							"name": "app", "image": "registry.invalid/app:1", "env": []any{},
+							"ports": []any{map[string]any{"name": "http", "containerPort": int64(8080)}},
+							"resources": map[string]any{
+								"requests": map[string]any{"cpu": 0.5, "memory": "134217728"},
+								"limits":   map[string]any{"cpu": "1000m", "memory": "1024Mi"},
+							},
+						}},
+					},
+				},
+			}
+		case j%5 == 3:
 			obj["apiVersion"], obj["kind"] = "v1", "Service"
 			obj["spec"] = map[string]any{"ports": []any{map[string]any{"name": "http", "port": int64(80), "targetPort": "http", "protocol": "TCP"}},
 				"selector": map[string]any{"app": name}}
-		case 4:
+		case j%5 == 4:
 			obj["apiVersion"], obj["kind"] = "v1", "Secret"
 			obj["type"] = "Opaque"
 			obj["data"] = map[string]any{"password": "c2VjcmV0"}
@@ -63,6 +91,8 @@ func gvrOf(obj *unstructured.Unstructured) schema.GroupVersionResource {
 		return svcGVR
 	case "Secret":
 		return secretGVR
+	case "Deployment":
+		return deployGVR
 	default:
 		return cmGVR
 	}
@@ -127,7 +157,7 @@ func setup(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface
 	for i := range p.Releases {
 		name := fmt.Sprintf("r%04d", i)
 		ns := fmt.Sprintf("rel-%d", i%p.namespaces())
-		objs := releaseObjects(name, p.Objects)
+		objs := releaseObjects(name, p.Objects, realChart(i))
 		for _, o := range objs {
 			if o.GetKind() == "ConfigMap" {
 				locked[name] = append(locked[name], ref{ns: ns, name: o.GetName()})
@@ -166,7 +196,7 @@ func setup(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface
 	}
 	for i := range p.Untracked {
 		ns := fmt.Sprintf("noise-%d", i%p.noiseNamespaces())
-		objs := releaseObjects(fmt.Sprintf("u%06d", i), 5)
+		objs := releaseObjects(fmt.Sprintf("u%06d", i), 5, false)
 		o := objs[i%5]
 		o.SetName(fmt.Sprintf("u%06d", i))
 		send(func() error {
@@ -187,3 +217,24 @@ type ref struct{ ns, name string }
 
 // v1alpha1Namespace is the registration namespace the locker serves.
 const v1alpha1Namespace = "cattle-helm-system"
+
+// realChart says which releases carry real-chart-shaped objects: half.
+func realChart(release int) bool { return release%2 == 1 }
+
+// objectRef addresses any object of a release.
+type objectRef struct {
+	gvr      schema.GroupVersionResource
+	ns, name string
+}
+
+// releaseRefs lists every object of every release, as setup made them.
+func releaseRefs(p params) []objectRef {
+	var out []objectRef
+	for i := range p.Releases {
+		name := fmt.Sprintf("r%04d", i)
+		for _, o := range releaseObjects(name, p.Objects, realChart(i)) {
+			out = append(out, objectRef{gvr: gvrOf(o), ns: fmt.Sprintf("rel-%d", i%p.namespaces()), name: o.GetName()})
+		}
+	}
+	return out
+}
