@@ -23,8 +23,10 @@ func TestDeriveFitsTheGrowthRows(t *testing.T) {
 			// 2x run that makes 2x - 1x negative.
 			row("B", 2, 60+20000*100.0/mib-0.5, 20),
 			row("B", 4, 60+60000*100.0/mib, 20),
-			// N rows say nothing per object.
-			row("N", 2, 500, 500),
+			// More releases cost more per object (a CR, a release
+			// Secret, lock state each): 3072 B.
+			row("N", 2, 60+5000*3072.0/mib, 500),
+			row("N", 4, 60+15000*3072.0/mib, 500),
 		},
 	}
 	d := derive(rep)
@@ -32,7 +34,9 @@ func TestDeriveFitsTheGrowthRows(t *testing.T) {
 		name      string
 		got, want float64
 	}{
-		{"RSS per locked object", d.BytesPerLockedObject, 2048},
+		{"RSS per locked object by M", d.BytesPerLockedObjectByM, 2048},
+		{"RSS per locked object by N", d.BytesPerLockedObjectByN, 3072},
+		{"RSS per locked object, the larger", d.BytesPerLockedObject, 3072},
 		{"heap per locked object", d.HeapPerLockedObject, 1024},
 		{"heap per untracked object", d.HeapPerUntrackedObject, 0},
 	} {

@@ -111,7 +111,12 @@ type growthRow struct {
 }
 
 type derived struct {
+	// BytesPerLockedObject is the larger of the slopes over M (more
+	// objects per release) and over N (more releases, each with its CR,
+	// release Secret and lock state), which the targets are held to.
 	BytesPerLockedObject    float64 `json:"bytesPerLockedObject"`
+	BytesPerLockedObjectByM float64 `json:"bytesPerLockedObjectByM"`
+	BytesPerLockedObjectByN float64 `json:"bytesPerLockedObjectByN"`
 	BytesPerUntrackedObject float64 `json:"bytesPerUntrackedObject"`
 	HeapPerLockedObject     float64 `json:"heapBytesPerLockedObject"`
 	HeapPerUntrackedObject  float64 `json:"heapBytesPerUntrackedObject"`
@@ -170,13 +175,16 @@ func run(ctx context.Context, base params, edits, concurrency int, idle time.Dur
 // make a figure per untracked object negative.
 func derive(rep *report) derived {
 	d := rep.Derived
-	var locked, untracked [][3]float64 // objects, RSS bytes, heap bytes
+	var locked, lockedN, untracked [][3]float64 // objects, RSS bytes, heap bytes
 	for _, g := range rep.Growth {
 		point := func(objects int) [3]float64 {
 			return [3]float64{float64(objects), g.RSSMiB * (1 << 20), g.HeapMiB * (1 << 20)}
 		}
 		if g.Dimension == "base" || g.Dimension == "M" {
 			locked = append(locked, point(g.Params.Releases*g.Params.Objects))
+		}
+		if g.Dimension == "base" || g.Dimension == "N" {
+			lockedN = append(lockedN, point(g.Params.Releases*g.Params.Objects))
 		}
 		if g.Dimension == "base" || g.Dimension == "B" {
 			untracked = append(untracked, point(g.Params.Untracked))
@@ -185,7 +193,12 @@ func derive(rep *report) derived {
 	if len(locked) < 2 || len(untracked) < 2 {
 		return d
 	}
-	d.BytesPerLockedObject, d.HeapPerLockedObject = slope(locked, 1), slope(locked, 2)
+	d.BytesPerLockedObjectByM, d.HeapPerLockedObject = slope(locked, 1), slope(locked, 2)
+	d.BytesPerLockedObject = d.BytesPerLockedObjectByM
+	if len(lockedN) >= 2 {
+		d.BytesPerLockedObjectByN = slope(lockedN, 1)
+		d.BytesPerLockedObject = max(d.BytesPerLockedObjectByM, d.BytesPerLockedObjectByN)
+	}
 	d.BytesPerUntrackedObject, d.HeapPerUntrackedObject = slope(untracked, 1), slope(untracked, 2)
 	return d
 }

@@ -57,7 +57,8 @@ func markdown(rep *report) string {
 	fmt.Fprintf(b, "\n![revert latency](revert-latency.png)\n\n")
 	fmt.Fprintf(b, "## Memory and idle load\n\nMemory is read 5 s after the cold lock in every scenario: RSS from /proc, and the Go heap (`go_memstats_heap_alloc_bytes` from the locker's /metrics, which counts garbage not yet collected too, so its differences are noisy; RSS is the figure the targets are held to).\n\n| figure | value |\n|---|---|\n| RSS, settled | %.1f MiB |\n| Go heap, settled | %.1f MiB |\n", r.RSSMiB, r.HeapMiB)
 	if rep.Derived.BytesPerLockedObject != 0 || rep.Derived.BytesPerUntrackedObject != 0 {
-		fmt.Fprintf(b, "| per locked object (slope over 1×, 2×, 4× M), RSS | %.0f bytes |\n| per locked object, Go heap | %.0f bytes |\n", rep.Derived.BytesPerLockedObject, rep.Derived.HeapPerLockedObject)
+		fmt.Fprintf(b, "| per locked object, RSS, slope over 1×, 2×, 4× M | %.0f bytes |\n| per locked object, RSS, slope over 1×, 2×, 4× N | %.0f bytes |\n| **per locked object, RSS** (the larger) | **%.0f bytes** |\n| per locked object, Go heap (over M) | %.0f bytes |\n",
+			rep.Derived.BytesPerLockedObjectByM, rep.Derived.BytesPerLockedObjectByN, rep.Derived.BytesPerLockedObject, rep.Derived.HeapPerLockedObject)
 		fmt.Fprintf(b, "| per untracked object (slope over 1×, 2×, 4× B), RSS | %.0f bytes |\n| per untracked object, Go heap | %.0f bytes |\n", rep.Derived.BytesPerUntrackedObject, rep.Derived.HeapPerUntrackedObject)
 	}
 	if r.Idle != nil {
