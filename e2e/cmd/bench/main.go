@@ -51,6 +51,16 @@ func (p params) scaled(dim string, factor int) params {
 	return p
 }
 
+// growthFactors are the multiples of a dimension the growth table runs.
+// Untracked objects cost so little each (tens of bytes) that the slope
+// needs a wide range to stand out of a run's noise: up to 16x.
+func growthFactors(dim string) []int {
+	if dim == "B" {
+		return []int{2, 4, 8, 16}
+	}
+	return []int{2, 4}
+}
+
 func (p params) namespaces() int      { return max(1, p.Releases/10) }
 func (p params) noiseNamespaces() int { return max(1, p.Untracked/1000) }
 
@@ -153,7 +163,7 @@ func run(ctx context.Context, base params, edits, concurrency int, idle time.Dur
 	if scale {
 		rep.Growth = append(rep.Growth, growthRow{Dimension: "base", Factor: 1, Params: base, RSSMiB: rep.Base.RSSMiB, HeapMiB: rep.Base.HeapMiB, ColdLockS: rep.Base.ColdLockS})
 		for _, dim := range []string{"N", "M", "B"} {
-			for _, factor := range []int{2, 4} {
+			for _, factor := range growthFactors(dim) {
 				p := base.scaled(dim, factor)
 				fmt.Fprintf(os.Stderr, "bench: growth %s x%d %+v\n", dim, factor, p)
 				res, err := scenario(ctx, tools, lockerBinary, p, nil)
@@ -169,7 +179,7 @@ func run(ctx context.Context, base params, edits, concurrency int, idle time.Dur
 }
 
 // derive works out the figures per object from the growth rows: the
-// least-squares slope of memory over the 1x, 2x and 4x runs of M (locked
+// least-squares slope of memory over the runs of M and of N (locked
 // objects) and of B (untracked objects). One difference of two runs, as
 // 2x - 1x, is at the mercy of one run's noise; a few hundred KiB of it
 // make a figure per untracked object negative.

@@ -59,7 +59,7 @@ func markdown(rep *report) string {
 	if rep.Derived.BytesPerLockedObject != 0 || rep.Derived.BytesPerUntrackedObject != 0 {
 		fmt.Fprintf(b, "| per locked object, RSS, slope over 1×, 2×, 4× M | %.0f bytes |\n| per locked object, RSS, slope over 1×, 2×, 4× N | %.0f bytes |\n| **per locked object, RSS** (the larger) | **%.0f bytes** |\n| per locked object, Go heap (over M) | %.0f bytes |\n",
 			rep.Derived.BytesPerLockedObjectByM, rep.Derived.BytesPerLockedObjectByN, rep.Derived.BytesPerLockedObject, rep.Derived.HeapPerLockedObject)
-		fmt.Fprintf(b, "| per untracked object (slope over 1×, 2×, 4× B), RSS | %.0f bytes |\n| per untracked object, Go heap | %.0f bytes |\n", rep.Derived.BytesPerUntrackedObject, rep.Derived.HeapPerUntrackedObject)
+		fmt.Fprintf(b, "| per untracked object (slope over 1× to 16× B), RSS | %.0f bytes |\n| per untracked object, Go heap | %.0f bytes |\n", rep.Derived.BytesPerUntrackedObject, rep.Derived.HeapPerUntrackedObject)
 	}
 	if r.Idle != nil {
 		fmt.Fprintf(b, "| API server requests/min with nothing running (baseline) | %.1f |\n", r.Idle.BaselineRequestsPerMin)
