@@ -282,10 +282,11 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 	if err != nil {
 		return nil, err
 	}
-	// An unverified object's declaration is put in stored form by the
-	// dry run its verification makes.
-	// refused is the API server's refusal of the correction, seen in the
-	// dry run: the write would get it too.
+	// A mismatch where the declaration may just be in another form than
+	// the stored one is dry-run once (see canonicalize); an unverified
+	// object's is, by the dry run its verification makes. refused is the
+	// API server's refusal of the correction in that dry run: the write
+	// would get it too, so it is not sent.
 	var refused error
 	if patch != nil && fresh && !obj.canonical && obj.proof == nil {
 		obj.canonical = true

@@ -420,11 +420,14 @@ func (c *Controller) enqueueReleaseCRs(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	keys, err := crReleaseIndex(obj)
-	if err != nil || len(keys) == 0 {
-		return
+	if keys, err := crReleaseIndex(obj); err == nil && len(keys) > 0 {
+		c.enqueueRelease(keys[0])
 	}
-	crs, err := c.crs.GetIndexer().ByIndex(byRelease, keys[0])
+}
+
+// enqueueRelease queues every CR that names the release namespace/name.
+func (c *Controller) enqueueRelease(release string) {
+	crs, err := c.crs.GetIndexer().ByIndex(byRelease, release)
 	if err != nil {
 		return
 	}
@@ -442,7 +445,11 @@ func (c *Controller) lockedElsewhere(hr *v1alpha1.HelmRelease) string {
 	if err != nil {
 		return ""
 	}
-	first := ""
+	// before reports whether a CR created at t with name came first.
+	before := func(t metav1.Time, name string, than metav1.Time, thanName string) bool {
+		return t.Before(&than) || (t.Equal(&than) && name < thanName)
+	}
+	holder, heldSince := "", hr.CreationTimestamp
 	for _, obj := range crs {
 		other, ok := obj.(*unstructured.Unstructured)
 		if !ok || other.GetName() == hr.Name {
@@ -451,27 +458,21 @@ func (c *Controller) lockedElsewhere(hr *v1alpha1.HelmRelease) string {
 		if owner := other.GetAnnotations()[v1alpha1.ManagedByAnnotation]; owner != "" && owner != c.cfg.ControllerName {
 			continue
 		}
-		created := other.GetCreationTimestamp()
-		older := created.Before(&hr.CreationTimestamp) || (created.Equal(&hr.CreationTimestamp) && other.GetName() < hr.Name)
-		if older && (first == "" || other.GetName() < first) {
-			first = other.GetName()
+		thanName := hr.Name
+		if holder != "" {
+			thanName = holder
+		}
+		if created := other.GetCreationTimestamp(); before(created, other.GetName(), heldSince, thanName) {
+			holder, heldSince = other.GetName(), created
 		}
 	}
-	return first
+	return holder
 }
 
 // enqueueForSecret queues every CR that names the Secret's release.
 func (c *Controller) enqueueForSecret(obj any) {
-	keys, err := secretReleaseIndex(obj)
-	if err != nil || len(keys) == 0 {
-		return
-	}
-	crs, err := c.crs.GetIndexer().ByIndex(byRelease, keys[0])
-	if err != nil {
-		return
-	}
-	for _, cr := range crs {
-		c.enqueueCR(cr)
+	if keys, err := secretReleaseIndex(obj); err == nil && len(keys) > 0 {
+		c.enqueueRelease(keys[0])
 	}
 }
 

@@ -80,7 +80,7 @@ func main() {
 	flag.IntVar(&edits, "edits", 200, "single edits measured")
 	flag.IntVar(&concurrency, "concurrency", 50, "edits sent at once in the concurrent measurement")
 	flag.DurationVar(&idle, "idle", time.Minute, "length of each idle window")
-	flag.BoolVar(&scale, "scale", true, "also run 2x and 4x of N, M and B for the growth table")
+	flag.BoolVar(&scale, "scale", true, "also run the growth table: 2x and 4x of N and M, and 2x to 16x of B")
 	flag.StringVar(&out, "out", "docs", "folder for benchmarks.json, benchmarks.md and revert-latency.png")
 	flag.StringVar(&lockerBinary, "locker", "bin/helm-locker", "helm-locker binary to measure")
 	render := flag.String("render", "", "measure nothing: write the report in this benchmarks.json again, with the per-object figures derived anew")
