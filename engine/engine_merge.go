@@ -255,14 +255,6 @@ func keepDeclaredEntries(desired any, declared []any) {
 	if !ok {
 		return
 	}
-	byName := map[string]map[string]any{}
-	for _, e := range list {
-		if m, ok := e.(map[string]any); ok {
-			if name, ok := m["name"].(string); ok {
-				byName[name] = m
-			}
-		}
-	}
 	for i, d := range declared {
 		dm, ok := d.(map[string]any)
 		if !ok {
@@ -270,7 +262,7 @@ func keepDeclaredEntries(desired any, declared []any) {
 		}
 		var target map[string]any
 		if name, ok := dm["name"].(string); ok {
-			target = byName[name]
+			target = entryNamed(list, name)
 		} else if i < len(list) {
 			target, _ = list[i].(map[string]any)
 		}
@@ -278,6 +270,17 @@ func keepDeclaredEntries(desired any, declared []any) {
 			keepDeclaredMembers(target, dm)
 		}
 	}
+}
+
+// entryNamed returns the entry of list whose name is name, if any. Lists
+// with named entries are short; a map per list and event would cost more.
+func entryNamed(list []any, name string) map[string]any {
+	for _, e := range list {
+		if m, ok := e.(map[string]any); ok && m["name"] == name {
+			return m
+		}
+	}
+	return nil
 }
 
 // Patch is a request body that moves a live object to its desired state.

@@ -445,11 +445,12 @@ func (c *Controller) lockedElsewhere(hr *v1alpha1.HelmRelease) string {
 	if err != nil {
 		return ""
 	}
-	// before reports whether a CR created at t with name came first.
-	before := func(t metav1.Time, name string, than metav1.Time, thanName string) bool {
-		return t.Before(&than) || (t.Equal(&than) && name < thanName)
+	// first reports whether a CR created at t named a came before one
+	// created at u named b.
+	first := func(t metav1.Time, a string, u metav1.Time, b string) bool {
+		return t.Before(&u) || (t.Equal(&u) && a < b)
 	}
-	holder, heldSince := "", hr.CreationTimestamp
+	holder, heldSince := "", metav1.Time{}
 	for _, obj := range crs {
 		other, ok := obj.(*unstructured.Unstructured)
 		if !ok || other.GetName() == hr.Name {
@@ -458,12 +459,9 @@ func (c *Controller) lockedElsewhere(hr *v1alpha1.HelmRelease) string {
 		if owner := other.GetAnnotations()[v1alpha1.ManagedByAnnotation]; owner != "" && owner != c.cfg.ControllerName {
 			continue
 		}
-		thanName := hr.Name
-		if holder != "" {
-			thanName = holder
-		}
-		if created := other.GetCreationTimestamp(); before(created, other.GetName(), heldSince, thanName) {
-			holder, heldSince = other.GetName(), created
+		created, name := other.GetCreationTimestamp(), other.GetName()
+		if first(created, name, hr.CreationTimestamp, hr.Name) && (holder == "" || first(created, name, heldSince, holder)) {
+			holder, heldSince = name, created
 		}
 	}
 	return holder
