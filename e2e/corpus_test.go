@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -236,6 +237,28 @@ func TestRealChartCorpus(t *testing.T) {
 				strategy, _, _ := unstructured.NestedMap(deploy.get(t).Object, "spec", "strategy")
 				if strategy["type"] != "Recreate" || strategy["rollingUpdate"] != nil {
 					return fmt.Errorf("%s: strategy %v, want Recreate alone", deploy, strategy)
+				}
+				return nil
+			})
+
+			// A custom resource by its CRD's rules, as the API server
+			// publishes them: a label added to an atomic map is
+			// removed, and a map list's entries are matched by port
+			// and protocol.
+			gizmo := byKind["Gizmo"]
+			gizmo.patch(t, types.MergePatchType, `{"spec":{"selector":{"tier":"any"}}}`)
+			gizmo.patch(t, types.JSONPatchType, `[{"op":"test","path":"/spec/ports/1/protocol","value":"TCP"},{"op":"add","path":"/spec/ports/1/name","value":"dns-tcp"},{"op":"add","path":"/spec/ports/-","value":{"port":54,"protocol":"UDP"}}]`)
+			env.Eventually(t, 30*time.Second, func() error {
+				spec, _, _ := unstructured.NestedMap(gizmo.get(t).Object, "spec")
+				if selector, _ := spec["selector"].(map[string]any); len(selector) != 2 || selector["tier"] != nil {
+					return fmt.Errorf("%s: selector %v, want the two declared labels alone", gizmo, selector)
+				}
+				want := []any{
+					map[string]any{"port": int64(53), "protocol": "UDP"},
+					map[string]any{"port": int64(53), "protocol": "TCP", "name": "dns-tcp"},
+				}
+				if diff := cmp.Diff(want, spec["ports"]); diff != "" {
+					return fmt.Errorf("%s: ports (-want +got):\n%s", gizmo, diff)
 				}
 				return nil
 			})

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/openapi"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -114,6 +115,12 @@ type Options struct {
 	// Readiness, if set, is what the engine's informers wait on after
 	// the API server was unavailable (see informers.Options.Readiness).
 	Readiness informers.Readiness
+	// OpenAPI, if set, is where the merge rules of each kind are read:
+	// the OpenAPI v3 documents the API server publishes, with the list,
+	// map and union markers of built-in kinds and of CRDs' structural
+	// schemas. Nil uses client-go's compiled schema for built-in kinds
+	// and holds other kinds' lists whole.
+	OpenAPI openapi.ClientWithContext
 	// Config, if set, is what the engine's informers watch with (see
 	// informers.Options.Config), so that objects no set holds are never
 	// decoded. Nil watches through the dynamic client.
@@ -141,6 +148,7 @@ type Engine struct {
 	fieldManager string
 	opts         Options
 	informers    *informers.Registry
+	schemas      *schemas
 	// watching reports whether a type's informer is current; the
 	// registry's Current, but for unit tests that drive Sync by hand
 	// with no informer running.
@@ -162,6 +170,20 @@ type objectSet struct {
 	gvrs       map[schema.GroupVersionResource]int // informers acquired
 }
 
+// groupVersions lists the group versions of s's objects, resolved or not.
+func (s *objectSet) groupVersions() []schema.GroupVersion {
+	var out []schema.GroupVersion
+	for gvr := range s.gvrs {
+		out = append(out, gvr.GroupVersion())
+	}
+	for _, u := range s.unresolved {
+		if gv := u.obj.GroupVersionKind().GroupVersion(); !slices.Contains(out, gv) {
+			out = append(out, gv)
+		}
+	}
+	return out
+}
+
 // lockedObject is one declared object whose type the API server serves.
 type lockedObject struct {
 	ref ObjectRef
@@ -169,12 +191,16 @@ type lockedObject struct {
 	// JSON: a third of its size as nested maps, and decoded in
 	// microseconds when an event needs it.
 	declared atomic.Pointer[[]byte]
-	rules    mergeRules
 	// canonical is set once the declaration has been put in the form the
 	// API server stores it by a dry run (see canonicalize), and fresh
 	// while a mismatch may be the API server's form rather than drift:
 	// at the first check, and at the check after the engine's own write.
 	canonical, fresh bool
+	// rulesSeen is the count of changes of the kind's merge rules (see
+	// schemas.rulesAt) the object was last checked by. Rules read from
+	// the API server in place of the fallback tell the stored form from
+	// drift differently: the first check by them is fresh again.
+	rulesSeen uint32
 	// finished is set while the object was last seen as a finished Job
 	// that its TTL will delete (see finishedWithTTL), and expired once
 	// it is gone: it is not recreated.
@@ -238,10 +264,10 @@ type noopPatch struct {
 	data            string
 }
 
-// desired is the live object as it must be (see mergeRules.desired), with
-// the ignored fields as they are live.
-func (o *lockedObject) desired(live, declared map[string]any) (map[string]any, error) {
-	d, err := o.rules.desired(live, declared)
+// desired is the live object as it must be under rules (see
+// mergeRules.desired), with the ignored fields as they are live.
+func (o *lockedObject) desired(rules mergeRules, live, declared map[string]any) (map[string]any, error) {
+	d, err := rules.desired(live, declared)
 	if err != nil {
 		return nil, err
 	}
@@ -280,6 +306,7 @@ func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func
 		e.fieldManager = DefaultFieldManager
 	}
 	e.opts = withDefaults(opts)
+	e.schemas = newSchemas(opts.OpenAPI, e.opts.Now)
 	e.informers = informers.NewRegistry(client, informers.Options{
 		Handler:         e.onEvent,
 		Tracked:         e.tracked,
@@ -456,7 +483,7 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	if err != nil {
 		return nil, &ObjectError{Ref: ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()}, Err: err}
 	}
-	rules := rulesFor(gvk)
+	rules := e.schemas.rules(gvk.GroupVersion())
 	ignore := controllerOwned(declared)
 	if spec.Ignore != nil {
 		ignore = append(ignore, spec.Ignore(declared)...)
@@ -464,7 +491,6 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	ignore = rules.keyed(declared.Object, ignore)
 	locked := &lockedObject{
 		ref:        ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()},
-		rules:      rules,
 		ignore:     ignore,
 		generation: e.generations.Add(1),
 	}
@@ -571,7 +597,7 @@ func (e *Engine) store(gvr schema.GroupVersionResource, obj *unstructured.Unstru
 	e.mu.Unlock()
 	if owners == 1 && !(spec.ServerSideApply && hasUpdateEntry(obj, e.fieldManager)) {
 		if declared, err := locked.declaration(); err == nil {
-			if desired, err := locked.desired(obj.Object, declared.Object); err == nil && reflect.DeepEqual(desired, obj.Object) {
+			if desired, err := locked.desired(e.schemas.rules(gvr.GroupVersion()), obj.Object, declared.Object); err == nil && reflect.DeepEqual(desired, obj.Object) {
 				return &inLineStub{Stub: informers.NewStub(obj), generation: locked.generation}
 			}
 		}
@@ -590,6 +616,7 @@ func (e *Engine) tracked(gvr schema.GroupVersionResource, namespace, name string
 // knew, and sets with objects of unknown kinds try again.
 func (e *Engine) typesChanged() {
 	e.mapper.Reset()
+	e.schemas.forget()
 	e.mu.Lock()
 	var keys []string
 	for key, s := range e.sets {

@@ -10,7 +10,6 @@ import (
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/client-go/applyconfigurations"
@@ -44,11 +43,9 @@ type mergeRules struct {
 	types managedfields.TypeConverter
 }
 
-func rulesFor(gvk schema.GroupVersionKind) mergeRules {
-	if scheme.Scheme.Recognizes(gvk) {
-		return mergeRules{types: builtinTypes()}
-	}
-	return mergeRules{types: deducedTypes}
+// rulesOf returns the merge rules of obj's kind (see schemas.rules).
+func (e *Engine) rulesOf(obj *lockedObject) mergeRules {
+	return e.schemas.rules(obj.ref.GVR.GroupVersion())
 }
 
 // typed converts obj under r, falling back to the deduced rules for an
@@ -330,14 +327,14 @@ func (e *Engine) canonicalize(ctx context.Context, spec ObjectSet, obj *lockedOb
 	if err != nil {
 		return nil, err
 	}
-	return obj.storedDeclaration(declared, out)
+	return obj.storedDeclaration(e.rulesOf(obj), declared, out)
 }
 
 // storedDeclaration takes the declared fields from out, a dry run's answer,
 // records them as obj's declaration and returns them.
-func (obj *lockedObject) storedDeclaration(declared, out *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+func (obj *lockedObject) storedDeclaration(rules mergeRules, declared, out *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	obj.canonical = true
-	dt, err := obj.rules.typed(declared.Object)
+	dt, err := rules.typed(declared.Object)
 	if err != nil {
 		return nil, err
 	}
@@ -345,7 +342,7 @@ func (obj *lockedObject) storedDeclaration(declared, out *unstructured.Unstructu
 	if err != nil {
 		return nil, err
 	}
-	st, err := obj.rules.typed(out.Object)
+	st, err := rules.typed(out.Object)
 	if err != nil {
 		return nil, err
 	}

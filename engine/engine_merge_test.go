@@ -2,13 +2,14 @@ package engine
 
 import (
 	"encoding/json"
-
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 )
@@ -338,8 +339,8 @@ spec:
 		t.Fatal(err)
 	}
 	rules := rulesFor(declared.GroupVersionKind())
-	o := &lockedObject{rules: rules, ignore: rules.keyed(declared.Object, []Pointer{ignore})}
-	got, err := o.desired(live, declared.Object)
+	o := &lockedObject{ignore: rules.keyed(declared.Object, []Pointer{ignore})}
+	got, err := o.desired(rules, live, declared.Object)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,4 +374,10 @@ func TestRestores(t *testing.T) {
 			t.Errorf("restores(%v, %v) = %v, want %v", tt.desired, tt.paths, got, tt.want)
 		}
 	}
+}
+
+// rulesFor returns the rules an engine without an OpenAPI client holds
+// gvk's objects by.
+func rulesFor(gvk schema.GroupVersionKind) mergeRules {
+	return newSchemas(nil, time.Now).rules(gvk.GroupVersion())
 }

@@ -101,9 +101,20 @@ type Fight struct {
 // or correct, joined; those objects stay dirty for the next Sync. A key that
 // holds no set syncs to an empty Result.
 func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
+	// The merge rules of the set's kinds are fetched before the lock is
+	// taken: the first Sync of a kind waits for them, no event does.
 	e.mu.Lock()
 	s := e.sets[key]
 	if s == nil {
+		e.mu.Unlock()
+		return Result{}, nil
+	}
+	gvs := s.groupVersions()
+	e.mu.Unlock()
+	schemaRetry := e.schemas.load(ctx, gvs)
+
+	e.mu.Lock()
+	if s = e.sets[key]; s == nil {
 		e.mu.Unlock()
 		return Result{}, nil
 	}
@@ -135,6 +146,9 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 	}
 
 	var res Result
+	if schemaRetry > 0 {
+		res.requeueBy(schemaRetry)
+	}
 	var errs []error
 	for i, obj := range todo {
 		drift, err := e.syncObject(ctx, s.spec, obj)
@@ -274,7 +288,12 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 		drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Deleted: true}
 		return drift, e.correct(ctx, spec, obj, drift, "", func() error { return e.create(ctx, spec, obj, declared) })
 	}
-	desired, err := obj.desired(live.Object, declared.Object)
+	rules, changes := e.schemas.rulesAt(obj.ref.GVR.GroupVersion())
+	if changes != obj.rulesSeen {
+		obj.rulesSeen = changes
+		fresh, obj.canonical = true, false
+	}
+	desired, err := obj.desired(rules, live.Object, declared.Object)
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +315,7 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 		}
 		if err == nil {
 			declared = canon
-			if desired, err = obj.desired(live.Object, declared.Object); err != nil {
+			if desired, err = obj.desired(rules, live.Object, declared.Object); err != nil {
 				return nil, err
 			}
 			if patch, err = computePatch(live.Object, desired); err != nil {

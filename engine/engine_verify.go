@@ -110,7 +110,7 @@ func (e *Engine) verify(ctx context.Context, spec ObjectSet, obj *lockedObject, 
 	}
 	if !obj.canonical {
 		if declared, err := obj.declaration(); err == nil {
-			_, _ = obj.storedDeclaration(declared, out)
+			_, _ = obj.storedDeclaration(e.rulesOf(obj), declared, out)
 		}
 	}
 	if sameStored(out, live) {

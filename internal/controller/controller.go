@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/openapi"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -184,7 +185,12 @@ func New(cfg Config) *Controller {
 			c.cfg.Readiness = probe
 		}
 	}
-	c.engine = engine.New(cfg.Dynamic, cfg.Mapper, c.queue.Add, engine.Options{Config: cfg.REST, Readiness: c.cfg.Readiness})
+	engineOpts := engine.Options{Config: cfg.REST, Readiness: c.cfg.Readiness}
+	if cfg.REST != nil && cfg.Kube != nil {
+		// Merge rules are the API server's own, from its OpenAPI v3.
+		engineOpts.OpenAPI = openapi.ToClientWithContext(cfg.Kube.Discovery().OpenAPIV3())
+	}
+	c.engine = engine.New(cfg.Dynamic, cfg.Mapper, c.queue.Add, engineOpts)
 
 	// A change of either cache's health changes what every CR may claim.
 	c.crsHealth = informers.NewHealth(func(bool) { c.enqueueAll() })

@@ -1,0 +1,223 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/openapi"
+)
+
+// servedDocs is an API server's /openapi/v3 as a test sets it.
+type servedDocs struct {
+	mu    sync.Mutex
+	docs  map[string]string // by path, as "apis/group/version"
+	paths int               // requests for the list of documents
+	err   error
+}
+
+func (s *servedDocs) PathsWithContext(context.Context) (map[string]openapi.GroupVersionWithContext, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.paths++
+	if s.err != nil {
+		return nil, s.err
+	}
+	out := map[string]openapi.GroupVersionWithContext{}
+	for path, doc := range s.docs {
+		out[path] = servedDoc(doc)
+	}
+	return out, nil
+}
+
+func (s *servedDocs) serve(path, doc string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.docs[path] = doc
+}
+
+type servedDoc string
+
+func (d servedDoc) SchemaWithContext(context.Context, string) ([]byte, error) { return []byte(d), nil }
+func (d servedDoc) ServerRelativeURL() string                                 { return "" }
+
+// gizmoDoc is the OpenAPI v3 document the API server publishes for a CRD
+// whose schema marks spec.selector as an atomic map and spec.ports as a
+// map list keyed by port and protocol.
+const gizmoDoc = `{"components":{"schemas":{"com.example.v1.Gizmo":{
+  "type":"object",
+  "x-kubernetes-group-version-kind":[{"group":"example.com","version":"v1","kind":"Gizmo"}],
+  "properties":{
+    "apiVersion":{"type":"string"},"kind":{"type":"string"},
+    "metadata":{"type":"object","x-kubernetes-preserve-unknown-fields":true},
+    "spec":{"type":"object","properties":{
+      "selector":{"type":"object","additionalProperties":{"type":"string"},"x-kubernetes-map-type":"atomic"},
+      "ports":{"type":"array","x-kubernetes-list-type":"map","x-kubernetes-list-map-keys":["port","protocol"],
+        "items":{"type":"object","required":["port","protocol"],"properties":{
+          "port":{"type":"integer"},"protocol":{"type":"string"},"target":{"type":"integer"},"name":{"type":"string"}}}}}}}}}}}`
+
+var gizmoGV = schema.GroupVersion{Group: "example.com", Version: "v1"}
+
+// TestRulesAreTheAPIServers holds custom resources to the list and map
+// types their CRD declares, as the API server publishes them, where the
+// deduced rules would take an atomic map entry by entry and a map list by
+// position.
+func TestRulesAreTheAPIServers(t *testing.T) {
+	declared := obj(t, `
+apiVersion: example.com/v1
+kind: Gizmo
+metadata: {name: g, namespace: ns}
+spec:
+  selector: {app: g}
+  ports:
+  - {port: 53, protocol: UDP, target: 53}
+  - {port: 53, protocol: TCP, target: 53}`)
+	tests := []struct {
+		name       string
+		live, want string
+	}{{
+		name: "a key added to an atomic map is removed",
+		live: `
+apiVersion: example.com/v1
+kind: Gizmo
+metadata: {name: g, namespace: ns}
+spec:
+  selector: {app: g, tier: any}
+  ports:
+  - {port: 53, protocol: UDP, target: 53}
+  - {port: 53, protocol: TCP, target: 53}`,
+		want: `
+apiVersion: example.com/v1
+kind: Gizmo
+metadata: {name: g, namespace: ns}
+spec:
+  selector: {app: g}
+  ports:
+  - {port: 53, protocol: UDP, target: 53}
+  - {port: 53, protocol: TCP, target: 53}`,
+	}, {
+		name: "entries are matched by all their keys; what is set beside the declared fields stays",
+		live: `
+apiVersion: example.com/v1
+kind: Gizmo
+metadata: {name: g, namespace: ns}
+spec:
+  selector: {app: g}
+  ports:
+  - {port: 53, protocol: TCP, target: 5353, name: dns-tcp}
+  - {port: 53, protocol: UDP, target: 53}
+  - {port: 54, protocol: UDP, target: 54}`,
+		want: `
+apiVersion: example.com/v1
+kind: Gizmo
+metadata: {name: g, namespace: ns}
+spec:
+  selector: {app: g}
+  ports:
+  - {port: 53, protocol: UDP, target: 53}
+  - {port: 53, protocol: TCP, target: 53, name: dns-tcp}`,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			docs := &servedDocs{docs: map[string]string{"apis/example.com/v1": gizmoDoc}}
+			s := newSchemas(docs, time.Now)
+			if retry := s.load(t.Context(), []schema.GroupVersion{gizmoGV}); retry != 0 {
+				t.Fatalf("load asks to retry in %s; the document is served", retry)
+			}
+			got, err := s.rules(gizmoGV).desired(obj(t, tt.live), declared)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(obj(t, tt.want), got); diff != "" {
+				t.Errorf("desired (-want +got):\n%s", diff)
+			}
+			// Without the document, the deduced rules keep the
+			// added key, or replace the whole list.
+			deduced, err := newSchemas(nil, time.Now).rules(gizmoGV).desired(obj(t, tt.live), declared)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cmp.Equal(deduced, got) {
+				t.Errorf("the deduced rules give the same answer; the case does not tell the API server's rules from them")
+			}
+		})
+	}
+}
+
+func TestSchemasLoad(t *testing.T) {
+	clock := time.Unix(1000, 0)
+	now := func() time.Time { return clock }
+	core := schema.GroupVersion{Version: "v1"}
+	docs := &servedDocs{docs: map[string]string{}}
+	s := newSchemas(docs, now)
+	ctx := t.Context()
+
+	// A CRD's document follows the CRD by a moment: asked again soon,
+	// with the deduced rules meanwhile.
+	if got := s.load(ctx, []schema.GroupVersion{gizmoGV}); got != unpublishedRetry {
+		t.Errorf("retry while unpublished = %s, want %s", got, unpublishedRetry)
+	}
+	if s.rules(gizmoGV).types != deducedTypes {
+		t.Errorf("rules while unpublished are not the deduced rules")
+	}
+	if got := s.load(ctx, []schema.GroupVersion{gizmoGV}); got != unpublishedRetry || docs.paths != 1 {
+		t.Errorf("load before the retry time: retry %s after %d requests, want %s after 1", got, docs.paths, unpublishedRetry)
+	}
+	docs.serve("apis/example.com/v1", gizmoDoc)
+	clock = clock.Add(unpublishedRetry)
+	if got := s.load(ctx, []schema.GroupVersion{gizmoGV}); got != 0 {
+		t.Errorf("retry once published = %s, want 0", got)
+	}
+	if s.rules(gizmoGV).types == deducedTypes {
+		t.Errorf("rules once published are still the deduced rules")
+	}
+
+	// Loaded rules are not asked for again.
+	n := docs.paths
+	s.load(ctx, []schema.GroupVersion{gizmoGV})
+	if docs.paths != n {
+		t.Errorf("loaded rules were fetched again")
+	}
+
+	// A document never published stops being asked for soon.
+	other := schema.GroupVersion{Group: "gone.example.com", Version: "v1"}
+	for range int(unpublishedFor/unpublishedRetry) + 1 {
+		s.load(ctx, []schema.GroupVersion{other})
+		clock = clock.Add(unpublishedRetry)
+	}
+	if got := s.load(ctx, []schema.GroupVersion{other}); got != 0 {
+		t.Errorf("retry after %s unpublished = %s, want 0", unpublishedFor, got)
+	}
+
+	// A failure keeps the fallback rules and is tried again rarely.
+	docs.err = fmt.Errorf("forbidden")
+	if got := s.load(ctx, []schema.GroupVersion{core}); got != 0 {
+		t.Errorf("retry after a failure = %s, want 0", got)
+	}
+	if s.rules(core).types != builtinTypes() {
+		t.Errorf("a built-in group version without its document does not fall back to client-go's schema")
+	}
+	n = docs.paths
+	clock = clock.Add(failedRetry - time.Second)
+	s.load(ctx, []schema.GroupVersion{core})
+	if docs.paths != n {
+		t.Errorf("a failed load was tried again before %s", failedRetry)
+	}
+
+	// A CRD change drops its rules; built-in ones stay.
+	docs.err = nil
+	docs.serve("api/v1", `{"components":{"schemas":{}}}`)
+	clock = clock.Add(time.Second)
+	s.load(ctx, []schema.GroupVersion{core})
+	s.forget()
+	if _, ok := s.byGV[gizmoGV]; ok {
+		t.Errorf("a custom resource's rules outlived a CRD change")
+	}
+	if _, ok := s.byGV[core]; !ok {
+		t.Errorf("built-in rules were dropped at a CRD change")
+	}
+}
