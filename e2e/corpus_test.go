@@ -84,6 +84,9 @@ func releaseObjects(t *testing.T, v framework.HelmVersion, ns, release string) [
 		obj := corpusObject{kind: gvk.Kind, gvr: m.Resource, name: o.GetName()}
 		if m.Scope.Name() == "namespace" {
 			obj.namespace = ns
+			if o.GetNamespace() != "" {
+				obj.namespace = o.GetNamespace()
+			}
 		}
 		out = append(out, obj)
 	}

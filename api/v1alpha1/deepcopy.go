@@ -46,3 +46,24 @@ func (d *Drift) DeepCopy() *Drift {
 	}
 	return &out
 }
+
+// DeepCopy returns a copy of h that shares nothing with it, so that a CR
+// read from a cache can be changed without changing the cache.
+func (h *HelmRelease) DeepCopy() *HelmRelease {
+	if h == nil {
+		return nil
+	}
+	out := &HelmRelease{TypeMeta: h.TypeMeta, Spec: h.Spec, Status: *h.Status.DeepCopy()}
+	h.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	if h.Spec.Ignore != nil {
+		out.Spec.Ignore = make([]IgnoreRule, len(h.Spec.Ignore))
+		for i, r := range h.Spec.Ignore {
+			out.Spec.Ignore[i] = IgnoreRule{Paths: slices.Clone(r.Paths)}
+			if r.Target != nil {
+				t := *r.Target
+				out.Spec.Ignore[i].Target = &t
+			}
+		}
+	}
+	return out
+}

@@ -26,6 +26,7 @@ type options struct {
 	renewDeadline  time.Duration
 	retryPeriod    time.Duration
 	metricsAddr    string
+	profiling      bool
 	healthAddr     string
 	logFormat      string
 }
@@ -75,6 +76,7 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.StringVar(&opts.defaultSA, "default-service-account", "", "ServiceAccount, in each release's namespace, whose identity the writes of a HelmRelease without spec.serviceAccountName impersonate; empty writes with the locker's own identity")
 	f.StringSliceVar(&opts.helmManagers, "helm-field-managers", []string{"helm"}, "field managers Helm writes with (Helm names its manager after its binary)")
 	f.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "address serving Prometheus metrics on /metrics; 0 turns them off")
+	f.BoolVar(&opts.profiling, "profiling", false, "also serve Go's profiles on the metrics address, under /debug/pprof/ (heap?gc=1 collects garbage first)")
 	f.StringVar(&opts.healthAddr, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 turns them off")
 	f.StringVar(&opts.logFormat, "log-format", "text", "log format: text (klog) or json")
 	f.AddGoFlag(klogFlags.Lookup("v"))

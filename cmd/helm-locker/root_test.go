@@ -1,11 +1,15 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/helm-locker/helm-locker/internal/metrics"
 )
 
 // TestLeaderElectionDefaults holds the default leader flags to the
@@ -45,6 +49,26 @@ func TestDeploymentKeepsLeaderDefaults(t *testing.T) {
 	for _, line := range strings.Split(string(data), "\n") {
 		if line := strings.TrimSpace(line); !strings.HasPrefix(line, "#") && strings.Contains(strings.ToLower(strings.ReplaceAll(line, "_", "-")), "leader-elect") {
 			t.Errorf("deploy/deployment.yaml sets a leader flag; leave them at their defaults: %s", line)
+		}
+	}
+}
+
+// TestProfilesAreServedOnlyWhenAsked: a heap profile shows what the
+// locker holds, so it is off unless --profiling is set.
+func TestProfilesAreServedOnlyWhenAsked(t *testing.T) {
+	for _, tt := range []struct {
+		profiling bool
+		want      int
+	}{{false, http.StatusNotFound}, {true, http.StatusOK}} {
+		srv := httptest.NewServer(metricsMux(metrics.New(nil), tt.profiling))
+		resp, err := http.Get(srv.URL + "/debug/pprof/heap?gc=1")
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("profiling %v: /debug/pprof/heap answered %d, want %d", tt.profiling, resp.StatusCode, tt.want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -89,7 +90,12 @@ func runOperator(ctx context.Context, opts *options) error {
 	// they all wait on the same /readyz answers.
 	probe := informers.NewProbe(kube.Discovery().RESTClient())
 
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	// The correlator remembers recent events, to fold repeats, in three
+	// caches of 4096 entries by default: a few KB per release that
+	// emitted one, for a dedup that matters only within minutes. The
+	// locker already holds its own drift events back (see the
+	// controller's bookkeepingDelay), so a smaller memory is enough.
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventCacheSize}))
 	defer broadcaster.Shutdown()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 
@@ -122,7 +128,7 @@ func runOperator(ctx context.Context, opts *options) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if m != nil {
-		if err := serveHTTP(ctx, &wg, "metrics", opts.metricsAddr, metricsMux(m)); err != nil {
+		if err := serveHTTP(ctx, &wg, "metrics", opts.metricsAddr, metricsMux(m, opts.profiling)); err != nil {
 			return err
 		}
 	}
@@ -151,9 +157,21 @@ func runOperator(ctx context.Context, opts *options) error {
 	return runAsLeader(ctx, kube, opts, probe, run)
 }
 
-func metricsMux(m *metrics.Metrics) http.Handler {
+// metricsMux serves /metrics and, with profiling, Go's profiles. They are
+// off by default: a heap profile shows what the process holds, and a
+// metrics port is often open to a whole cluster's Prometheus.
+// eventCacheSize is how many recent events each of the event correlator's
+// caches remembers.
+const eventCacheSize = 256
+
+func metricsMux(m *metrics.Metrics, profiling bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

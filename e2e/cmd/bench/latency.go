@@ -37,11 +37,11 @@ func measureLatency(ctx context.Context, dyn dynamic.Interface, cw *configMapWat
 		cms := locked[releases[i%len(releases)]]
 		return cms[1+(i/len(releases))%(len(cms)-1)] // cms[0] was drifted at start
 	}
-	// Untracked object j is in namespace noise-(j % namespaces) and is a
-	// ConfigMap when j%5 == 0; these are ConfigMaps in noise-0.
-	stride := 5 * res.Params.noiseNamespaces()
+	// Untracked object j is in namespace noise-(j / untrackedPerNamespace)
+	// and is a ConfigMap when j%5 == 0 (see addUntracked).
 	untrackedCM := func(i int) ref {
-		return ref{ns: "noise-0", name: fmt.Sprintf("u%06d", (i*stride)%(res.Params.Untracked-res.Params.Untracked%stride))}
+		j := (5 * i) % (res.Params.Untracked - res.Params.Untracked%5)
+		return ref{ns: fmt.Sprintf("noise-%d", j/untrackedPerNamespace), name: fmt.Sprintf("u%06d", j)}
 	}
 
 	// floorSample edits an untracked object and times it to its own event.

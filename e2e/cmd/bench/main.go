@@ -61,8 +61,10 @@ func growthFactors(dim string) []int {
 	return []int{2, 4}
 }
 
-func (p params) namespaces() int      { return max(1, p.Releases/10) }
-func (p params) noiseNamespaces() int { return max(1, p.Untracked/1000) }
+func (p params) namespaces() int { return max(1, p.Releases/10) }
+
+// profiles is the folder heap profiles are kept in; empty keeps none.
+var profiles string
 
 func main() {
 	var (
@@ -83,6 +85,8 @@ func main() {
 	flag.BoolVar(&scale, "scale", true, "also run the growth table: 2x and 4x of N and M, and 2x to 16x of B")
 	flag.StringVar(&out, "out", "docs", "folder for benchmarks.json, benchmarks.md and revert-latency.png")
 	flag.StringVar(&lockerBinary, "locker", "bin/helm-locker", "helm-locker binary to measure")
+	flag.StringVar(&profiles, "profiles", "", "keep a heap profile of the locker in this folder for every scenario, read when its memory is")
+	memoryOnly := flag.Bool("memory-only", false, "measure the base scenario's cold lock and memory alone, print them and write no report: for memory work, with -profiles")
 	render := flag.String("render", "", "measure nothing: write the report in this benchmarks.json again, with the per-object figures derived anew")
 	flag.Parse()
 	if *render != "" {
@@ -95,10 +99,35 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *memoryOnly {
+		if err := measureMemory(ctx, base, lockerBinary); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(ctx, base, edits, concurrency, idle, scale, out, lockerBinary); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// measureMemory runs p's cold lock and prints its figures.
+func measureMemory(ctx context.Context, p params, lockerBinary string) error {
+	tools, err := controlplane.FindTools(ctx)
+	if err != nil {
+		return err
+	}
+	if lockerBinary, err = filepath.Abs(lockerBinary); err != nil {
+		return err
+	}
+	res, err := scenario(ctx, tools, lockerBinary, p, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("N=%d M=%d B=%d: cold lock %.2f s (%.0f objects/s), RSS %.1f MiB, live heap %.1f MiB\n",
+		p.Releases, p.Objects, p.Untracked, res.ColdLockS, res.ObjectsPerS, res.RSSMiB, res.HeapMiB)
+	return nil
 }
 
 // report is everything one `make bench` measures.
@@ -129,6 +158,7 @@ type derived struct {
 	BytesPerLockedObjectByN float64 `json:"bytesPerLockedObjectByN"`
 	BytesPerUntrackedObject float64 `json:"bytesPerUntrackedObject"`
 	HeapPerLockedObject     float64 `json:"heapBytesPerLockedObject"`
+	HeapPerLockedObjectByN  float64 `json:"heapBytesPerLockedObjectByN"`
 	HeapPerUntrackedObject  float64 `json:"heapBytesPerUntrackedObject"`
 	SingleP50xFloor         float64 `json:"singleP50OverFloor"`
 	SingleP99xFloor         float64 `json:"singleP99OverFloor"`
@@ -162,7 +192,7 @@ func run(ctx context.Context, base params, edits, concurrency int, idle time.Dur
 	rep.Derived.ConcurrentP99xFloor = rep.Base.Concurrent.P99 / rep.Base.ConcurrentFloor.P99
 	if scale {
 		rep.Growth = append(rep.Growth, growthRow{Dimension: "base", Factor: 1, Params: base, RSSMiB: rep.Base.RSSMiB, HeapMiB: rep.Base.HeapMiB, ColdLockS: rep.Base.ColdLockS})
-		for _, dim := range []string{"N", "M", "B"} {
+		for _, dim := range []string{"N", "M"} {
 			for _, factor := range growthFactors(dim) {
 				p := base.scaled(dim, factor)
 				fmt.Fprintf(os.Stderr, "bench: growth %s x%d %+v\n", dim, factor, p)
@@ -173,6 +203,11 @@ func run(ctx context.Context, base params, edits, concurrency int, idle time.Dur
 				rep.Growth = append(rep.Growth, growthRow{Dimension: dim, Factor: factor, Params: p, RSSMiB: res.RSSMiB, HeapMiB: res.HeapMiB, ColdLockS: res.ColdLockS})
 			}
 		}
+		rows, err := untrackedGrowth(ctx, tools, lockerBinary, base, growthFactors("B"))
+		if err != nil {
+			return err
+		}
+		rep.Growth = append(rep.Growth, rows...)
 		rep.Derived = derive(rep)
 	}
 	return write(out, rep)
@@ -206,7 +241,7 @@ func derive(rep *report) derived {
 	d.BytesPerLockedObjectByM, d.HeapPerLockedObject = slope(locked, 1), slope(locked, 2)
 	d.BytesPerLockedObject = d.BytesPerLockedObjectByM
 	if len(lockedN) >= 2 {
-		d.BytesPerLockedObjectByN = slope(lockedN, 1)
+		d.BytesPerLockedObjectByN, d.HeapPerLockedObjectByN = slope(lockedN, 1), slope(lockedN, 2)
 		d.BytesPerLockedObject = max(d.BytesPerLockedObjectByM, d.BytesPerLockedObjectByN)
 	}
 	d.BytesPerUntrackedObject, d.HeapPerUntrackedObject = slope(untracked, 1), slope(untracked, 2)
@@ -296,38 +331,59 @@ type fullMeasure struct {
 	idle               time.Duration
 }
 
-func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string, p params, full *fullMeasure) (*scenarioResult, error) {
-	// Ends the watches of this scenario with its control plane.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+// benchEnv is one scenario's control plane and clients.
+type benchEnv struct {
+	dir  string
+	cp   *controlplane.ControlPlane
+	kube kubernetes.Interface
+	dyn  dynamic.Interface
+}
+
+// startEnv starts a control plane with the HelmRelease CRD installed. stop
+// ends the watches of ctx's scenario first, so they do not retry a
+// stopped server, then the control plane.
+func startEnv(ctx context.Context, cancel context.CancelFunc, tools controlplane.Tools) (env *benchEnv, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "helm-locker-bench-")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer os.RemoveAll(dir)
 	cp, err := controlplane.Start(ctx, tools, dir)
 	if err != nil {
-		return nil, err
+		os.RemoveAll(dir)
+		return nil, nil, err
 	}
-	defer func() {
-		cancel() // end the watches first, so they do not retry a stopped server
+	stop = func() {
+		cancel()
 		_ = cp.Stop()
-	}()
-	kube, err := kubernetes.NewForConfig(cp.Config)
-	if err != nil {
-		return nil, err
+		os.RemoveAll(dir)
 	}
-	dyn, err := dynamic.NewForConfig(cp.Config)
-	if err != nil {
-		return nil, err
-	}
+	env = &benchEnv{dir: dir, cp: cp}
 	ext, err := apiextensionsclient.NewForConfig(cp.Config)
+	if err == nil {
+		env.kube, err = kubernetes.NewForConfig(cp.Config)
+	}
+	if err == nil {
+		env.dyn, err = dynamic.NewForConfig(cp.Config)
+	}
+	if err == nil {
+		err = api.InstallCRD(ctx, ext)
+	}
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return env, stop, nil
+}
+
+func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string, p params, full *fullMeasure) (*scenarioResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	env, stop, err := startEnv(ctx, cancel, tools)
 	if err != nil {
 		return nil, err
 	}
-	if err := api.InstallCRD(ctx, ext); err != nil {
-		return nil, err
-	}
+	defer stop()
+	kube, dyn, dir := env.kube, env.dyn, env.dir
 	res := &scenarioResult{Params: p}
 	start := time.Now()
 	locked, err := setup(ctx, kube, dyn, p)
@@ -335,27 +391,13 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 		return nil, err
 	}
 	res.SetupS = time.Since(start).Seconds()
-
-	// Drift one ConfigMap of every release before the locker starts: cold
-	// lock is over only when each is restored.
-	var drifted []ref
-	for _, cms := range locked {
-		drifted = append(drifted, cms[0])
-	}
 	restored, err := watchConfigMaps(ctx, dyn, metav1.NamespaceAll, "app.kubernetes.io/managed-by=Helm")
 	if err != nil {
 		return nil, err
 	}
-	var restoredAt []<-chan time.Time
-	for _, r := range drifted {
-		_, _, rv, err := edit(ctx, dyn, r, "drifted before start")
-		if err != nil {
-			return nil, err
-		}
-		restoredAt = append(restoredAt, restored.wait(r.ns+"/"+r.name, "declared", rv))
-	}
 
 	var idle *idleResult
+	baseline := 30.0 // the API server's own idle rate, when not measured
 	var baselineLeases float64
 	if full != nil {
 		// The API server's own requests, with nothing else running.
@@ -363,63 +405,13 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 		if idle.BaselineRequestsPerMin, baselineLeases, err = requestRate(ctx, kube, full.idle); err != nil {
 			return nil, err
 		}
+		baseline = idle.BaselineRequestsPerMin
 	}
-
-	l, err := startLocker(lockerBinary, cp.Kubeconfig, filepath.Join(dir, "locker.log"))
+	l, err := coldLock(ctx, kube, dyn, restored, locked, lockerBinary, env.cp.Kubeconfig, dir, p, baseline, res)
 	if err != nil {
 		return nil, err
 	}
 	defer l.stop()
-	timeout := time.Duration(10+p.Releases*p.Objects/100) * time.Second
-	cctx, cancelCold := context.WithTimeout(ctx, timeout)
-	defer cancelCold()
-	deployedAt, err := waitDeployed(cctx, dyn, p.Releases)
-	if err != nil {
-		return nil, fmt.Errorf("cold lock: %w\n%s", err, tailFile(filepath.Join(dir, "locker.log")))
-	}
-	// Each restoration is timed by its own event, not clamped to the
-	// moment every CR said Deployed.
-	var last time.Time
-	for i, ch := range restoredAt {
-		select {
-		case t := <-ch:
-			last = later(last, t)
-		case <-cctx.Done():
-			r := drifted[i]
-			obj, err := dyn.Resource(cmGVR).Namespace(r.ns).Get(ctx, r.name, metav1.GetOptions{})
-			if err == nil {
-				v, _, _ := unstructured.NestedString(obj.Object, "data", "key")
-				return nil, fmt.Errorf("cold lock: %s/%s was not seen restored within %s; it now has data.key=%q at resourceVersion %s\n%s", r.ns, r.name, timeout, v, obj.GetResourceVersion(), tailFile(filepath.Join(dir, "locker.log")))
-			}
-			return nil, fmt.Errorf("cold lock: %s/%s was not seen restored within %s: %v", r.ns, r.name, timeout, err)
-		}
-	}
-	res.DeployedS = deployedAt.Sub(l.start).Seconds()
-	res.RestoredS = last.Sub(l.start).Seconds()
-	res.ColdLockS = max(res.DeployedS, res.RestoredS)
-	res.ObjectsPerS = float64(p.Releases*p.Objects) / res.ColdLockS
-
-	// Memory is read at the same point in every scenario: once the work
-	// the cold lock leaves behind (events, the last status writes) has
-	// drained, and before any measurement adds work of its own.
-	baseline := 30.0 // the API server's own idle rate, when not measured
-	if idle != nil {
-		baseline = idle.BaselineRequestsPerMin
-	}
-	if err := waitQuiet(ctx, kube, baseline); err != nil {
-		return nil, err
-	}
-	time.Sleep(5 * time.Second)
-	rss, err := l.rss()
-	if err != nil {
-		return nil, err
-	}
-	res.RSSMiB = float64(rss) / (1 << 20)
-	heap, err := l.heap(ctx)
-	if err != nil {
-		return nil, err
-	}
-	res.HeapMiB = float64(heap) / (1 << 20)
 
 	if full != nil {
 		quiet := func() error { return waitQuiet(ctx, kube, baseline) }
@@ -448,6 +440,132 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 	}
 	fmt.Fprintf(os.Stderr, "bench: %+v\n", *res)
 	return res, nil
+}
+
+// untrackedGrowth measures the growth rows of B on one control plane:
+// untracked objects are added to reach each multiple of base's, and a
+// locker is started afresh for each row. Separate control planes would
+// create every row's objects from nothing: 30 times base's B for rows up
+// to 16x, where this creates 16 times. A restarted locker finds the CRs
+// already Deployed, so a row's cold lock is the restoration of the
+// ConfigMaps drifted before it started.
+func untrackedGrowth(ctx context.Context, tools controlplane.Tools, lockerBinary string, base params, factors []int) ([]growthRow, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	env, stop, err := startEnv(ctx, cancel, tools)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	locked, err := setup(ctx, env.kube, env.dyn, base)
+	if err != nil {
+		return nil, err
+	}
+	restored, err := watchConfigMaps(ctx, env.dyn, metav1.NamespaceAll, "app.kubernetes.io/managed-by=Helm")
+	if err != nil {
+		return nil, err
+	}
+	var rows []growthRow
+	have := base.Untracked
+	for _, factor := range factors {
+		p := base.scaled("B", factor)
+		fmt.Fprintf(os.Stderr, "bench: growth B x%d %+v\n", factor, p)
+		start := time.Now()
+		if err := addUntracked(ctx, env.kube, env.dyn, have, p.Untracked); err != nil {
+			return nil, err
+		}
+		have = p.Untracked
+		res := &scenarioResult{Params: p, SetupS: time.Since(start).Seconds()}
+		l, err := coldLock(ctx, env.kube, env.dyn, restored, locked, lockerBinary, env.cp.Kubeconfig, env.dir, p, 30, res)
+		if err != nil {
+			return nil, err
+		}
+		l.stop()
+		fmt.Fprintf(os.Stderr, "bench: %+v\n", *res)
+		rows = append(rows, growthRow{Dimension: "B", Factor: factor, Params: p, RSSMiB: res.RSSMiB, HeapMiB: res.HeapMiB, ColdLockS: res.ColdLockS})
+	}
+	return rows, nil
+}
+
+// coldLock drifts one ConfigMap of every release, starts the locker, and
+// fills in res's cold-lock and memory figures. Cold lock is over once every
+// CR says Deployed and each drifted ConfigMap is restored, each timed by
+// its own watch event, not clamped to the moment every CR said Deployed.
+// The locker is left running for the caller to stop.
+func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, restored *configMapWatch, locked map[string][]ref, lockerBinary, kubeconfig, dir string, p params, baseline float64, res *scenarioResult) (*locker, error) {
+	var drifted []ref
+	for _, cms := range locked {
+		drifted = append(drifted, cms[0])
+	}
+	var restoredAt []<-chan time.Time
+	for _, r := range drifted {
+		_, _, rv, err := edit(ctx, dyn, r, "drifted before start")
+		if err != nil {
+			return nil, err
+		}
+		restoredAt = append(restoredAt, restored.wait(r.ns+"/"+r.name, "declared", rv))
+	}
+	logFile := filepath.Join(dir, fmt.Sprintf("locker-%d.log", p.Untracked))
+	l, err := startLocker(lockerBinary, kubeconfig, logFile)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			l.stop()
+		}
+	}()
+	timeout := time.Duration(10+p.Releases*p.Objects/100) * time.Second
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	deployedAt, err := waitDeployed(cctx, dyn, p.Releases)
+	if err != nil {
+		return nil, fmt.Errorf("cold lock: %w\n%s", err, tailFile(logFile))
+	}
+	var last time.Time
+	for i, ch := range restoredAt {
+		select {
+		case t := <-ch:
+			last = later(last, t)
+		case <-cctx.Done():
+			r := drifted[i]
+			obj, err := dyn.Resource(cmGVR).Namespace(r.ns).Get(ctx, r.name, metav1.GetOptions{})
+			if err == nil {
+				v, _, _ := unstructured.NestedString(obj.Object, "data", "key")
+				return nil, fmt.Errorf("cold lock: %s/%s was not seen restored within %s; it now has data.key=%q at resourceVersion %s\n%s", r.ns, r.name, timeout, v, obj.GetResourceVersion(), tailFile(logFile))
+			}
+			return nil, fmt.Errorf("cold lock: %s/%s was not seen restored within %s: %v", r.ns, r.name, timeout, err)
+		}
+	}
+	res.DeployedS = max(0, deployedAt.Sub(l.start).Seconds())
+	res.RestoredS = last.Sub(l.start).Seconds()
+	res.ColdLockS = max(res.DeployedS, res.RestoredS)
+	res.ObjectsPerS = float64(p.Releases*p.Objects) / res.ColdLockS
+
+	// Memory is read at the same point in every scenario: once the work
+	// the cold lock leaves behind (events, the last status writes) has
+	// drained, and before any measurement adds work of its own.
+	if err := waitQuiet(ctx, kube, baseline); err != nil {
+		return nil, err
+	}
+	time.Sleep(5 * time.Second)
+	rss, err := l.rss()
+	if err != nil {
+		return nil, err
+	}
+	res.RSSMiB = float64(rss) / (1 << 20)
+	profile := ""
+	if profiles != "" {
+		profile = filepath.Join(profiles, fmt.Sprintf("heap-N%d-M%d-B%d.pprof", p.Releases, p.Objects, p.Untracked))
+	}
+	heap, err := l.heap(ctx, profile)
+	if err != nil {
+		return nil, err
+	}
+	res.HeapMiB = float64(heap) / (1 << 20)
+	ok = true
+	return l, nil
 }
 
 // waitQuiet waits, up to two minutes, until a 5 s window has at most the

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"regexp"
@@ -33,7 +34,7 @@ type locker struct {
 func startLocker(bin, kubeconfig, log string) (*locker, error) {
 	start := time.Now()
 	p, err := controlplane.StartProcess("helm-locker", bin, []string{"--kubeconfig", kubeconfig, "--namespace", v1alpha1Namespace,
-		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}, log)
+		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--profiling"}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -45,8 +46,8 @@ func (l *locker) stop() { _ = l.Stop(10 * time.Second) }
 // servingMetrics finds the address the locker logged for its metrics.
 var servingMetrics = regexp.MustCompile(`"Serving metrics".*? address="([^"]+)"`)
 
-// metrics reads the locker's own /metrics.
-func (l *locker) metrics(ctx context.Context) ([]string, error) {
+// get asks the locker's metrics address for path.
+func (l *locker) get(ctx context.Context, path string) (*http.Response, error) {
 	log, err := os.ReadFile(l.Log)
 	if err != nil {
 		return nil, err
@@ -55,11 +56,24 @@ func (l *locker) metrics(ctx context.Context) ([]string, error) {
 	if m == nil {
 		return nil, fmt.Errorf("the locker's log does not say where it serves metrics")
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+string(m[1])+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+string(m[1])+path, nil)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("the locker answered %s to GET %s", resp.Status, path)
+	}
+	return resp, nil
+}
+
+// metrics reads the locker's own /metrics.
+func (l *locker) metrics(ctx context.Context) ([]string, error) {
+	resp, err := l.get(ctx, "/metrics")
 	if err != nil {
 		return nil, err
 	}
@@ -72,9 +86,26 @@ func (l *locker) metrics(ctx context.Context) ([]string, error) {
 	return lines, sc.Err()
 }
 
-// heap is the locker's Go heap (live objects and garbage not yet swept),
-// from its own /metrics.
-func (l *locker) heap(ctx context.Context) (int64, error) {
+// heap is the locker's live Go heap: the heap its /metrics reports right
+// after a garbage collection, which asking for a heap profile with gc=1
+// forces. Read without one, the figure includes garbage not yet collected,
+// which varies by tens of MiB with the moment it is read. The profile is
+// kept in profile, unless that is empty.
+func (l *locker) heap(ctx context.Context, profile string) (int64, error) {
+	resp, err := l.get(ctx, "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return 0, err
+	}
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return 0, err
+	}
+	if profile != "" {
+		if err := os.WriteFile(profile, data, 0o644); err != nil {
+			return 0, err
+		}
+	}
 	lines, err := l.metrics(ctx)
 	if err != nil {
 		return 0, err

@@ -55,11 +55,11 @@ func markdown(rep *report) string {
 	row(fmt.Sprintf("%v concurrent edits", rep.Settings["concurrency"]), r.Concurrent, r.ConcurrentFloor)
 	row(fmt.Sprintf("%d back to back in one release", burst), r.BackToBack, r.Floor)
 	fmt.Fprintf(b, "\n![revert latency](revert-latency.png)\n\n")
-	fmt.Fprintf(b, "## Memory and idle load\n\nMemory is read 5 s after the cold lock in every scenario: RSS from /proc, and the Go heap (`go_memstats_heap_alloc_bytes` from the locker's /metrics, which counts garbage not yet collected too, so its differences are noisy; RSS is the figure the targets are held to).\n\n| figure | value |\n|---|---|\n| RSS, settled | %.1f MiB |\n| Go heap, settled | %.1f MiB |\n", r.RSSMiB, r.HeapMiB)
+	fmt.Fprintf(b, "## Memory and idle load\n\nMemory is read 5 s after the cold lock in every scenario: RSS from /proc, then the live Go heap (`go_memstats_heap_alloc_bytes` from the locker's /metrics right after a garbage collection, which a heap profile with `gc=1` forces). The targets hold for each figure.\n\n| figure | value |\n|---|---|\n| RSS, settled | %.1f MiB |\n| live heap, settled | %.1f MiB |\n", r.RSSMiB, r.HeapMiB)
 	if rep.Derived.BytesPerLockedObject != 0 || rep.Derived.BytesPerUntrackedObject != 0 {
-		fmt.Fprintf(b, "| per locked object, RSS, slope over 1×, 2×, 4× M | %.0f bytes |\n| per locked object, RSS, slope over 1×, 2×, 4× N | %.0f bytes |\n| **per locked object, RSS** (the larger) | **%.0f bytes** |\n| per locked object, Go heap (over M) | %.0f bytes |\n",
-			rep.Derived.BytesPerLockedObjectByM, rep.Derived.BytesPerLockedObjectByN, rep.Derived.BytesPerLockedObject, rep.Derived.HeapPerLockedObject)
-		fmt.Fprintf(b, "| per untracked object (slope over 1× to 16× B), RSS | %.0f bytes |\n| per untracked object, Go heap | %.0f bytes |\n", rep.Derived.BytesPerUntrackedObject, rep.Derived.HeapPerUntrackedObject)
+		fmt.Fprintf(b, "| per locked object, RSS, slope over 1×, 2×, 4× M | %.0f bytes |\n| per locked object, RSS, slope over 1×, 2×, 4× N | %.0f bytes |\n| **per locked object, RSS** (the larger) | **%.0f bytes** |\n| per locked object, live heap, over M / over N | %.0f / %.0f bytes |\n",
+			rep.Derived.BytesPerLockedObjectByM, rep.Derived.BytesPerLockedObjectByN, rep.Derived.BytesPerLockedObject, rep.Derived.HeapPerLockedObject, rep.Derived.HeapPerLockedObjectByN)
+		fmt.Fprintf(b, "| per untracked object (slope over 1× to 16× B), RSS | %.0f bytes |\n| per untracked object, live heap | %.0f bytes |\n", rep.Derived.BytesPerUntrackedObject, rep.Derived.HeapPerUntrackedObject)
 	}
 	if r.Idle != nil {
 		fmt.Fprintf(b, "| API server requests/min with nothing running (baseline) | %.1f |\n", r.Idle.BaselineRequestsPerMin)
@@ -70,7 +70,7 @@ func markdown(rep *report) string {
 		fmt.Fprintf(b, "| the locker's idle CPU | %.3f s/min |\n", r.Idle.LockerCPUSecondsPerMin)
 	}
 	if len(rep.Growth) > 0 {
-		fmt.Fprintf(b, "\n## How cost grows\n\nEach row is its own control plane; only the named dimension changes.\n\n| dimension | factor | N | M | B | RSS MiB | Go heap MiB | cold lock s |\n|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(b, "\n## How cost grows\n\nOnly the named dimension changes. Each N and M row is its own control plane. The B rows share one: untracked objects are added between rows and each row's locker is started afresh, so its cold lock is the restoration of the ConfigMaps drifted before it started (its CRs already say Deployed).\n\n| dimension | factor | N | M | B | RSS MiB | live heap MiB | cold lock s |\n|---|---|---|---|---|---|---|---|\n")
 		for _, g := range rep.Growth {
 			fmt.Fprintf(b, "| %s | %d× | %d | %d | %d | %.1f | %.1f | %.2f |\n", g.Dimension, g.Factor, g.Params.Releases, g.Params.Objects, g.Params.Untracked, g.RSSMiB, g.HeapMiB, g.ColdLockS)
 		}

@@ -11,6 +11,7 @@ import (
 	"helm.sh/helm/v3/pkg/storage/driver"
 	helmtime "helm.sh/helm/v3/pkg/time"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -115,36 +116,12 @@ func manifestOf(objs []*unstructured.Unstructured) (string, error) {
 // Helm's own storage driver, and a HelmRelease CR each) and the untracked
 // objects. It returns the locked ConfigMaps, by release, for edits.
 func setup(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, p params) (map[string][]ref, error) {
-	work := make(chan func() error)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	for range 16 {
-		wg.Go(func() {
-			for job := range work {
-				if err := job(); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	send := func(job func() error) {
-		select {
-		case work <- job:
-		case <-ctx.Done():
-		}
-	}
+	work := newPool(ctx)
+	send := work.send
 
 	namespaces := []string{}
 	for i := range p.namespaces() {
 		namespaces = append(namespaces, fmt.Sprintf("rel-%d", i))
-	}
-	for i := range p.noiseNamespaces() {
-		namespaces = append(namespaces, fmt.Sprintf("noise-%d", i))
 	}
 	namespaces = append(namespaces, v1alpha1Namespace)
 	for _, ns := range namespaces {
@@ -194,22 +171,88 @@ func setup(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface
 			return err
 		})
 	}
-	for i := range p.Untracked {
-		ns := fmt.Sprintf("noise-%d", i%p.noiseNamespaces())
+	if err := work.wait(); err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
+	if err := addUntracked(ctx, kube, dyn, 0, p.Untracked); err != nil {
+		return nil, err
+	}
+	return locked, nil
+}
+
+// untrackedPerNamespace is how many untracked objects share a namespace.
+const untrackedPerNamespace = 1000
+
+// addUntracked creates untracked objects from the from-th to the one before
+// the to-th: objects of the kinds the releases lock, in namespaces no
+// release uses, so that the locker's informers see them and hold a stub
+// each.
+func addUntracked(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, from, to int) error {
+	for i := from; i < to; i += untrackedPerNamespace {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("noise-%d", i/untrackedPerNamespace)}}
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	work := newPool(ctx)
+	for i := from; i < to; i++ {
+		ns := fmt.Sprintf("noise-%d", i/untrackedPerNamespace)
 		objs := releaseObjects(fmt.Sprintf("u%06d", i), 5, false)
 		o := objs[i%5]
 		o.SetName(fmt.Sprintf("u%06d", i))
-		send(func() error {
+		work.send(func() error {
 			_, err := dyn.Resource(gvrOf(o)).Namespace(ns).Create(ctx, o, metav1.CreateOptions{})
 			return err
 		})
 	}
-	close(work)
-	wg.Wait()
-	if firstErr != nil {
-		return nil, fmt.Errorf("setup: %w", firstErr)
+	if err := work.wait(); err != nil {
+		return fmt.Errorf("creating untracked objects: %w", err)
 	}
-	return locked, ctx.Err()
+	return nil
+}
+
+// pool runs jobs on 16 goroutines, and keeps the first error.
+type pool struct {
+	ctx      context.Context
+	work     chan func() error
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	firstErr error
+}
+
+func newPool(ctx context.Context) *pool {
+	p := &pool{ctx: ctx, work: make(chan func() error)}
+	for range 16 {
+		p.wg.Go(func() {
+			for job := range p.work {
+				if err := job(); err != nil {
+					p.mu.Lock()
+					if p.firstErr == nil {
+						p.firstErr = err
+					}
+					p.mu.Unlock()
+				}
+			}
+		})
+	}
+	return p
+}
+
+func (p *pool) send(job func() error) {
+	select {
+	case p.work <- job:
+	case <-p.ctx.Done():
+	}
+}
+
+// wait waits for the jobs sent, and returns the first error.
+func (p *pool) wait() error {
+	close(p.work)
+	p.wg.Wait()
+	if p.firstErr != nil {
+		return p.firstErr
+	}
+	return p.ctx.Err()
 }
 
 // ref names a namespaced object.
