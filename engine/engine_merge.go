@@ -321,34 +321,65 @@ func computePatch(live, desired map[string]any) (*Patch, error) {
 // likely the server's form rather than drift; a mismatch that is drift is
 // taken in stored form all the same, since the dry run applies the
 // declaration over it.
-func (e *Engine) canonicalize(ctx context.Context, spec ObjectSet, obj *lockedObject, declared *unstructured.Unstructured, patch *Patch) (*unstructured.Unstructured, error) {
+func (e *Engine) canonicalize(ctx context.Context, spec ObjectSet, obj *lockedObject, rules mergeRules, declared *unstructured.Unstructured, patch *Patch) (*unstructured.Unstructured, error) {
 	out, err := e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data,
 		metav1.PatchOptions{FieldManager: e.fieldManager, DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		return nil, err
 	}
-	return obj.storedDeclaration(e.rulesOf(obj), declared, out)
+	return obj.storedDeclaration(rules, declared, out)
+}
+
+// declaredIn returns the fields declared sets, as out has them: by the
+// schema, a map list's declared entries with their keys, an atomic list or
+// map whole.
+func (r mergeRules) declaredIn(declared, out map[string]any) (map[string]any, error) {
+	if r.types != deducedTypes {
+		dt, err1 := r.types.ObjectToTyped(&unstructured.Unstructured{Object: declared}, typed.AllowDuplicates)
+		st, err2 := r.types.ObjectToTyped(&unstructured.Unstructured{Object: out}, typed.AllowDuplicates)
+		if err1 == nil && err2 == nil {
+			fields, err := dt.ToFieldSet()
+			if err != nil {
+				return nil, err
+			}
+			if m, ok := st.ExtractItems(fields, typed.WithAppendKeyFields()).AsValue().Unstructured().(map[string]any); ok {
+				return m, nil
+			}
+		}
+	}
+	// Values of the deduced rules do not extract: structured-merge-diff
+	// gives their maps back empty. By those rules maps are granular and
+	// lists atomic, which is simple to do by hand.
+	return declaredByShape(declared, out), nil
+}
+
+// declaredByShape returns the keys of declared as out has them, maps key
+// by key and anything else whole.
+func declaredByShape(declared, out map[string]any) map[string]any {
+	m := make(map[string]any, len(declared))
+	for k, dv := range declared {
+		ov, ok := out[k]
+		if !ok {
+			continue
+		}
+		dm, ok1 := dv.(map[string]any)
+		om, ok2 := ov.(map[string]any)
+		if ok1 && ok2 {
+			m[k] = declaredByShape(dm, om)
+		} else {
+			m[k] = ov
+		}
+	}
+	return m
 }
 
 // storedDeclaration takes the declared fields from out, a dry run's answer,
 // records them as obj's declaration and returns them.
 func (obj *lockedObject) storedDeclaration(rules mergeRules, declared, out *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	obj.canonical = true
-	dt, err := rules.typed(declared.Object)
+	m, err := rules.declaredIn(declared.Object, out.Object)
 	if err != nil {
 		return nil, err
-	}
-	fields, err := dt.ToFieldSet()
-	if err != nil {
-		return nil, err
-	}
-	st, err := rules.typed(out.Object)
-	if err != nil {
-		return nil, err
-	}
-	m, ok := st.ExtractItems(fields, typed.WithAppendKeyFields()).AsValue().Unstructured().(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("dry run returned no object")
 	}
 	canon := &unstructured.Unstructured{Object: m}
 	// What the dry run does not say back as declared, such as a field

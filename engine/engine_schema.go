@@ -23,7 +23,10 @@ import (
 // entry, whatever its CRD says.
 //
 // Documents are fetched by Sync, before it takes the engine's lock (see
-// load), and read by every check without I/O (see rules).
+// load), and read by every check without I/O (see rules). After a CRD
+// changes, each group version's document is looked up again, and read
+// again only if the hash the API server publishes for it moved: a CRD's
+// labels or status change often, its schema seldom.
 type schemas struct {
 	client openapi.ClientWithContext // nil: the compiled and deduced rules
 	now    func() time.Time
@@ -32,14 +35,21 @@ type schemas struct {
 	mu     sync.Mutex
 	byGV   map[schema.GroupVersion]*gvSchema
 	// changes counts, per group version, the times its rules changed:
-	// loaded in place of the fallback, or dropped for a CRD change.
+	// loaded in place of the fallback, or read anew from a document
+	// whose hash moved.
 	changes map[schema.GroupVersion]uint32
 }
 
 // gvSchema is one group version's rules, or why they are missing.
 type gvSchema struct {
 	types managedfields.TypeConverter
-	// err is why types is nil, and retryAt when a load may try again;
+	// url is the document's address, which carries its hash, and stale
+	// is set once a CRD changed: types stay in use until a load finds
+	// the document, at a new url or the same.
+	url   string
+	stale bool
+	// err is why the last load failed (types are then the fallback's, or
+	// the last good document's), and retryAt when a load may try again;
 	// missingSince is when the API server was first seen to publish no
 	// document for the group version (a CRD's is published a moment
 	// after the CRD is created).
@@ -106,6 +116,13 @@ func (s *schemas) load(ctx context.Context, gvs []schema.GroupVersion) time.Dura
 	paths, err := s.client.PathsWithContext(ctx)
 	now := s.now()
 	for _, gv := range due {
+		old := s.entry(gv)
+		if err == nil && old != nil && old.types != nil && paths[openAPIPath(gv)] != nil && paths[openAPIPath(gv)].ServerRelativeURL() == old.url {
+			s.mu.Lock()
+			old.stale = false // the same document
+			s.mu.Unlock()
+			continue
+		}
 		e := &gvSchema{}
 		switch {
 		case err != nil:
@@ -113,10 +130,11 @@ func (s *schemas) load(ctx context.Context, gvs []schema.GroupVersion) time.Dura
 		case paths[openAPIPath(gv)] == nil:
 			e.err = fmt.Errorf("the API server publishes no OpenAPI v3 document for %s", gv)
 			e.missingSince = now
-			if old := s.entry(gv); old != nil && !old.missingSince.IsZero() {
+			if old != nil && !old.missingSince.IsZero() {
 				e.missingSince = old.missingSince
 			}
 		default:
+			e.url = paths[openAPIPath(gv)].ServerRelativeURL()
 			e.types, e.err = readTypes(ctx, paths[openAPIPath(gv)])
 			if e.err != nil {
 				e.err = fmt.Errorf("reading the OpenAPI v3 document of %s: %w", gv, e.err)
@@ -130,10 +148,13 @@ func (s *schemas) load(ctx context.Context, gvs []schema.GroupVersion) time.Dura
 			continue // cancelled: not a verdict on the document
 		}
 		s.mu.Lock()
-		s.byGV[gv] = e
-		if e.types != nil {
+		if e.types == nil && old != nil && old.types != nil {
+			// Rules in use stay until new ones can be read.
+			e.types, e.url = old.types, old.url
+		} else if e.types != nil {
 			s.changes[gv]++
 		}
+		s.byGV[gv] = e
 		s.mu.Unlock()
 	}
 	return s.retryIn(gvs)
@@ -145,14 +166,15 @@ func (s *schemas) entry(gv schema.GroupVersion) *gvSchema {
 	return s.byGV[gv]
 }
 
-// due returns those of gvs without rules whose retry time has come.
+// due returns those of gvs never loaded, marked stale, or whose last load
+// failed and whose retry time has come.
 func (s *schemas) due(gvs []schema.GroupVersion) []schema.GroupVersion {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []schema.GroupVersion
 	for _, gv := range gvs {
-		if e := s.byGV[gv]; e == nil || (e.types == nil && !now.Before(e.retryAt)) {
+		if e := s.byGV[gv]; e == nil || e.stale || (e.err != nil && !now.Before(e.retryAt)) {
 			out = append(out, gv)
 		}
 	}
@@ -178,18 +200,13 @@ func (s *schemas) retryIn(gvs []schema.GroupVersion) time.Duration {
 	return d
 }
 
-// forget drops the rules of every group version that is not built in:
-// a CRD changed, and with it, perhaps, its schema.
+// forget marks every group version's rules to be looked up again: a CRD
+// changed, and with it, perhaps, its schema. They stay in use meanwhile.
 func (s *schemas) forget() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for gv := range s.byGV {
-		if !scheme.Scheme.IsVersionRegistered(gv) {
-			if s.byGV[gv].types != nil {
-				s.changes[gv]++
-			}
-			delete(s.byGV, gv)
-		}
+	for _, e := range s.byGV {
+		e.stale = true
 	}
 }
 

@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,7 +45,11 @@ func (s *servedDocs) serve(path, doc string) {
 type servedDoc string
 
 func (d servedDoc) SchemaWithContext(context.Context, string) ([]byte, error) { return []byte(d), nil }
-func (d servedDoc) ServerRelativeURL() string                                 { return "" }
+
+// ServerRelativeURL carries a hash of the document, as the API server's do.
+func (d servedDoc) ServerRelativeURL() string {
+	return fmt.Sprintf("/openapi/v3/x?hash=%x", sha256.Sum256([]byte(d)))
+}
 
 // gizmoDoc is the OpenAPI v3 document the API server publishes for a CRD
 // whose schema marks spec.selector as an atomic map and spec.ports as a
@@ -208,16 +214,70 @@ func TestSchemasLoad(t *testing.T) {
 		t.Errorf("a failed load was tried again before %s", failedRetry)
 	}
 
-	// A CRD change drops its rules; built-in ones stay.
+	// After a CRD change, a document is read again only if its hash
+	// moved, and the rules in use stay meanwhile.
 	docs.err = nil
-	docs.serve("api/v1", `{"components":{"schemas":{}}}`)
-	clock = clock.Add(time.Second)
-	s.load(ctx, []schema.GroupVersion{core})
+	_, before := s.rulesAt(gizmoGV)
 	s.forget()
-	if _, ok := s.byGV[gizmoGV]; ok {
-		t.Errorf("a custom resource's rules outlived a CRD change")
+	if s.rules(gizmoGV).types == deducedTypes {
+		t.Errorf("rules fell back while a CRD change was looked into")
 	}
-	if _, ok := s.byGV[core]; !ok {
-		t.Errorf("built-in rules were dropped at a CRD change")
+	s.load(ctx, []schema.GroupVersion{gizmoGV})
+	if _, after := s.rulesAt(gizmoGV); after != before {
+		t.Errorf("rules changed (%d to %d) with the document the same", before, after)
+	}
+	docs.serve("apis/example.com/v1", strings.Replace(gizmoDoc, `"x-kubernetes-map-type":"atomic"`, `"x-kubernetes-map-type":"granular"`, 1))
+	s.forget()
+	s.load(ctx, []schema.GroupVersion{gizmoGV})
+	_, after := s.rulesAt(gizmoGV)
+	if after == before {
+		t.Errorf("rules did not change with the document")
+	}
+	// A document gone (the CRD was deleted) leaves the last rules.
+	delete(docs.docs, "apis/example.com/v1")
+	s.forget()
+	s.load(ctx, []schema.GroupVersion{gizmoGV})
+	if r, now := s.rulesAt(gizmoGV); r.types == deducedTypes || now != after {
+		t.Errorf("rules changed when the document went")
+	}
+}
+
+// TestDeclaredIn takes the declared fields from a dry run's answer by
+// either kind of rules: the deduced rules' values do not extract with
+// structured-merge-diff, which gave their maps back empty.
+func TestDeclaredIn(t *testing.T) {
+	declared := obj(t, `
+apiVersion: example.com/v1
+kind: Gizmo
+metadata: {name: g, labels: {app: g}}
+spec:
+  selector: {app: g}
+  ports: [{port: 53, protocol: UDP}]`)
+	out := obj(t, `
+apiVersion: example.com/v1
+kind: Gizmo
+metadata: {name: g, uid: u1, labels: {app: g, other: x}}
+spec:
+  selector: {app: g}
+  ports: [{port: 53, protocol: UDP, target: 53}]
+  size: 3`)
+	want := obj(t, `
+apiVersion: example.com/v1
+kind: Gizmo
+metadata: {name: g, labels: {app: g}}
+spec:
+  selector: {app: g}
+  ports: [{port: 53, protocol: UDP, target: 53}]`)
+	docs := &servedDocs{docs: map[string]string{"apis/example.com/v1": gizmoDoc}}
+	served := newSchemas(docs, time.Now)
+	served.load(t.Context(), []schema.GroupVersion{gizmoGV})
+	for name, rules := range map[string]mergeRules{"served": served.rules(gizmoGV), "deduced": {types: deducedTypes}} {
+		got, err := rules.declaredIn(declared, out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s rules: declared fields (-want +got):\n%s", name, diff)
+		}
 	}
 }

@@ -309,7 +309,7 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 	var refused error
 	if patch != nil && fresh && !obj.canonical && obj.proof == nil {
 		obj.canonical = true
-		canon, err := e.canonicalize(ctx, spec, obj, declared, patch)
+		canon, err := e.canonicalize(ctx, spec, obj, rules, declared, patch)
 		if permanentReason(err) != "" {
 			refused = err
 		}
