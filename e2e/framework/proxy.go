@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
 	"github.com/helm-locker/helm-locker/e2e/controlplane"
@@ -21,8 +22,8 @@ import (
 
 // Proxy is a TLS reverse proxy in front of the control plane's
 // kube-apiserver. A locker that reaches the API server through it can have
-// its watches broken and refused while every other request still works,
-// which stopping kube-apiserver cannot do.
+// its watches broken and refused, or one resource's watches paused, while
+// every other request still works, which stopping kube-apiserver cannot do.
 type Proxy struct {
 	server     *httptest.Server
 	kubeconfig string
@@ -31,6 +32,9 @@ type Proxy struct {
 	blocked bool
 	// watches cancels each watch being proxied, ending its response.
 	watches map[*http.Request]context.CancelFunc
+	// paused holds, for each resource whose watches are paused, a
+	// channel closed when they resume.
+	paused map[schema.GroupResource]chan struct{}
 }
 
 // blockedStatus is what a refused watch gets: the Status an API server sends
@@ -66,7 +70,7 @@ func (e *Env) StartProxy(t testing.TB) *Proxy {
 	// server's Close would otherwise wait for watches to time out.
 	closing, closeAll := context.WithCancel(context.Background())
 	var handlers sync.WaitGroup
-	p := &Proxy{watches: map[*http.Request]context.CancelFunc{}}
+	p := &Proxy{watches: map[*http.Request]context.CancelFunc{}, paused: map[schema.GroupResource]chan struct{}{}}
 	p.server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		handlers.Add(1)
 		defer handlers.Done()
@@ -82,6 +86,9 @@ func (e *Env) StartProxy(t testing.TB) *Proxy {
 				return
 			}
 			defer p.removeWatch(r)
+			if resource, ok := watchedResource(r.URL.Path); ok {
+				w = &pausableWriter{ResponseWriter: w, ctx: ctx, paused: func() <-chan struct{} { return p.pausedUntil(resource) }}
+			}
 		}
 		reverse.ServeHTTP(w, r)
 	}))
@@ -122,6 +129,68 @@ func (p *Proxy) BlockWatches(block bool) {
 	}
 }
 
+// PauseWatches holds back, or lets through again, the events of every watch
+// of resource through the proxy, open or opened while paused. A paused
+// watch stays open and error-free, so its client's cache stays healthy but
+// stale, as it is when one stream of events lags behind the others; lists,
+// reads and writes of the resource still pass. BlockWatches, by contrast,
+// makes the client's watch fail, which a client can notice. Held events
+// back up into the API server as a slow client's would, so pauses should
+// last seconds, not minutes.
+func (p *Proxy) PauseWatches(resource schema.GroupResource, pause bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	resumed, paused := p.paused[resource]
+	switch {
+	case pause && !paused:
+		p.paused[resource] = make(chan struct{})
+	case !pause && paused:
+		close(resumed)
+		delete(p.paused, resource)
+	}
+}
+
+// pausedUntil returns the channel closed when resource's watches resume,
+// or nil if they are not paused.
+func (p *Proxy) pausedUntil(resource schema.GroupResource) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if resumed, ok := p.paused[resource]; ok {
+		return resumed
+	}
+	return nil
+}
+
+// pausableWriter is the response to a watch. While paused returns a
+// channel, its body waits for that channel to close, or the request to end.
+type pausableWriter struct {
+	http.ResponseWriter
+	ctx    context.Context
+	paused func() <-chan struct{}
+}
+
+// WriteHeader sends the headers at once, as the API server does when a
+// watch starts, so that a watch opened while paused is open, not pending.
+func (w *pausableWriter) WriteHeader(code int) {
+	w.ResponseWriter.WriteHeader(code)
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *pausableWriter) Write(b []byte) (int, error) {
+	// Paused again between the close and this check, it waits again.
+	for resumed := w.paused(); resumed != nil; resumed = w.paused() {
+		select {
+		case <-resumed:
+		case <-w.ctx.Done():
+			return 0, w.ctx.Err()
+		}
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets the reverse proxy flush each event as it is written.
+func (w *pausableWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // Watches is the number of watches open through the proxy, for tests that
 // wait for a client to have watched again.
 func (p *Proxy) Watches() int {
@@ -154,4 +223,27 @@ func (p *Proxy) removeWatch(r *http.Request) {
 func isWatch(query url.Values) bool {
 	v := query["watch"]
 	return len(v) > 0 && v[0] != "0" && !strings.EqualFold(v[0], "false")
+}
+
+// watchedResource returns the resource a watch's collection path names:
+// /api/v1/[namespaces/NS/]RESOURCE or
+// /apis/GROUP/VERSION/[namespaces/NS/]RESOURCE.
+func watchedResource(path string) (schema.GroupResource, bool) {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	var group string
+	switch {
+	case len(parts) >= 3 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 4 && parts[0] == "apis":
+		group, parts = parts[1], parts[3:]
+	default:
+		return schema.GroupResource{}, false
+	}
+	if len(parts) == 3 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	if len(parts) != 1 || parts[0] == "" {
+		return schema.GroupResource{}, false
+	}
+	return schema.GroupResource{Group: group, Resource: parts[0]}, true
 }

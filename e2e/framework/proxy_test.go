@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -39,6 +40,29 @@ func TestIsWatch(t *testing.T) {
 	}
 }
 
+func TestWatchedResource(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		want schema.GroupResource
+		ok   bool
+	}{
+		{"/api/v1/secrets", schema.GroupResource{Resource: "secrets"}, true},
+		{"/api/v1/namespaces/apps/secrets", schema.GroupResource{Resource: "secrets"}, true},
+		{"/api/v1/namespaces", schema.GroupResource{Resource: "namespaces"}, true},
+		{"/apis/apps/v1/deployments", schema.GroupResource{Group: "apps", Resource: "deployments"}, true},
+		{"/apis/apps/v1/namespaces/apps/deployments", schema.GroupResource{Group: "apps", Resource: "deployments"}, true},
+		{"/api/v1/namespaces/apps/secrets/one", schema.GroupResource{}, false},
+		{"/api/v1", schema.GroupResource{}, false},
+		{"/apis/apps/v1", schema.GroupResource{}, false},
+		{"/version", schema.GroupResource{}, false},
+	} {
+		got, ok := watchedResource(tc.path)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("watchedResource(%q) = %v, %v; want %v, %v", tc.path, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
 // TestProxyBlocksWatches runs the proxy in front of a stand-in for
 // kube-apiserver that streams one line and then holds watches open.
 func TestProxyBlocksWatches(t *testing.T) {
@@ -54,24 +78,10 @@ func TestProxyBlocksWatches(t *testing.T) {
 		}
 	}))
 	t.Cleanup(upstream.Close)
-	env := &Env{CP: &controlplane.ControlPlane{Config: &rest.Config{Host: upstream.URL, BearerToken: "admin-token"}}}
-	proxy := env.StartProxy(t)
-	cfg, err := clientcmd.BuildConfigFromFlags("", proxy.Kubeconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, getPath := startTestProxy(t, upstream.URL)
 	get := func(query string) *http.Response {
 		t.Helper()
-		resp, err := client.Get(cfg.Host + "/api/v1/configmaps?" + query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { resp.Body.Close() })
-		return resp
+		return getPath("/api/v1/configmaps?" + query)
 	}
 
 	watch := get("watch=true")
@@ -116,4 +126,115 @@ func TestProxyBlocksWatches(t *testing.T) {
 	if n := proxy.Watches(); n != 1 {
 		t.Errorf("Watches() = %d after unblocking and watching again", n)
 	}
+}
+
+// startTestProxy starts a Proxy in front of the stand-in for kube-apiserver
+// at url, and returns it with a function that GETs a path through it.
+func startTestProxy(t *testing.T, url string) (*Proxy, func(path string) *http.Response) {
+	t.Helper()
+	env := &Env{CP: &controlplane.ControlPlane{Config: &rest.Config{Host: url, BearerToken: "admin-token"}}}
+	proxy := env.StartProxy(t)
+	cfg, err := clientcmd.BuildConfigFromFlags("", proxy.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return proxy, func(path string) *http.Response {
+		t.Helper()
+		resp, err := client.Get(cfg.Host + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+}
+
+// lines reads a response body line by line, in the background.
+func lines(body io.Reader) <-chan string {
+	out := make(chan string, 10)
+	go func() {
+		defer close(out)
+		r := bufio.NewReader(body)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			out <- line
+		}
+	}()
+	return out
+}
+
+// TestProxyPausesWatches runs the proxy in front of a stand-in for
+// kube-apiserver that answers each request with a line, and each watch
+// with a second line once the test says so.
+func TestProxyPausesWatches(t *testing.T) {
+	later := make(chan struct{})
+	upstream := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "first\n")
+		w.(http.Flusher).Flush()
+		if !isWatch(r.URL.Query()) {
+			return
+		}
+		select {
+		case <-later:
+			_, _ = io.WriteString(w, "second\n")
+			w.(http.Flusher).Flush()
+		case <-r.Context().Done():
+			return
+		}
+		<-r.Context().Done()
+	}))
+	t.Cleanup(upstream.Close)
+	proxy, get := startTestProxy(t, upstream.URL)
+	secrets := schema.GroupResource{Resource: "secrets"}
+	next := func(what string, lines <-chan string, want string) {
+		t.Helper()
+		select {
+		case got := <-lines:
+			if got != want {
+				t.Errorf("%s: %q, want %q", what, got, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no %q", what, want)
+		}
+	}
+
+	before := lines(get("/api/v1/namespaces/apps/secrets?watch=true").Body)
+	next("secrets watched before the pause", before, "first\n")
+	proxy.PauseWatches(secrets, true)
+	proxy.PauseWatches(secrets, true) // pausing twice is pausing
+	opened := get("/api/v1/secrets?watch=true")
+	if opened.StatusCode != http.StatusOK {
+		t.Errorf("a watch opened while paused: %s, want it open", opened.Status)
+	}
+	during := lines(opened.Body)
+	others := lines(get("/api/v1/configmaps?watch=true").Body)
+	next("configmaps watched while secrets are paused", others, "first\n")
+	next("secrets listed while paused", lines(get("/api/v1/secrets").Body), "first\n")
+
+	close(later)
+	next("configmaps watched while secrets are paused", others, "second\n")
+	// Both upstream watches of secrets have sent their lines by now, or
+	// are about to: held back, none may arrive.
+	select {
+	case got := <-before:
+		t.Errorf("a paused watch opened before the pause passed %q", got)
+	case got := <-during:
+		t.Errorf("a paused watch opened during the pause passed %q", got)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if n := proxy.Watches(); n != 3 {
+		t.Errorf("Watches() = %d with three watches open, two of them paused", n)
+	}
+
+	proxy.PauseWatches(secrets, false)
+	next("secrets watched before the pause, after it", before, "second\n")
+	next("secrets watched during the pause, after it", during, "first\n")
+	next("secrets watched during the pause, after it", during, "second\n")
 }
