@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"encoding/json"
 	"reflect"
 	"slices"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	smdschema "sigs.k8s.io/structured-merge-diff/v6/schema"
 	smdvalue "sigs.k8s.io/structured-merge-diff/v6/value"
 )
 
@@ -27,31 +29,66 @@ type Manager struct {
 // changed, not a copy of an object someone replaced wholesale.
 const maxDriftPaths = 16
 
-// driftPaths lists, as JSON pointers, where live differs from desired.
-// Lists of different lengths are reported as the list itself.
-func driftPaths(live, desired map[string]any) []string {
-	var out []string
-	diffPaths(nil, live, desired, &out, maxDriftPaths)
-	return out
+// driftPaths lists, as JSON pointers, where live differs from desired. An
+// entry of a list r's schema keys (containers, env, Service ports) is named
+// by its keys, as in /spec/ports/{"port":53,"protocol":"TCP"}/targetPort:
+// entries are matched by their keys, as the merge matches them, so another
+// actor's reordering or insertion does not make unchanged entries' key
+// fields look changed, and one entry's change is not put down to the owner
+// of another at its position. A keyed entry only one side has is named
+// whole; other lists of different lengths are named themselves.
+func (r mergeRules) driftPaths(live, desired map[string]any) []string {
+	d := pathDiff{max: maxDriftPaths}
+	// The schema of the kind, read from an object that has nothing but
+	// its kind: converting the whole object would cost more than the
+	// comparison.
+	var root smdschema.TypeRef
+	if tv, err := r.typed(map[string]any{"apiVersion": desired["apiVersion"], "kind": desired["kind"]}); err == nil {
+		d.schema, root = tv.Schema(), tv.TypeRef()
+	}
+	d.walk(nil, root, live, desired)
+	return d.out
 }
 
 // diffPaths appends to out the pointers under at where a and b differ, up
-// to max of them (all of them if max < 0).
+// to max of them (all of them if max < 0), comparing lists by position.
 func diffPaths(at Pointer, a, b any, out *[]string, max int) {
-	full := func() bool { return max >= 0 && len(*out) >= max }
-	if full() {
+	d := pathDiff{max: max, out: *out}
+	d.walk(at, smdschema.TypeRef{}, a, b)
+	*out = d.out
+}
+
+// pathDiff collects the pointers where two documents differ.
+type pathDiff struct {
+	// schema tells keyed lists from others; nil compares every list by
+	// position.
+	schema *smdschema.Schema
+	max    int // the most pointers collected; all if < 0
+	out    []string
+}
+
+func (d *pathDiff) full() bool { return d.max >= 0 && len(d.out) >= d.max }
+
+func (d *pathDiff) add(p Pointer) {
+	if !d.full() {
+		d.out = append(d.out, p.String())
+	}
+}
+
+// walk compares a and b, the values at at, of schema type tr.
+func (d *pathDiff) walk(at Pointer, tr smdschema.TypeRef, a, b any) {
+	if d.full() {
 		return
 	}
-	add := func(p Pointer) {
-		if !full() {
-			*out = append(*out, p.String())
-		}
+	var atom smdschema.Atom
+	if d.schema != nil {
+		atom, _ = d.schema.Resolve(tr)
 	}
 	switch av := a.(type) {
 	case map[string]any:
 		bv, ok := b.(map[string]any)
 		if !ok {
-			add(at)
+			d.add(at)
 			return
 		}
 		keys := make([]string, 0, len(av)+len(bv))
@@ -69,25 +106,113 @@ func diffPaths(at Pointer, a, b any, out *[]string, max int) {
 			y, inB := bv[k]
 			p := append(slices.Clip(at), k)
 			if inA != inB {
-				add(p)
+				d.add(p)
 				continue
 			}
-			diffPaths(p, x, y, out, max)
+			var field smdschema.TypeRef
+			if atom.Map != nil {
+				if f, ok := atom.Map.FindField(k); ok {
+					field = f.Type
+				} else {
+					field = atom.Map.ElementType
+				}
+			}
+			d.walk(p, field, x, y)
 		}
 	case []any:
 		bv, ok := b.([]any)
-		if !ok || len(av) != len(bv) {
-			add(at)
+		if !ok {
+			d.add(at)
+			return
+		}
+		var elem smdschema.TypeRef
+		if l := atom.List; l != nil {
+			elem = l.ElementType
+			if l.ElementRelationship == smdschema.Associative && len(l.Keys) > 0 && d.entries(at, l, av, bv) {
+				return
+			}
+		}
+		if len(av) != len(bv) {
+			d.add(at)
 			return
 		}
 		for i := range av {
-			diffPaths(append(slices.Clip(at), strconv.Itoa(i)), av[i], bv[i], out, max)
+			d.walk(append(slices.Clip(at), strconv.Itoa(i)), elem, av[i], bv[i])
 		}
 	default:
 		if !scalarEqual(a, b) {
-			add(at)
+			d.add(at)
 		}
 	}
+}
+
+// entries compares the entries of a keyed list, a and b, matched by their
+// keys whatever their order. An entry only one side has is named whole; a
+// list whose entries differ in order alone is named itself. It compares
+// nothing, and reports false, if an entry has none of the keys.
+func (d *pathDiff) entries(at Pointer, l *smdschema.List, a, b []any) bool {
+	aKeys, ok := entryKeys(a, l.Keys)
+	if !ok {
+		return false
+	}
+	bKeys, ok := entryKeys(b, l.Keys)
+	if !ok {
+		return false
+	}
+	before := len(d.out)
+	matched := make([]bool, len(a))
+	last, reordered := -1, false
+	for j, key := range bKeys {
+		i := -1
+		for n, k := range aKeys {
+			if k == key && !matched[n] {
+				i = n
+				break
+			}
+		}
+		p := append(slices.Clip(at), key)
+		if i < 0 {
+			d.add(p)
+			continue
+		}
+		matched[i] = true
+		reordered = reordered || i < last
+		last = i
+		d.walk(p, l.ElementType, a[i], b[j])
+	}
+	for i, key := range aKeys {
+		if !matched[i] {
+			d.add(append(slices.Clip(at), key))
+		}
+	}
+	if reordered && len(d.out) == before {
+		d.add(at)
+	}
+	return true
+}
+
+// entryKeys returns a key segment (see keySegment) for each entry of list:
+// the values it has of keys.
+func entryKeys(list []any, keys []string) ([]string, bool) {
+	out := make([]string, len(list))
+	for i, e := range list {
+		m, ok := e.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		values := make(map[string]any, len(keys))
+		for _, k := range keys {
+			if v, ok := m[k]; ok {
+				values[k] = v
+			}
+		}
+		data, err := json.Marshal(values)
+		if len(values) == 0 || err != nil {
+			return nil, false
+		}
+		out[i] = keySegment + string(data)
+	}
+	return out, true
 }
 
 // scalarEqual compares JSON scalars, taking 1 and 1.0 as equal: decoders
@@ -176,8 +301,10 @@ func attribute(live *unstructured.Unstructured, paths []string, own string) []Ma
 }
 
 // owns reports whether set, a managedFields entry's field set, holds the
-// field at p in doc or anything under it, or an atomic value around it. List elements are matched the
-// way managedFields names them: by key fields, by value or by index.
+// field at p in doc or anything under it, or an atomic value around it. A
+// list element, which p names by its index or its keys (see index), is
+// matched the way managedFields names it: by key fields, by value or by
+// index.
 func owns(set *fieldpath.Set, doc any, p Pointer) bool {
 	if len(p) == 0 {
 		return false
@@ -191,8 +318,8 @@ func owns(set *fieldpath.Set, doc any, p Pointer) bool {
 			pe = fieldpath.PathElement{FieldName: &name}
 			v = c[seg]
 		case []any:
-			i, err := strconv.Atoi(seg)
-			if err != nil || i < 0 || i >= len(c) {
+			i := index(c, seg)
+			if i < 0 {
 				return false
 			}
 			var ok bool

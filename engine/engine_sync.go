@@ -66,7 +66,9 @@ type Result struct {
 type Drift struct {
 	Ref  ObjectRef
 	Kind string
-	// Paths are the JSON pointers that differ; empty when Deleted.
+	// Paths are the JSON pointers that differ; empty when Deleted. An
+	// entry of a keyed list is named by its keys, as in
+	// /spec/ports/{"port":53,"protocol":"TCP"}/targetPort.
 	Paths   []string
 	Deleted bool
 	// Managers are who changed the drifted fields (see Manager). A
@@ -341,7 +343,7 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 			return nil, err
 		}
 	}
-	paths := driftPaths(live.Object, desired)
+	paths := obj.rules.driftPaths(live.Object, desired)
 	drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, paths, e.fieldManager)}
 	return drift, e.correct(ctx, spec, obj, drift, live.GetResourceVersion(), func() error {
 		if spec.BeforeWrite != nil {

@@ -32,12 +32,19 @@ var (
 
 func newTestEngine(t *testing.T) (*Engine, *dynamicfake.FakeDynamicClient, *[]string) {
 	t.Helper()
+	return newTestEngineWith(t, Options{})
+}
+
+func newTestEngineWith(t *testing.T, opts Options) (*Engine, *dynamicfake.FakeDynamicClient, *[]string) {
+	t.Helper()
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
+	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "Service"}, meta.RESTScopeNamespace)
+	mapper.Add(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, meta.RESTScopeNamespace)
 	mapper.Add(schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}, meta.RESTScopeRoot)
 	client := dynamicfake.NewSimpleDynamicClient(scheme.Scheme)
 	var notified []string
-	e := New(client, resettable{mapper}, func(key string) { notified = append(notified, key) }, Options{})
+	e := New(client, resettable{mapper}, func(key string) { notified = append(notified, key) }, opts)
 	// Sync is driven by hand here, with no informer running: objects are
 	// read with GETs, and every type counts as watched.
 	e.watching = func(schema.GroupVersionResource) bool { return true }

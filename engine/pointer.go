@@ -37,10 +37,9 @@ func (p Pointer) String() string {
 	var b strings.Builder
 	for _, seg := range p {
 		b.WriteByte('/')
-		if keys, ok := strings.CutPrefix(seg, keySegment); ok {
-			b.WriteString(keys) // the entry's keys, for messages
-			continue
-		}
+		// A key segment is written as the entry's keys, which index
+		// reads back.
+		seg = strings.TrimPrefix(seg, keySegment)
 		b.WriteString(strings.ReplaceAll(strings.ReplaceAll(seg, "~", "~0"), "/", "~1"))
 	}
 	return b.String()
@@ -48,12 +47,18 @@ func (p Pointer) String() string {
 
 // keySegment starts a segment that selects a list entry by its keys rather
 // than its index (see mergeRules.keyed); the rest is the keys as JSON.
+// Written out (see Pointer.String), a key segment is the JSON alone, as in
+// /spec/ports/{"port":53,"protocol":"TCP"}: no index starts with "{".
 const keySegment = "\x00"
 
 // index returns the position in list of the entry seg selects: by index,
-// or by keys for a key segment.
+// or by keys for a key segment or a JSON object.
 func index(list []any, seg string) int {
-	if keys, ok := strings.CutPrefix(seg, keySegment); ok {
+	keys, ok := strings.CutPrefix(seg, keySegment)
+	if !ok && strings.HasPrefix(seg, "{") {
+		keys, ok = seg, true
+	}
+	if ok {
 		var want map[string]any
 		if json.Unmarshal([]byte(keys), &want) != nil {
 			return -1
