@@ -343,7 +343,7 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 			return nil, err
 		}
 	}
-	paths := obj.rules.driftPaths(live.Object, desired)
+	paths := rules.driftPaths(live.Object, desired)
 	drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, paths, e.fieldManager)}
 	return drift, e.correct(ctx, spec, obj, drift, live.GetResourceVersion(), func() error {
 		if spec.BeforeWrite != nil {
