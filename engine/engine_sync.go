@@ -127,7 +127,9 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 		todo = append(todo, s.objects[ref])
 		marked = append(marked, at)
 	}
-	clear(s.dirty)
+	// A new map, not clear: a map keeps the room it grew to, and at the
+	// first Sync every object is dirty.
+	s.dirty = map[ObjectRef]int64{}
 	e.mu.Unlock()
 	for _, gvr := range acquire {
 		e.informers.Acquire(gvr)

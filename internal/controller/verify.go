@@ -48,15 +48,17 @@ func objectID(obj *unstructured.Unstructured) string {
 	return strings.Join([]string{obj.GetAPIVersion(), obj.GetKind(), obj.GetNamespace(), obj.GetName()}, "/")
 }
 
-// objectDigest is a digest of a manifest object's content. encoding/json
-// writes map keys sorted, so equal objects have equal digests.
+// objectDigest is a digest of a manifest object's content, as raw bytes:
+// it is only compared in memory, and one is kept per locked object.
+// encoding/json writes map keys sorted, so equal objects have equal
+// digests.
 func objectDigest(obj *unstructured.Unstructured) string {
 	data, err := json.Marshal(obj.Object)
 	if err != nil {
 		return ""
 	}
 	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
+	return string(sum[:])
 }
 
 func objectDigests(objs []*unstructured.Unstructured) map[string]string {

@@ -303,6 +303,7 @@ type scenarioResult struct {
 	Concurrent      distribution `json:"concurrent"`
 	BackToBack      distribution `json:"backToBack"`
 	Churn           *churnResult `json:"churn,omitempty"`
+	ChurnDuring     *churnDuring `json:"churnDuringLatency,omitempty"`
 	Idle            *idleResult  `json:"idle,omitempty"`
 }
 
@@ -418,7 +419,12 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 		if res.Churn, err = churn(ctx, dyn, l, p, quiet); err != nil {
 			return nil, err
 		}
-		if err := measureLatency(ctx, dyn, restored, locked, full, res, quiet); err != nil {
+		// Quiet, while the churn runs, allows for its own requests.
+		churnQuiet := func() error { return waitQuiet(ctx, kube, baseline+float64(len(churnedRefs(p)))) }
+		res.ChurnDuring, err = measureDuringChurn(ctx, kube, dyn, l, p, func() error {
+			return measureLatency(ctx, dyn, restored, locked, full, res, churnQuiet)
+		})
+		if err != nil {
 			return nil, err
 		}
 		// The edits above leave work behind: events the locker
@@ -706,4 +712,123 @@ func driftsDetected(ctx context.Context, dyn dynamic.Interface) (int64, error) {
 		n += d
 	}
 	return n, nil
+}
+
+// churnDuring is what the locker did about another field manager that
+// touched objects all through the latency measurement: the Deployments,
+// Services and Secrets of every release, each about once a minute, which
+// the measured edits (of ConfigMaps) never touch. Its writes to those
+// kinds are the API server's count of writes to them less the churn's own;
+// its drifts are its drift counters of those kinds.
+type churnDuring struct {
+	Touched      int     `json:"touches"`
+	Seconds      float64 `json:"seconds"`
+	LockerWrites float64 `json:"lockerWrites"`
+	Drifts       float64 `json:"driftsDetected"`
+}
+
+// churnedResources are the kinds backgroundChurn touches, as the API
+// server's metrics name them, and churnedKinds as the locker's do.
+var (
+	churnedResources = []string{"deployments", "services", "secrets"}
+	churnedKinds     = []string{"Deployment", "Service", "Secret"}
+)
+
+// churnedRefs are the objects backgroundChurn touches.
+func churnedRefs(p params) []objectRef {
+	var refs []objectRef
+	for _, r := range releaseRefs(p) {
+		if r.gvr != cmGVR {
+			refs = append(refs, r)
+		}
+	}
+	return refs
+}
+
+// backgroundChurn labels each of churnedRefs about once a minute until
+// stop is closed, and returns how many touches it made.
+func backgroundChurn(ctx context.Context, dyn dynamic.Interface, p params, stop <-chan struct{}) (int, error) {
+	refs := churnedRefs(p)
+	if len(refs) == 0 {
+		return 0, nil
+	}
+	tick := time.NewTicker(time.Minute / time.Duration(len(refs)))
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return n, nil
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case <-tick.C:
+		}
+		r := refs[n%len(refs)]
+		patch := fmt.Appendf(nil, `{"metadata":{"labels":{"bench.example.com/churn":"%d"}}}`, n)
+		if _, err := dyn.Resource(r.gvr).Namespace(r.ns).Patch(ctx, r.name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "churn"}); err != nil {
+			return n, fmt.Errorf("touching %s %s/%s: %w", r.gvr.Resource, r.ns, r.name, err)
+		}
+	}
+}
+
+// writesTo sums the API server's counts of writes to resources.
+func writesTo(counts map[string]float64, resources []string) float64 {
+	var n float64
+	for k, v := range counts {
+		if !strings.Contains(k, `verb="PATCH"`) && !strings.Contains(k, `verb="POST"`) && !strings.Contains(k, `verb="PUT"`) && !strings.Contains(k, `verb="DELETE"`) {
+			continue
+		}
+		for _, r := range resources {
+			if strings.Contains(k, `resource="`+r+`"`) && strings.Contains(k, `subresource=""`) {
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+// measureDuringChurn runs measure while backgroundChurn runs, and returns
+// what the locker did about the churn.
+func measureDuringChurn(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, l *locker, p params, measure func() error) (*churnDuring, error) {
+	counts0, err := requestCounts(ctx, kube)
+	if err != nil {
+		return nil, err
+	}
+	drifts0, err := l.driftsOf(ctx, churnedKinds)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	stop := make(chan struct{})
+	type outcome struct {
+		n   int
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		n, err := backgroundChurn(ctx, dyn, p, stop)
+		done <- outcome{n, err}
+	}()
+	merr := measure()
+	close(stop)
+	churned := <-done
+	if merr != nil {
+		return nil, merr
+	}
+	if churned.err != nil {
+		return nil, churned.err
+	}
+	res := &churnDuring{Touched: churned.n, Seconds: time.Since(start).Seconds()}
+	// Drift is recorded up to 2 s later (see bookkeepingDelay).
+	time.Sleep(3 * time.Second)
+	counts1, err := requestCounts(ctx, kube)
+	if err != nil {
+		return nil, err
+	}
+	drifts1, err := l.driftsOf(ctx, churnedKinds)
+	if err != nil {
+		return nil, err
+	}
+	res.LockerWrites = writesTo(counts1, churnedResources) - writesTo(counts0, churnedResources) - float64(churned.n)
+	res.Drifts = drifts1 - drifts0
+	return res, nil
 }

@@ -405,3 +405,28 @@ func summarize(samples []time.Duration, timeouts int) distribution {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// driftsOf sums the locker's helm_locker_drift_detected_total over kinds.
+func (l *locker) driftsOf(ctx context.Context, kinds []string) (float64, error) {
+	lines, err := l.metrics(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var n float64
+	for _, line := range lines {
+		if !strings.HasPrefix(line, "helm_locker_drift_detected_total{") {
+			continue
+		}
+		for _, k := range kinds {
+			if strings.Contains(line, `kind="`+k+`"`) {
+				fields := strings.Fields(line)
+				v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+				if err != nil {
+					return 0, err
+				}
+				n += v
+			}
+		}
+	}
+	return n, nil
+}

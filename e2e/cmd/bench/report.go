@@ -43,6 +43,9 @@ func markdown(rep *report) string {
 	fmt.Fprintf(b, "| cold lock | %.2f s, **%.0f objects/s** |\n\n", r.ColdLockS, r.ObjectsPerS)
 	if c := r.Churn; c != nil {
 		fmt.Fprintf(b, "## Churn\n\nAnother field manager touched each of the %d locked objects once with a label, as other controllers and people do. What the locker did in answer must be nothing.\n\n| figure | value |\n|---|---|\n| the locker's writes (POST, PATCH, DELETE) | **%.0f** |\n| drifts counted | **%d** |\n\n", c.Touched, c.LockerWrites, c.Drifts)
+		if d := r.ChurnDuring; d != nil {
+			fmt.Fprintf(b, "All through the latency measurement below, the same manager also touched every Deployment, Service and Secret of the releases about once a minute (%d touches in %.0f s); the measured edits are of ConfigMaps. The locker's writes to those kinds are the API server's count less the churn's own.\n\n| figure | value |\n|---|---|\n| the locker's writes to Deployments, Services and Secrets | **%.0f** |\n| drifts counted on them | **%.0f** |\n\n", d.Touched, d.Seconds, d.LockerWrites, d.Drifts)
+		}
 	}
 	fmt.Fprintf(b, "## Revert latency\n\nFrom the watch event showing the edit, the moment the drift exists for any watcher, to the one showing the value restored. The floor, measured in the same run, is an edit of an untracked ConfigMap until its own watch event arrives: one PATCH round trip plus watch delivery. The concurrent floor sends as many such edits at once as the concurrent measurement does, since the API server slows under that load for every client. Back to back: %d edits to three ConfigMaps of one release (A B C A B), each sent as soon as the one before is answered, one release at a time; every edit, the first of two to one object too, must be followed by its object's restoration.\n\n", burst)
 	fmt.Fprintf(b, "| | samples | timeouts | p50 ms | p90 ms | p99 ms | max ms | p50 / floor p50 | p99 / floor p99 |\n|---|---|---|---|---|---|---|---|---|\n")
