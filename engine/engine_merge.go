@@ -386,7 +386,7 @@ func (obj *lockedObject) storedDeclaration(rules mergeRules, declared, out *unst
 	// the server does not store, stays declared: holding it costs a
 	// no-op patch at most, and dropping it could lose a value.
 	keepUnsaid(canon.Object, declared.Object)
-	data, err := canon.MarshalJSON()
+	data, err := packDeclaration(canon)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
 	"strings"
 	"sync"
 
@@ -29,8 +31,34 @@ var (
 	secretGVR = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 )
 
-// payload is ~1 KB of ConfigMap data, the size the issue names.
-var payload = strings.Repeat("locked-data-", 85)
+// payload is about 1 KB of ConfigMap data, the size the issue names: a
+// config file, different in every object, with the mix of names, numbers,
+// addresses and ids real ones have. A repeated string would compress
+// fiftyfold where a config file compresses two- to fourfold, and the
+// locker keeps declarations deflated.
+func payload(name string) string {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	rng := rand.New(rand.NewPCG(h.Sum64(), 1))
+	words := []string{"server", "listen", "upstream", "timeout", "retries", "cache", "log", "level", "tls", "cert", "pool", "size", "workers", "backend", "route", "weight", "health", "interval", "path", "limit"}
+	var b strings.Builder
+	for b.Len() < 1000 {
+		key := words[rng.IntN(len(words))] + "." + words[rng.IntN(len(words))]
+		switch rng.IntN(5) {
+		case 0:
+			fmt.Fprintf(&b, "%s = %d\n", key, rng.IntN(100000))
+		case 1:
+			fmt.Fprintf(&b, "%s = svc-%06x.%s.svc.cluster.local:%d\n", key, rng.Uint32()&0xffffff, words[rng.IntN(len(words))], 1024+rng.IntN(60000))
+		case 2:
+			fmt.Fprintf(&b, "%s = %ds\n", key, rng.IntN(600))
+		case 3:
+			fmt.Fprintf(&b, "%s = %t\n", key, rng.IntN(2) == 0)
+		default:
+			fmt.Fprintf(&b, "%s = %016x\n", key, rng.Uint64())
+		}
+	}
+	return b.String()
+}
 
 // releaseObjects returns the M objects of a release: 60% ConfigMaps, 20%
 // Services, 20% Secrets, none with metadata.namespace, as charts write them.
@@ -79,7 +107,7 @@ func releaseObjects(name string, m int, realChart bool) []*unstructured.Unstruct
 			obj["data"] = map[string]any{"password": "c2VjcmV0"}
 		default:
 			obj["apiVersion"], obj["kind"] = "v1", "ConfigMap"
-			obj["data"] = map[string]any{"key": "declared", "payload": payload}
+			obj["data"] = map[string]any{"key": "declared", "payload": payload(name + fmt.Sprint(j))}
 		}
 		objs = append(objs, &unstructured.Unstructured{Object: obj})
 	}
