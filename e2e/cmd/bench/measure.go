@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -123,16 +124,29 @@ func (l *locker) heap(ctx context.Context, profile string) (int64, error) {
 // DELETE), from client-go's request metrics on its /metrics. Lease
 // renewals (PUT) are not counted.
 func (l *locker) writes(ctx context.Context) (float64, error) {
+	return l.sum(ctx, "rest_client_requests_total", func(labels string) bool {
+		return strings.Contains(labels, `method="POST"`) || strings.Contains(labels, `method="PATCH"`) || strings.Contains(labels, `method="DELETE"`)
+	})
+}
+
+// driftsOf sums the locker's helm_locker_drift_detected_total over kinds.
+func (l *locker) driftsOf(ctx context.Context, kinds []string) (float64, error) {
+	return l.sum(ctx, "helm_locker_drift_detected_total", func(labels string) bool {
+		return slices.ContainsFunc(kinds, func(k string) bool { return strings.Contains(labels, `kind="`+k+`"`) })
+	})
+}
+
+// sum adds up the series of metric on the locker's /metrics whose labels
+// match.
+func (l *locker) sum(ctx context.Context, metric string, match func(labels string) bool) (float64, error) {
 	lines, err := l.metrics(ctx)
 	if err != nil {
 		return 0, err
 	}
 	var n float64
 	for _, line := range lines {
-		if !strings.HasPrefix(line, "rest_client_requests_total{") {
-			continue
-		}
-		if !strings.Contains(line, `method="POST"`) && !strings.Contains(line, `method="PATCH"`) && !strings.Contains(line, `method="DELETE"`) {
+		labels, ok := strings.CutPrefix(line, metric+"{")
+		if !ok || !match(labels) {
 			continue
 		}
 		fields := strings.Fields(line)
@@ -405,28 +419,3 @@ func summarize(samples []time.Duration, timeouts int) distribution {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// driftsOf sums the locker's helm_locker_drift_detected_total over kinds.
-func (l *locker) driftsOf(ctx context.Context, kinds []string) (float64, error) {
-	lines, err := l.metrics(ctx)
-	if err != nil {
-		return 0, err
-	}
-	var n float64
-	for _, line := range lines {
-		if !strings.HasPrefix(line, "helm_locker_drift_detected_total{") {
-			continue
-		}
-		for _, k := range kinds {
-			if strings.Contains(line, `kind="`+k+`"`) {
-				fields := strings.Fields(line)
-				v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-				if err != nil {
-					return 0, err
-				}
-				n += v
-			}
-		}
-	}
-	return n, nil
-}
