@@ -479,7 +479,7 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	if err != nil {
 		return nil, &ObjectError{Ref: ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()}, Err: err}
 	}
-	rules := e.schemas.rules(gvk.GroupVersion())
+	rules, rulesSeen := e.schemas.rulesAt(gvk.GroupVersion())
 	ignore := controllerOwned(declared)
 	if spec.Ignore != nil {
 		ignore = append(ignore, spec.Ignore(declared)...)
@@ -489,6 +489,9 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 		ref:        ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()},
 		ignore:     ignore,
 		generation: e.generations.Add(1),
+		// The first check is fresh anyway; an object that check finds
+		// in line, from the cache, is in line by these rules.
+		rulesSeen: rulesSeen,
 	}
 	locked.declared.Store(&data)
 	locked.fresh = true

@@ -281,3 +281,33 @@ spec:
 		}
 	}
 }
+
+// configMapDoc is the API server's document for core/v1, cut to ConfigMap.
+const configMapDoc = `{"components":{"schemas":{"io.k8s.api.core.v1.ConfigMap":{
+  "type":"object",
+  "x-kubernetes-group-version-kind":[{"group":"","version":"v1","kind":"ConfigMap"}],
+  "properties":{
+    "apiVersion":{"type":"string"},"kind":{"type":"string"},
+    "metadata":{"type":"object","x-kubernetes-preserve-unknown-fields":true},
+    "data":{"type":"object","additionalProperties":{"type":"string"}}}}}}}`
+
+// TestObjectsStartWithTheRulesTheyAreResolvedBy: an object the cache shows
+// in line at its first check is in line by the rules it was resolved
+// with, so a later drift is corrected by one PATCH. When an object only
+// took the rules' change count at a mismatch, every first revert of an
+// object found in line by the cache was dry-run first, for a rules change
+// that had not happened: twice the requests, twice the time.
+func TestObjectsStartWithTheRulesTheyAreResolvedBy(t *testing.T) {
+	docs := &servedDocs{docs: map[string]string{"api/v1": configMapDoc}}
+	e, _, _ := newTestEngineWith(t, Options{OpenAPI: docs})
+	core := schema.GroupVersion{Version: "v1"}
+	e.schemas.load(t.Context(), []schema.GroupVersion{core})
+	_, changes := e.schemas.rulesAt(core)
+	obj, err := e.resolve(configMap(t, "declared"), ObjectSet{DefaultNamespace: "ns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changes == 0 || obj.rulesSeen != changes {
+		t.Errorf("a new object has seen %d changes of its rules, the rules %d", obj.rulesSeen, changes)
+	}
+}

@@ -75,6 +75,7 @@ func main() {
 		idle         time.Duration
 		scale        bool
 		lockerBinary string
+		churnDuring  bool
 	)
 	flag.IntVar(&base.Releases, "releases", 200, "N: releases")
 	flag.IntVar(&base.Objects, "objects", 25, "M: objects per release")
@@ -86,6 +87,7 @@ func main() {
 	flag.StringVar(&out, "out", "docs", "folder for benchmarks.json, benchmarks.md and revert-latency.png")
 	flag.StringVar(&lockerBinary, "locker", "bin/helm-locker", "helm-locker binary to measure")
 	flag.StringVar(&profiles, "profiles", "", "keep a heap profile of the locker in this folder for every scenario, read when its memory is")
+	flag.BoolVar(&churnDuring, "churn-during", true, "touch every Deployment, Service and Secret about once a minute all through the latency measurement")
 	memoryOnly := flag.Bool("memory-only", false, "measure the base scenario's cold lock and memory alone, print them and write no report: for memory work, with -profiles")
 	render := flag.String("render", "", "measure nothing: write the report in this benchmarks.json again, with the per-object figures derived anew")
 	flag.Parse()
@@ -106,7 +108,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(ctx, base, edits, concurrency, idle, scale, out, lockerBinary); err != nil {
+	if err := run(ctx, base, &fullMeasure{edits: edits, concurrency: concurrency, idle: idle, churnDuring: churnDuring}, scale, out, lockerBinary); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -166,7 +168,7 @@ type derived struct {
 	ConcurrentP99xFloor     float64 `json:"concurrentP99OverFloor"`
 }
 
-func run(ctx context.Context, base params, edits, concurrency int, idle time.Duration, scale bool, out, lockerBinary string) error {
+func run(ctx context.Context, base params, full *fullMeasure, scale bool, out, lockerBinary string) error {
 	tools, err := controlplane.FindTools(ctx)
 	if err != nil {
 		return err
@@ -178,10 +180,10 @@ func run(ctx context.Context, base params, edits, concurrency int, idle time.Dur
 	rep := &report{
 		Date:     time.Now().UTC().Format(time.RFC3339),
 		Machine:  machine(),
-		Settings: map[string]any{"edits": edits, "concurrency": concurrency, "idleWindow": idle.String()},
+		Settings: map[string]any{"edits": full.edits, "concurrency": full.concurrency, "idleWindow": full.idle.String(), "churnDuringLatency": full.churnDuring},
 	}
 	fmt.Fprintf(os.Stderr, "bench: base scenario %+v\n", base)
-	rep.Base, err = scenario(ctx, tools, lockerBinary, base, &fullMeasure{edits: edits, concurrency: concurrency, idle: idle})
+	rep.Base, err = scenario(ctx, tools, lockerBinary, base, full)
 	if err != nil {
 		return err
 	}
@@ -330,6 +332,7 @@ type idleResult struct {
 type fullMeasure struct {
 	edits, concurrency int
 	idle               time.Duration
+	churnDuring        bool
 }
 
 // benchEnv is one scenario's control plane and clients.
@@ -419,11 +422,15 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 		if res.Churn, err = churn(ctx, dyn, l, p, quiet); err != nil {
 			return nil, err
 		}
-		// Quiet, while the churn runs, allows for its own requests.
-		churnQuiet := func() error { return waitQuiet(ctx, kube, baseline+float64(len(churnedRefs(p)))) }
-		res.ChurnDuring, err = measureDuringChurn(ctx, kube, dyn, l, p, func() error {
-			return measureLatency(ctx, dyn, restored, locked, full, res, churnQuiet)
-		})
+		if full.churnDuring {
+			// Quiet, while the churn runs, allows for its own requests.
+			churnQuiet := func() error { return waitQuiet(ctx, kube, baseline+float64(len(churnedRefs(p)))) }
+			res.ChurnDuring, err = measureDuringChurn(ctx, kube, dyn, l, p, func() error {
+				return measureLatency(ctx, dyn, restored, locked, full, res, churnQuiet)
+			})
+		} else {
+			err = measureLatency(ctx, dyn, restored, locked, full, res, quiet)
+		}
 		if err != nil {
 			return nil, err
 		}
