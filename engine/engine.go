@@ -433,6 +433,13 @@ func (e *Engine) resolveLocked(key string, s *objectSet) []schema.GroupVersionRe
 	var acquire []schema.GroupVersionResource
 	var still []*unresolvedObject
 	for _, u := range s.unresolved {
+		if gv := u.obj.GroupVersionKind().GroupVersion(); !e.schemas.known(gv) {
+			// Resolved by the rules they are checked by: Sync reads
+			// them first. Informers started meanwhile would judge the
+			// objects by other rules.
+			still = append(still, &unresolvedObject{obj: u.obj, err: fmt.Errorf("the merge rules of %s are not read yet", gv)})
+			continue
+		}
 		obj, err := e.resolve(u.obj, s.spec)
 		if err != nil {
 			still = append(still, &unresolvedObject{obj: u.obj, err: err})

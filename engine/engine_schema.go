@@ -79,6 +79,17 @@ func (s *schemas) rules(gv schema.GroupVersion) mergeRules {
 	return r
 }
 
+// known reports whether gv's rules are as load left them: read, or
+// failed and falling back. Until then an object of gv is not resolved.
+func (s *schemas) known(gv schema.GroupVersion) bool {
+	if s.client == nil {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byGV[gv] != nil
+}
+
 // rulesAt returns rules(gv) and the count of gv's changes they are from:
 // an object checked by other rules before may be in line by these only in
 // the API server's stored form (see lockedObject.rulesSeen).
