@@ -62,7 +62,13 @@ func markdown(rep *report) string {
 	if rep.Derived.BytesPerLockedObject != 0 || rep.Derived.BytesPerUntrackedObject != 0 {
 		fmt.Fprintf(b, "| per locked object, RSS, slope over 1×, 2×, 4× M | %.0f bytes |\n| per locked object, RSS, slope over 1×, 2×, 4× N | %.0f bytes |\n| **per locked object, RSS** (the larger) | **%.0f bytes** |\n| per locked object, live heap, over M / over N | %.0f / %.0f bytes |\n",
 			rep.Derived.BytesPerLockedObjectByM, rep.Derived.BytesPerLockedObjectByN, rep.Derived.BytesPerLockedObject, rep.Derived.HeapPerLockedObject, rep.Derived.HeapPerLockedObjectByN)
-		fmt.Fprintf(b, "| per untracked object (slope over 1× to 16× B), RSS | %.0f bytes |\n| per untracked object, live heap | %.0f bytes |\n", rep.Derived.BytesPerUntrackedObject, rep.Derived.HeapPerUntrackedObject)
+		maxB := 1
+		for _, g := range rep.Growth {
+			if g.Dimension == "B" {
+				maxB = max(maxB, g.Factor)
+			}
+		}
+		fmt.Fprintf(b, "| per untracked object (slope over 1× to %d× B), RSS | %.0f bytes |\n| per untracked object, live heap | %.0f bytes |\n", maxB, rep.Derived.BytesPerUntrackedObject, rep.Derived.HeapPerUntrackedObject)
 	}
 	if r.Idle != nil {
 		fmt.Fprintf(b, "| API server requests/min with nothing running (baseline) | %.1f |\n", r.Idle.BaselineRequestsPerMin)
