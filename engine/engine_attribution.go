@@ -2,7 +2,6 @@ package engine
 
 import (
 	"bytes"
-	"encoding/json"
 	"reflect"
 	"slices"
 	"sort"
@@ -111,11 +110,7 @@ func (d *pathDiff) walk(at Pointer, tr smdschema.TypeRef, a, b any) {
 			}
 			var field smdschema.TypeRef
 			if atom.Map != nil {
-				if f, ok := atom.Map.FindField(k); ok {
-					field = f.Type
-				} else {
-					field = atom.Map.ElementType
-				}
+				field = fieldType(atom.Map, k)
 			}
 			d.walk(p, field, x, y)
 		}
@@ -200,17 +195,9 @@ func entryKeys(list []any, keys []string) ([]string, bool) {
 		if !ok {
 			return nil, false
 		}
-		values := make(map[string]any, len(keys))
-		for _, k := range keys {
-			if v, ok := m[k]; ok {
-				values[k] = v
-			}
-		}
-		data, err := json.Marshal(values)
-		if len(values) == 0 || err != nil {
+		if out[i], ok = keyedSegment(m, keys); !ok {
 			return nil, false
 		}
-		out[i] = keySegment + string(data)
 	}
 	return out, true
 }

@@ -443,6 +443,15 @@ func (r mergeRules) keyed(declared map[string]any, pointers []Pointer) []Pointer
 	return out
 }
 
+// fieldType is the type of m's field name: a declared field's own, else
+// that of m's elements.
+func fieldType(m *smdschema.Map, name string) smdschema.TypeRef {
+	if f, ok := m.FindField(name); ok {
+		return f.Type
+	}
+	return m.ElementType
+}
+
 func keyedPointer(s *smdschema.Schema, tr smdschema.TypeRef, doc any, p Pointer) Pointer {
 	out := make(Pointer, 0, len(p))
 	for n, seg := range p {
@@ -453,11 +462,7 @@ func keyedPointer(s *smdschema.Schema, tr smdschema.TypeRef, doc any, p Pointer)
 		switch {
 		case atom.Map != nil:
 			m, _ := doc.(map[string]any)
-			if f, ok := atom.Map.FindField(seg); ok {
-				tr = f.Type
-			} else {
-				tr = atom.Map.ElementType
-			}
+			tr = fieldType(atom.Map, seg)
 			doc = m[seg]
 			out = append(out, seg)
 		case atom.List != nil:
@@ -468,14 +473,8 @@ func keyedPointer(s *smdschema.Schema, tr smdschema.TypeRef, doc any, p Pointer)
 			}
 			entry, _ := list[i].(map[string]any)
 			if atom.List.ElementRelationship == smdschema.Associative && len(atom.List.Keys) > 0 && entry != nil {
-				keys := map[string]any{}
-				for _, k := range atom.List.Keys {
-					if v, ok := entry[k]; ok {
-						keys[k] = v
-					}
-				}
-				if data, err := json.Marshal(keys); err == nil && len(keys) > 0 {
-					seg = keySegment + string(data)
+				if keyed, ok := keyedSegment(entry, atom.List.Keys); ok {
+					seg = keyed
 				}
 			}
 			out = append(out, seg)

@@ -128,7 +128,8 @@ func (s *schemas) load(ctx context.Context, gvs []schema.GroupVersion) time.Dura
 	now := s.now()
 	for _, gv := range due {
 		old := s.entry(gv)
-		if err == nil && old != nil && old.types != nil && paths[openAPIPath(gv)] != nil && paths[openAPIPath(gv)].ServerRelativeURL() == old.url {
+		doc := paths[openAPIPath(gv)]
+		if err == nil && old != nil && old.types != nil && doc != nil && doc.ServerRelativeURL() == old.url {
 			s.mu.Lock()
 			old.stale = false // the same document
 			s.mu.Unlock()
@@ -138,15 +139,15 @@ func (s *schemas) load(ctx context.Context, gvs []schema.GroupVersion) time.Dura
 		switch {
 		case err != nil:
 			e.err = fmt.Errorf("listing the API server's OpenAPI v3 documents: %w", err)
-		case paths[openAPIPath(gv)] == nil:
+		case doc == nil:
 			e.err = fmt.Errorf("the API server publishes no OpenAPI v3 document for %s", gv)
 			e.missingSince = now
 			if old != nil && !old.missingSince.IsZero() {
 				e.missingSince = old.missingSince
 			}
 		default:
-			e.url = paths[openAPIPath(gv)].ServerRelativeURL()
-			e.types, e.err = readTypes(ctx, paths[openAPIPath(gv)])
+			e.url = doc.ServerRelativeURL()
+			e.types, e.err = readTypes(ctx, doc)
 			if e.err != nil {
 				e.err = fmt.Errorf("reading the OpenAPI v3 document of %s: %w", gv, e.err)
 			}

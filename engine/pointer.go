@@ -51,6 +51,25 @@ func (p Pointer) String() string {
 // /spec/ports/{"port":53,"protocol":"TCP"}: no index starts with "{".
 const keySegment = "\x00"
 
+// keyedSegment returns the key segment that selects entry by the values it
+// has of keys, or false if it has none of them.
+func keyedSegment(entry map[string]any, keys []string) (string, bool) {
+	values := make(map[string]any, len(keys))
+	for _, k := range keys {
+		if v, ok := entry[k]; ok {
+			values[k] = v
+		}
+	}
+	if len(values) == 0 {
+		return "", false
+	}
+	data, err := json.Marshal(values)
+	if err != nil {
+		return "", false
+	}
+	return keySegment + string(data), true
+}
+
 // index returns the position in list of the entry seg selects: by index,
 // or by keys for a key segment or a JSON object.
 func index(list []any, seg string) int {
