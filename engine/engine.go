@@ -391,6 +391,34 @@ func (e *Engine) Declare(key string, set ObjectSet) {
 	}
 }
 
+// Prepare reads the merge rules of every declared set's kinds and resolves
+// the objects waiting for them (see Sync), acquiring their informers. Called
+// once the sets known at startup are declared and before Run, it lets each
+// informer's first list find all of its objects tracked: the first Sync of
+// every set then reads them from the cache, not with one GET each.
+func (e *Engine) Prepare(ctx context.Context) {
+	e.mu.Lock()
+	var gvs []schema.GroupVersion
+	for _, s := range e.sets {
+		for _, gv := range s.groupVersions() {
+			if !slices.Contains(gvs, gv) {
+				gvs = append(gvs, gv)
+			}
+		}
+	}
+	e.mu.Unlock()
+	e.schemas.load(ctx, gvs)
+	e.mu.Lock()
+	var acquire []schema.GroupVersionResource
+	for key, s := range e.sets {
+		acquire = append(acquire, e.resolveLocked(key, s)...)
+	}
+	e.mu.Unlock()
+	for _, gvr := range acquire {
+		e.informers.Acquire(gvr)
+	}
+}
+
 // Forget stops holding key's objects and leaves them as they are.
 func (e *Engine) Forget(key string) {
 	e.mu.Lock()

@@ -380,6 +380,7 @@ func (c *Controller) declareAll(ctx context.Context) {
 	}
 	close(keys)
 	wg.Wait()
+	c.engine.Prepare(ctx)
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {

@@ -532,6 +532,9 @@ func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 	timeout := time.Duration(10+p.Releases*p.Objects/100) * time.Second
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if profiles != "" {
+		go l.cpuProfile(cctx, filepath.Join(profiles, fmt.Sprintf("cpu-N%d-M%d-B%d.pprof", p.Releases, p.Objects, p.Untracked)))
+	}
 	deployedAt, err := waitDeployed(cctx, dyn, p.Releases)
 	if err != nil {
 		return nil, fmt.Errorf("cold lock: %w\n%s", err, tailFile(logFile))
@@ -555,6 +558,9 @@ func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 	res.RestoredS = last.Sub(l.start).Seconds()
 	res.ColdLockS = max(res.DeployedS, res.RestoredS)
 	res.ObjectsPerS = float64(p.Releases*p.Objects) / res.ColdLockS
+	if cpu, err := l.cpu(); err == nil {
+		fmt.Fprintf(os.Stderr, "bench: the locker used %.2f s of CPU by the end of its cold lock\n", cpu.Seconds())
+	}
 
 	// Memory is read at the same point in every scenario: once the work
 	// the cold lock leaves behind (events, the last status writes) has

@@ -72,6 +72,25 @@ func (l *locker) get(ctx context.Context, path string) (*http.Response, error) {
 	return resp, nil
 }
 
+// cpuProfile keeps a CPU profile of the locker's first seconds in file,
+// for cold-lock work. It waits for the metrics address to be logged and
+// gives up quietly if ctx ends first.
+func (l *locker) cpuProfile(ctx context.Context, file string) {
+	for ctx.Err() == nil {
+		resp, err := l.get(ctx, "/debug/pprof/profile?seconds=6")
+		if err != nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		data, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			_ = os.WriteFile(file, data, 0o644)
+		}
+		return
+	}
+}
+
 // metrics reads the locker's own /metrics.
 func (l *locker) metrics(ctx context.Context) ([]string, error) {
 	resp, err := l.get(ctx, "/metrics")
