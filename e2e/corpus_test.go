@@ -69,7 +69,7 @@ func (o corpusObject) delete(t *testing.T) {
 // Helm does.
 func releaseObjects(t *testing.T, v framework.HelmVersion, ns, release string) []corpusObject {
 	t.Helper()
-	objs, err := manifest.Objects(&manifest.Release{Name: release, Namespace: ns, Manifest: env.Helm(t, v, "get", "manifest", release, "-n", ns)})
+	objs, err := manifest.ParseHelm(env.Helm(t, v, "get", "manifest", release, "-n", ns))
 	if err != nil {
 		t.Fatal(err)
 	}

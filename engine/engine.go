@@ -25,11 +25,6 @@ import (
 // DefaultFieldManager is the field manager of the engine's own writes.
 const DefaultFieldManager = "helm-locker"
 
-// DefaultApplyManager is the Apply field manager assumed for a
-// ServerSideApply object that has none on record: Helm names its manager
-// after its binary, which users call "helm".
-const DefaultApplyManager = "helm"
-
 // ObjectRef names one object on the API server.
 type ObjectRef struct {
 	GVR       schema.GroupVersionResource
@@ -57,14 +52,16 @@ type ObjectSet struct {
 	// as `helm install -n` and `kubectl apply -n` do. Cluster-scoped
 	// objects never get a namespace.
 	DefaultNamespace string
-	// ServerSideApply says the objects' owner writes them with server-side
-	// apply, as Helm 4 does. After each correction the engine hands the
-	// fields it restored to the object's Apply field manager, so that the
-	// owner's next apply owns them again and can change or remove them.
-	// Left with the engine's own manager, a restored list entry would
-	// survive the owner's next apply beside the entry that replaces it.
-	// Deleted objects are recreated by applying as that manager.
-	ServerSideApply bool
+	// ApplyManager, if set, says the objects' owner writes them with
+	// server-side apply, as this field manager (Helm 4 applies as
+	// "helm"). After each correction the engine hands the fields it
+	// restored to the object's Apply field manager, this one unless the
+	// object names another, so that the owner's next apply owns them
+	// again and can change or remove them. Left with the engine's own
+	// manager, a restored list entry would survive the owner's next apply
+	// beside the entry that replaces it. Deleted objects are recreated by
+	// applying as that manager. Empty means the owner writes client-side.
+	ApplyManager string
 	// BeforeWrite, if set, is called before every write (see Write). An
 	// error stops that write and is returned by Sync. It lets a caller
 	// confirm that the lock still holds, for example that Helm has not
@@ -121,6 +118,9 @@ type Options struct {
 	// schemas. Nil uses client-go's compiled schema for built-in kinds
 	// and holds other kinds' lists whole.
 	OpenAPI openapi.ClientWithContext
+	// Workers is how many sets a Locker syncs at once; DefaultWorkers if
+	// zero. An Engine's caller runs its own workers.
+	Workers int
 	// Config, if set, is what the engine's informers watch with (see
 	// informers.Options.Config), so that objects no set holds are never
 	// decoded. Nil watches through the dynamic client.
@@ -214,7 +214,7 @@ type lockedObject struct {
 	// sent again until the object changes.
 	noop *noopPatch
 	// applyManager is the Apply field manager last seen on the live
-	// object, for ObjectSet.ServerSideApply.
+	// object, for ObjectSet.ApplyManager.
 	applyManager string
 	// generation tells this declaration from earlier ones of the same
 	// object, for inLineStub.
@@ -343,8 +343,12 @@ func (e *Engine) Run(ctx context.Context) error {
 	return e.informers.Run(ctx)
 }
 
-// Informers is the registry of running informers, for observability.
-func (e *Engine) Informers() *informers.Registry { return e.informers }
+// WaitForSynced waits until every informer the engine runs has listed its
+// objects once, and reports false if ctx ended first.
+func (e *Engine) WaitForSynced(ctx context.Context) bool { return e.informers.WaitForAllSynced(ctx) }
+
+// Watched lists the resource types the engine watches now.
+func (e *Engine) Watched() []schema.GroupVersionResource { return e.informers.Running() }
 
 // Unwatched lists the resource types of held objects whose informers do not
 // see their changes now (see Result.Unwatched).
@@ -629,7 +633,7 @@ func (e *Engine) store(gvr schema.GroupVersionResource, obj *unstructured.Unstru
 		}
 	}
 	e.mu.Unlock()
-	if owners == 1 && !(spec.ServerSideApply && hasUpdateEntry(obj, e.fieldManager)) {
+	if owners == 1 && !(spec.ApplyManager != "" && hasUpdateEntry(obj, e.fieldManager)) {
 		if declared, err := locked.declaration(); err == nil {
 			if desired, err := locked.desired(e.schemas.rules(gvr.GroupVersion()), obj.Object, declared.Object); err == nil && reflect.DeepEqual(desired, obj.Object) {
 				return &inLineStub{Stub: informers.NewStub(obj), generation: locked.generation}

@@ -280,8 +280,8 @@ func entryNamed(list []any, name string) map[string]any {
 	return nil
 }
 
-// Patch is a request body that moves a live object to its desired state.
-type Patch struct {
+// mergePatch is a request body that moves a live object to its desired state.
+type mergePatch struct {
 	Type types.PatchType
 	Data []byte
 }
@@ -291,7 +291,7 @@ type Patch struct {
 // nothing. A list that differs is sent whole, as desired has it: unlike a
 // strategic merge patch, which matches list entries by one merge key, a
 // whole list cannot land on the wrong entry.
-func computePatch(live, desired map[string]any) (*Patch, error) {
+func computePatch(live, desired map[string]any) (*mergePatch, error) {
 	if reflect.DeepEqual(live, desired) {
 		return nil, nil
 	}
@@ -307,7 +307,7 @@ func computePatch(live, desired map[string]any) (*Patch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("computing JSON merge patch: %w", err)
 	}
-	return &Patch{Type: types.MergePatchType, Data: data}, nil
+	return &mergePatch{Type: types.MergePatchType, Data: data}, nil
 }
 
 // canonicalize puts obj's declaration in the form the API server stores it,
@@ -321,7 +321,7 @@ func computePatch(live, desired map[string]any) (*Patch, error) {
 // likely the server's form rather than drift; a mismatch that is drift is
 // taken in stored form all the same, since the dry run applies the
 // declaration over it.
-func (e *Engine) canonicalize(ctx context.Context, spec ObjectSet, obj *lockedObject, rules mergeRules, declared *unstructured.Unstructured, patch *Patch) (*unstructured.Unstructured, error) {
+func (e *Engine) canonicalize(ctx context.Context, spec ObjectSet, obj *lockedObject, rules mergeRules, declared *unstructured.Unstructured, patch *mergePatch) (*unstructured.Unstructured, error) {
 	out, err := e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data,
 		metav1.PatchOptions{FieldManager: e.fieldManager, DryRun: []string{metav1.DryRunAll}})
 	if err != nil {

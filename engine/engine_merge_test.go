@@ -307,7 +307,7 @@ data:
 	}
 }
 
-func patchData(p *Patch) string {
+func patchData(p *mergePatch) string {
 	if p == nil {
 		return "<nil>"
 	}

@@ -462,8 +462,8 @@ func (e *Engine) create(ctx context.Context, spec ObjectSet, obj *lockedObject, 
 		}
 	}
 	var err error
-	if spec.ServerSideApply {
-		_, err = e.writer(spec, obj.ref).Apply(ctx, obj.ref.Name, declared, metav1.ApplyOptions{FieldManager: obj.applyManagerOrDefault(), Force: true})
+	if spec.ApplyManager != "" {
+		_, err = e.writer(spec, obj.ref).Apply(ctx, obj.ref.Name, declared, metav1.ApplyOptions{FieldManager: obj.applyManagerOr(spec.ApplyManager), Force: true})
 	} else {
 		_, err = e.writer(spec, obj.ref).Create(ctx, declared, metav1.CreateOptions{FieldManager: e.fieldManager})
 	}
@@ -478,20 +478,20 @@ func (e *Engine) create(ctx context.Context, spec ObjectSet, obj *lockedObject, 
 
 // handOver moves ownership of the fields the engine wrote to the set's
 // server-side-apply manager, with a JSON patch of managedFields alone (see
-// ObjectSet.ServerSideApply). The patch carries the resourceVersion, so it
+// ObjectSet.ApplyManager). The patch carries the resourceVersion, so it
 // fails rather than overwrite a concurrent change; the event of that change
 // brings the object back to Sync.
 func (e *Engine) handOver(ctx context.Context, spec ObjectSet, obj *lockedObject, live *unstructured.Unstructured) error {
-	if !spec.ServerSideApply {
+	if spec.ApplyManager == "" {
 		return nil
 	}
-	if m := applyManagerOf(live, e.fieldManager); m != "" {
+	if m := applyManagerOf(live, e.fieldManager, spec.ApplyManager); m != "" {
 		obj.applyManager = m
 	}
 	if !hasUpdateEntry(live, e.fieldManager) {
 		return nil
 	}
-	manager := obj.applyManagerOrDefault()
+	manager := obj.applyManagerOr(spec.ApplyManager)
 	patch, err := csaupgrade.UpgradeManagedFieldsPatch(live, sets.New(e.fieldManager), manager)
 	if err != nil || patch == nil {
 		return err
@@ -521,14 +521,14 @@ func hasUpdateEntry(obj *unstructured.Unstructured, manager string) bool {
 }
 
 // applyManagerOf returns the Apply field manager of obj other than own,
-// preferring DefaultApplyManager when there are several.
-func applyManagerOf(obj *unstructured.Unstructured, own string) string {
+// preferring preferred when there are several.
+func applyManagerOf(obj *unstructured.Unstructured, own, preferred string) string {
 	found := ""
 	for _, f := range obj.GetManagedFields() {
 		if f.Operation != metav1.ManagedFieldsOperationApply || f.Subresource != "" || f.Manager == own {
 			continue
 		}
-		if f.Manager == DefaultApplyManager {
+		if f.Manager == preferred {
 			return f.Manager
 		}
 		if found == "" {
@@ -538,11 +538,13 @@ func applyManagerOf(obj *unstructured.Unstructured, own string) string {
 	return found
 }
 
-func (o *lockedObject) applyManagerOrDefault() string {
+// applyManagerOr returns the Apply field manager last seen on the object,
+// or the set's if none was.
+func (o *lockedObject) applyManagerOr(set string) string {
 	if o.applyManager != "" {
 		return o.applyManager
 	}
-	return DefaultApplyManager
+	return set
 }
 
 // live returns the object from the informer cache, or from the API server

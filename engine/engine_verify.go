@@ -91,7 +91,7 @@ func needsProof(spec ObjectSet, declared *unstructured.Unstructured) bool {
 // be corrected. It returns true once obj is verified; obj.inLine is set too
 // when a server-side dry run of patch showed the drift to be one of form
 // only (see noopPatch).
-func (e *Engine) verify(ctx context.Context, spec ObjectSet, obj *lockedObject, live *unstructured.Unstructured, desired map[string]any, patch *Patch) (bool, error) {
+func (e *Engine) verify(ctx context.Context, spec ObjectSet, obj *lockedObject, live *unstructured.Unstructured, desired map[string]any, patch *mergePatch) (bool, error) {
 	p := obj.proof
 	if p.checked && p.version == live.GetResourceVersion() {
 		return false, nil

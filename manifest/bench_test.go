@@ -15,24 +15,12 @@ func benchManifest() string {
 	return b.String()
 }
 
-func BenchmarkDecodeRelease(b *testing.B) {
-	json := fmt.Sprintf(`{"name":"bench","namespace":"apps","version":1,"info":{"status":"deployed"},"manifest":%q,"chart":{"templates":[{"name":"t","data":%q}]}}`, benchManifest(), strings.Repeat("A", 20000))
-	data := encode(b, json, true)
-	b.SetBytes(int64(len(data)))
+func BenchmarkParseHelm(b *testing.B) {
+	m := benchManifest()
+	b.SetBytes(int64(len(m)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := DecodeRelease(data); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkObjects(b *testing.B) {
-	rel := &Release{Name: "bench", Namespace: "apps", Version: 1, Manifest: benchManifest()}
-	b.SetBytes(int64(len(rel.Manifest)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := Objects(rel); err != nil {
+		if _, err := ParseHelm(m); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,4 +1,5 @@
-// Package manifest turns a Helm release, as Helm stores it, into the
-// unstructured objects its manifest declares. Its errors name the release,
-// the revision and the document at fault.
+// Package manifest turns manifests into the unstructured objects they
+// declare: plain YAML or JSON as kubectl applies it (Parse), or a Helm
+// release's stored manifest as Helm applies it (ParseHelm). Its errors name
+// the document at fault. It imports nothing of Helm's.
 package manifest

@@ -61,17 +61,17 @@ var appliedCases = []string{
 	"---\n# Source: c/templates/s.yaml\napiVersion: v1\nkind: Secret\nmetadata:\n  name: s\nstringData:\n  cert: |\n    -----BEGIN CERTIFICATE-----\n    abc\n    -----END CERTIFICATE-----\n",
 }
 
-// TestObjectsAreWhatHelmApplies holds the parser to Helm's own decoding of
+// TestParseHelmIsWhatHelmApplies holds the parser to Helm's own decoding of
 // the whole manifest: a block scalar that ends a document keeps its final
 // line break, as it does when Helm applies it, so the lock never writes a
 // value Helm did not apply.
-func TestObjectsAreWhatHelmApplies(t *testing.T) {
+func TestParseHelmIsWhatHelmApplies(t *testing.T) {
 	for _, m := range appliedCases {
 		checkApplied(t, m)
 	}
 }
 
-func FuzzObjectsAreWhatHelmApplies(f *testing.F) {
+func FuzzParseHelmIsWhatHelmApplies(f *testing.F) {
 	for _, m := range appliedCases {
 		f.Add(m)
 	}
@@ -91,7 +91,7 @@ func FuzzObjectsAreWhatHelmApplies(f *testing.F) {
 func checkApplied(t *testing.T, manifest string) {
 	t.Helper()
 	want := helmApplies(t, manifest)
-	objs, err := Objects(&Release{Name: "r", Namespace: "ns", Manifest: manifest})
+	objs, err := ParseHelm(manifest)
 	if err != nil {
 		t.Skipf("the locker refuses this manifest: %v", err)
 	}
@@ -100,6 +100,6 @@ func checkApplied(t *testing.T, manifest string) {
 		got = append(got, o.Object)
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("Objects(%q) differ from what Helm applies (-Helm +got):\n%s", manifest, diff)
+		t.Errorf("ParseHelm(%q) differs from what Helm applies (-Helm +got):\n%s", manifest, diff)
 	}
 }

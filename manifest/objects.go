@@ -1,50 +1,75 @@
 package manifest
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
 
-// DocumentError says which document of which release revision could not be
-// turned into an object.
+// DocumentError says which document of a manifest could not be turned into
+// an object, and why.
 type DocumentError struct {
-	Release  string // namespace/name
-	Revision int
 	// Source is the template the document came from (Helm's "# Source:"
-	// comment), or its position in the manifest if it has none.
+	// comment), or its position in the manifest, as "document 3".
 	Source string
 	Err    error
 }
 
-func (e *DocumentError) Error() string {
-	return fmt.Sprintf("release %s revision %d, %s: %v", e.Release, e.Revision, e.Source, e.Err)
-}
+func (e *DocumentError) Error() string { return e.Source + ": " + e.Err.Error() }
 
 func (e *DocumentError) Unwrap() error { return e.Err }
 
-// Objects parses the release's manifest into the objects it declares, in
-// manifest order. Hooks are not part of release.Manifest, and neither are
-// CRDs from a chart's crds/ folder, so neither is returned. Items of a List
-// are returned one by one, as kubectl and Helm apply them.
-//
-// Objects leaves metadata.namespace as the manifest has it: whether an
-// object without one belongs to the release namespace depends on its kind's
-// scope, which only the API server knows.
-func Objects(rel *Release) ([]*unstructured.Unstructured, error) {
+// Parse reads manifests as kubectl apply -f does: YAML or JSON, any number
+// of documents separated by "---" lines, Lists flattened into their items,
+// and documents of only comments skipped. It takes the output of
+// kustomize build, helm template or helmfile unchanged. Objects are
+// returned in manifest order, with metadata.namespace as written: whether
+// an object without one takes a default depends on its kind's scope, which
+// only the API server knows.
+func Parse(r io.Reader) ([]*unstructured.Unstructured, error) {
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(r))
 	var objs []*unstructured.Unstructured
-	for i, doc := range splitDocuments(rel.Manifest) {
+	for i := 0; ; i++ {
+		doc, err := reader.Read()
+		if err == io.EOF {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, &DocumentError{Source: fmt.Sprintf("document %d", i+1), Err: err}
+		}
 		parsed, err := parseDocument(doc)
 		if err != nil {
-			return nil, &DocumentError{
-				Release:  rel.Namespace + "/" + rel.Name,
-				Revision: rel.Version,
-				Source:   source(doc, i),
-				Err:      err,
-			}
+			return nil, &DocumentError{Source: source(string(doc), i), Err: err}
+		}
+		objs = append(objs, parsed...)
+	}
+}
+
+// ParseHelm parses a release's manifest as Helm stores it, into the objects
+// Helm applied, in manifest order. Helm splits a manifest its own way (see
+// splitDocuments), which differs from Parse at the end of a document: a
+// block scalar that ends one keeps exactly one line break. Hooks are not
+// part of a stored manifest, and neither are CRDs from a chart's crds/
+// folder, so neither is returned.
+func ParseHelm(manifest string) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	for i, doc := range splitDocuments(manifest) {
+		// Helm stores each document as its template's trimmed output
+		// and one line break, and applies it as its YAML reader splits
+		// it, line break included. splitDocuments trims it, as Helm's
+		// SplitManifests does; without it back, a block scalar that
+		// ends a document ("|" keeps one final line break) would lose
+		// the line break Helm applied, and the lock would "correct"
+		// every such value.
+		parsed, err := parseDocument([]byte(doc + "\n"))
+		if err != nil {
+			return nil, &DocumentError{Source: source(doc, i), Err: err}
 		}
 		objs = append(objs, parsed...)
 	}
@@ -53,14 +78,8 @@ func Objects(rel *Release) ([]*unstructured.Unstructured, error) {
 
 // parseDocument decodes one YAML document. It returns nothing for a document
 // that holds only comments or whitespace.
-func parseDocument(doc string) ([]*unstructured.Unstructured, error) {
-	// Helm stores each document as its template's trimmed output and one
-	// line break, and applies it as its YAML reader splits it, line break
-	// included. splitDocuments trims it, as Helm's SplitManifests does;
-	// without it back, a block scalar that ends a document ("|" keeps
-	// one final line break) would lose the line break Helm applied, and
-	// the lock would "correct" every such value.
-	data, err := yaml.YAMLToJSON([]byte(doc + "\n"))
+func parseDocument(doc []byte) ([]*unstructured.Unstructured, error) {
+	data, err := yaml.YAMLToJSON(doc)
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,7 @@ import (
 	"github.com/helm-locker/helm-locker/informers"
 	"github.com/helm-locker/helm-locker/internal/metrics"
 	"github.com/helm-locker/helm-locker/lock"
-	"github.com/helm-locker/helm-locker/manifest"
+	"github.com/helm-locker/helm-locker/internal/storage"
 )
 
 var secretsResource = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
@@ -114,7 +114,7 @@ type releaseState struct {
 	lock    lock.Lock
 	// rel is the decoded revision the lock holds, read from the Secret
 	// with secretUID at secretVersion.
-	rel           *manifest.Release
+	rel           *storage.Release
 	secretUID     types.UID
 	secretVersion string
 	// generation is the CR generation whose spec was declared.
@@ -288,7 +288,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		// The first lists decode every object of every watched type,
 		// most of which the cache then drops (see informers.Stub).
 		// Hand that memory back now rather than over the next minutes.
-		if !c.engine.Informers().WaitForAllSynced(ctx) {
+		if !c.engine.WaitForSynced(ctx) {
 			return
 		}
 		debug.FreeOSMemory()
@@ -356,7 +356,7 @@ func (c *Controller) enqueueAll() {
 
 // Informers lists the resource types watched now, for metrics.
 func (c *Controller) Informers() []schema.GroupVersionResource {
-	return c.engine.Informers().Running()
+	return c.engine.Watched()
 }
 
 // declareAll declares the objects of every registered, deployed release
@@ -686,7 +686,7 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 		c.engine.Declare(key, engine.ObjectSet{
 			Objects:          objs,
 			DefaultNamespace: rel.Namespace,
-			ServerSideApply:  rel.ApplyMethod == manifest.ApplyMethodServerSide,
+			ApplyManager:     rel.ApplyManager(),
 			BeforeWrite:      c.confirmLocked(rk, rel.Version, time.Now()),
 			ReportOnly:       hr.Spec.Mode == v1alpha1.ModeWarn,
 			Ignore:           pointersFor(rules),
@@ -807,7 +807,7 @@ func (c *Controller) latestSecret(rk v1alpha1.ReleaseKey) *metav1.PartialObjectM
 }
 
 // readRelease reads and decodes the release Secret and parses its manifest.
-func (c *Controller) readRelease(ctx context.Context, latest *metav1.PartialObjectMetadata) (*manifest.Release, []*unstructured.Unstructured, error) {
+func (c *Controller) readRelease(ctx context.Context, latest *metav1.PartialObjectMetadata) (*storage.Release, []*unstructured.Unstructured, error) {
 	secret, err := c.cfg.Kube.CoreV1().Secrets(latest.Namespace).Get(ctx, latest.Name, metav1.GetOptions{})
 	if err != nil {
 		return nil, nil, err
@@ -815,11 +815,11 @@ func (c *Controller) readRelease(ctx context.Context, latest *metav1.PartialObje
 	if secret.Type != releaseSecretType {
 		return nil, nil, fmt.Errorf("Secret %s/%s has type %q, not Helm's %q", secret.Namespace, secret.Name, secret.Type, releaseSecretType)
 	}
-	rel, err := manifest.DecodeRelease(secret.Data["release"])
+	rel, err := storage.Decode(secret.Data["release"])
 	if err != nil {
 		return nil, nil, fmt.Errorf("Secret %s/%s: %w", secret.Namespace, secret.Name, err)
 	}
-	objs, err := manifest.Objects(rel)
+	objs, err := rel.Objects()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -841,7 +841,7 @@ const (
 // applies it: tools that find a release's objects by it, and Helm's own
 // check that an object it applies afresh belongs to the release, lose
 // track of an object that lost it.
-func holdHelmOwnership(obj *unstructured.Unstructured, rel *manifest.Release) {
+func holdHelmOwnership(obj *unstructured.Unstructured, rel *storage.Release) {
 	labels := obj.GetLabels()
 	if labels == nil {
 		labels = map[string]string{}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
-	"github.com/helm-locker/helm-locker/manifest"
+	"github.com/helm-locker/helm-locker/internal/storage"
 )
 
 // trust is what the controller trusts of a release: the last verified
@@ -85,7 +85,7 @@ func objectDigests(objs []*unstructured.Unstructured) map[string]string {
 //   - any other revision is held only as far as the engine sees Helm's
 //     writes of it, at or after its Secret was created; objects carried
 //     over unchanged from the verified revision are trusted.
-func (c *Controller) verification(ctx context.Context, st *releaseState, latest *metav1.PartialObjectMetadata, rel *manifest.Release, objs []*unstructured.Unstructured) *engine.Verification {
+func (c *Controller) verification(ctx context.Context, st *releaseState, latest *metav1.PartialObjectMetadata, rel *storage.Release, objs []*unstructured.Unstructured) *engine.Verification {
 	rk := st.release
 	record := v1alpha1.VerifiedRevision{Release: rk, Revision: rel.Version, ManifestDigest: manifestDigest(rel.Manifest)}
 	digests := objectDigests(objs)

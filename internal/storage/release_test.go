@@ -1,4 +1,4 @@
-package manifest
+package storage
 
 import (
 	"bytes"
@@ -7,8 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-	"helm.sh/helm/v3/pkg/release"
+		"helm.sh/helm/v3/pkg/release"
 )
 
 // encode stores a release the way Helm's Secret driver does, as the API
@@ -28,9 +27,9 @@ func encode(t testing.TB, json string, compress bool) []byte {
 
 const releaseJSON = `{"name":"web","namespace":"apps","version":3,"info":{"status":"deployed","description":"Upgrade complete","notes":"hi"},"manifest":"---\n# Source: web/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  port: \"80\"\n","apply_method":"ssa","chart":{"templates":[{"name":"big","data":"AAAA"}]}}`
 
-func TestDecodeRelease(t *testing.T) {
+func TestDecode(t *testing.T) {
 	for _, compress := range []bool{true, false} {
-		rel, err := DecodeRelease(encode(t, releaseJSON, compress))
+		rel, err := Decode(encode(t, releaseJSON, compress))
 		if err != nil {
 			t.Fatalf("compress=%v: %v", compress, err)
 		}
@@ -53,55 +52,11 @@ func TestDecodeReleaseErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := DecodeRelease([]byte(tt.data))
+			_, err := Decode([]byte(tt.data))
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("DecodeRelease error = %v, want one containing %q", err, tt.want)
 			}
 		})
-	}
-}
-
-func TestObjects(t *testing.T) {
-	manifest := `---
-# Source: web/templates/sa.yaml
-apiVersion: v1
-kind: ServiceAccount
-metadata:
-  name: web
----
-# Source: web/templates/empty.yaml
-# only a comment
----
-# Source: web/templates/role.yaml
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: web
----
-# Source: web/templates/list.yaml
-apiVersion: v1
-kind: List
-items:
-- apiVersion: v1
-  kind: ConfigMap
-  metadata: {name: a, namespace: other}
-- apiVersion: v1
-  kind: ConfigMap
-  metadata: {name: b}
-  data: {replicas: "3"}
-`
-	objs, err := Objects(&Release{Name: "web", Namespace: "apps", Version: 1, Manifest: manifest})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, o := range objs {
-		got = append(got, o.GetKind()+"/"+o.GetNamespace()+"/"+o.GetName())
-	}
-	// Namespaces stay as declared: only the API server knows scopes.
-	want := []string{"ServiceAccount//web", "ClusterRole//web", "ConfigMap/other/a", "ConfigMap//b"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("objects (-want +got):\n%s", diff)
 	}
 }
 
@@ -115,7 +70,7 @@ func TestObjectsErrorsNameTheDocument(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Objects(&Release{Name: "web", Namespace: "apps", Version: 7, Manifest: tt.manifest})
+			_, err := (&Release{Name: "web", Namespace: "apps", Version: 7, Manifest: tt.manifest}).Objects()
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Objects error = %v, want one containing %q", err, tt.want)
 			}

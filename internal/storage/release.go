@@ -1,4 +1,4 @@
-package manifest
+package storage
 
 import (
 	"bytes"
@@ -9,6 +9,9 @@ import (
 	"io"
 
 	"helm.sh/helm/v3/pkg/release"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/helm-locker/helm-locker/manifest"
 )
 
 // ApplyMethodServerSide is the apply_method Helm 4 records for releases it
@@ -29,13 +32,26 @@ type Release struct {
 	ApplyMethod string `json:"apply_method,omitempty"`
 }
 
+// ApplyManager is the field manager Helm 4 applies as: it names its
+// manager after its binary, which users call "helm".
+const ApplyManager = "helm"
+
+// ApplyManager returns the field manager that applied the release with
+// server-side apply, or "" if Helm wrote it client-side.
+func (r *Release) ApplyManager() string {
+	if r.ApplyMethod == ApplyMethodServerSide {
+		return ApplyManager
+	}
+	return ""
+}
+
 var gzipMagic = []byte{0x1f, 0x8b, 0x08}
 
-// DecodeRelease decodes the value of a release Secret's "release" key as the
+// Decode decodes the value of a release Secret's "release" key as the
 // Kubernetes API returns it (Secret.Data, one layer of base64 already
 // removed): base64, then gzip, then JSON, as Helm's Secret driver writes
 // it. Releases stored before Helm compressed them are accepted too.
-func DecodeRelease(data []byte) (*Release, error) {
+func Decode(data []byte) (*Release, error) {
 	raw := make([]byte, base64.StdEncoding.DecodedLen(len(data)))
 	n, err := base64.StdEncoding.Decode(raw, data)
 	if err != nil {
@@ -56,4 +72,15 @@ func DecodeRelease(data []byte) (*Release, error) {
 		return nil, fmt.Errorf("decoding release: %w", err)
 	}
 	return &rel, nil
+}
+
+// Objects parses the release's manifest into the objects it declares, in
+// manifest order, as Helm applies them (see manifest.ParseHelm). Its errors
+// name the release, the revision and the document at fault.
+func (r *Release) Objects() ([]*unstructured.Unstructured, error) {
+	objs, err := manifest.ParseHelm(r.Manifest)
+	if err != nil {
+		return nil, fmt.Errorf("release %s/%s revision %d, %w", r.Namespace, r.Name, r.Version, err)
+	}
+	return objs, nil
 }

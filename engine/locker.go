@@ -1,0 +1,243 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/openapi"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// DefaultWorkers is how many sets a Locker syncs at once unless
+// Options.Workers says otherwise.
+const DefaultWorkers = 4
+
+// Locker holds named sets of objects as declared, continuously: an edit is
+// reverted and a deleted object recreated as soon as a watch shows it. It
+// is the Engine with everything it needs around it (informers, a
+// rate-limited workqueue, a RESTMapper, the API server's merge rules), for
+// an operator that locks its own objects.
+//
+// Lock, Update and Unlock may be called from any goroutine, before or
+// after Run; sets are synced only while Run runs.
+type Locker struct {
+	engine  *Engine
+	client  dynamic.Interface
+	queue   workqueue.TypedRateLimitingInterface[string]
+	workers int
+
+	mu   sync.Mutex
+	sets map[string]*Set
+}
+
+// NewLocker returns a Locker that talks to the API server cfg names. It does
+// no I/O; Run starts the work.
+func NewLocker(cfg *rest.Config, opts Options) (*Locker, error) {
+	client, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("discovery client: %w", err)
+	}
+	if opts.OpenAPI == nil {
+		opts.OpenAPI = openapi.ToClientWithContext(disc.OpenAPIV3())
+	}
+	if opts.Config == nil {
+		opts.Config = cfg
+	}
+	l := &Locker{
+		client:  client,
+		workers: opts.Workers,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "locker"}),
+		sets: map[string]*Set{},
+	}
+	if l.workers <= 0 {
+		l.workers = DefaultWorkers
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
+	l.engine = New(client, mapper, l.queue.Add, opts)
+	return l, nil
+}
+
+// Run syncs the locked sets until ctx is done, then stops the informers and
+// workers and waits for them.
+func (l *Locker) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = l.engine.Run(ctx) })
+	wg.Go(func() {
+		<-ctx.Done()
+		l.queue.ShutDown()
+	})
+	for range l.workers {
+		wg.Go(func() {
+			for l.processNext(ctx) {
+			}
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// Lock starts holding objs under name, each as declared: objects that do
+// not exist are created, and from then on every change is reverted. It
+// fails at once, holding nothing, if an object cannot be held: one
+// without a name, a kind the API server does not serve (unless the set
+// declares its CRD), or one the API server's validation refuses in a
+// server-side dry run. The error joins an *ObjectError or *TypeError per
+// object. Lock does not wait for the objects to be in line; WaitLocked does.
+func (l *Locker) Lock(ctx context.Context, name string, objs []*unstructured.Unstructured, opts ...SetOption) (*Set, error) {
+	if name == "" {
+		return nil, errors.New("a locked set needs a name")
+	}
+	s := &Set{locker: l, name: name, changed: make(chan struct{})}
+	for _, o := range opts {
+		o(&s.opts)
+	}
+	if err := l.check(ctx, objs, s.opts); err != nil {
+		return nil, fmt.Errorf("set %s: %w", name, err)
+	}
+	l.mu.Lock()
+	if _, dup := l.sets[name]; dup {
+		l.mu.Unlock()
+		return nil, fmt.Errorf("set %s is already locked; use its Update to change it", name)
+	}
+	l.sets[name] = s
+	l.mu.Unlock()
+	s.declare(objs)
+	return s, nil
+}
+
+// set returns the set locked under name, or nil.
+func (l *Locker) set(name string) *Set {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sets[name]
+}
+
+func (l *Locker) processNext(ctx context.Context) bool {
+	key, shutdown := l.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer l.queue.Done(key)
+	s := l.set(key)
+	if s == nil {
+		l.queue.Forget(key)
+		return true
+	}
+	generation := s.generation()
+	res, err := l.sync(ctx, key)
+	s.observe(generation, res, err)
+	if err != nil {
+		l.queue.AddRateLimited(key)
+		return true
+	}
+	l.queue.Forget(key)
+	if res.RequeueAfter > 0 {
+		l.queue.AddAfter(key, res.RequeueAfter)
+	}
+	return true
+}
+
+// sync is Engine.Sync, with a panic turned into an error: one bad set must
+// not stop the others.
+func (l *Locker) sync(ctx context.Context, key string) (res Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic syncing set %s: %v", key, r)
+		}
+	}()
+	return l.engine.Sync(ctx, key)
+}
+
+// check refuses objects a set cannot hold (see Lock): each is resolved and
+// dry-run as a server-side apply, with strict field validation, as kubectl
+// apply validates. A kind whose CRD the set declares, and an object whose
+// namespace the set declares, are left for the sync that follows their
+// creation.
+func (l *Locker) check(ctx context.Context, objs []*unstructured.Unstructured, o setOptions) error {
+	var errs []error
+	for i, r := range o.ignore {
+		for _, p := range r.Paths {
+			if _, err := ParsePointer(p); err != nil {
+				errs = append(errs, fmt.Errorf("ignore rule %d: %w", i, err))
+			}
+		}
+	}
+	crds, namespaces := declaredTypes(objs)
+	seen := map[ObjectRef]bool{}
+	for _, obj := range objs {
+		gvk := obj.GroupVersionKind()
+		if obj.GetName() == "" {
+			errs = append(errs, fmt.Errorf("%s %s*: named by metadata.generateName alone, so each apply creates a new object; a lock holds objects by name", gvk.Kind, obj.GetGenerateName()))
+			continue
+		}
+		mapping, err := l.engine.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			if !crds[gvk.GroupKind()] {
+				errs = append(errs, &TypeError{Kind: gvk, Name: obj.GetName(), Err: err})
+			}
+			continue
+		}
+		declared := normalize(obj)
+		ns := ""
+		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			if ns = declared.GetNamespace(); ns == "" {
+				ns = o.namespace
+			}
+		}
+		ref := ObjectRef{GVR: mapping.Resource, Namespace: ns, Name: obj.GetName()}
+		switch {
+		case mapping.Scope.Name() == meta.RESTScopeNameNamespace && ns == "":
+			errs = append(errs, &ObjectError{Ref: ref, Err: fmt.Errorf("%s is namespaced but declares no namespace, and the set has no DefaultNamespace", gvk.Kind)})
+			continue
+		case seen[ref]:
+			errs = append(errs, &ObjectError{Ref: ref, Err: errors.New("declared twice")})
+			continue
+		}
+		seen[ref] = true
+		declared.SetNamespace(ns)
+		data, err := declared.MarshalJSON()
+		if err == nil {
+			force := true
+			_, err = resourceOf(l.client, ref).Patch(ctx, ref.Name, types.ApplyPatchType, data, metav1.PatchOptions{
+				FieldManager: l.engine.fieldManager, Force: &force, DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"})
+		}
+		if err != nil && !(permanentReason(err) == ReasonNamespaceNotFound && namespaces[ns]) {
+			errs = append(errs, &ObjectError{Ref: ref, Err: fmt.Errorf("a dry run of applying it failed: %w", err)})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// declaredTypes returns the kinds whose CRDs objs declare, and the
+// namespaces objs declare.
+func declaredTypes(objs []*unstructured.Unstructured) (map[schema.GroupKind]bool, map[string]bool) {
+	crds, namespaces := map[schema.GroupKind]bool{}, map[string]bool{}
+	for _, obj := range objs {
+		switch obj.GroupVersionKind().GroupKind() {
+		case schema.GroupKind{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}:
+			group, _, _ := unstructured.NestedString(obj.Object, "spec", "group")
+			kind, _, _ := unstructured.NestedString(obj.Object, "spec", "names", "kind")
+			crds[schema.GroupKind{Group: group, Kind: kind}] = true
+		case schema.GroupKind{Kind: "Namespace"}:
+			namespaces[obj.GetName()] = true
+		}
+	}
+	return crds, namespaces
+}
