@@ -34,8 +34,8 @@ import (
 	"github.com/helm-locker/helm-locker/engine"
 	"github.com/helm-locker/helm-locker/informers"
 	"github.com/helm-locker/helm-locker/internal/metrics"
-	"github.com/helm-locker/helm-locker/lock"
 	"github.com/helm-locker/helm-locker/internal/storage"
+	"github.com/helm-locker/helm-locker/lock"
 )
 
 var secretsResource = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}

@@ -16,8 +16,8 @@ import (
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
-	"github.com/helm-locker/helm-locker/lock"
 	"github.com/helm-locker/helm-locker/internal/storage"
+	"github.com/helm-locker/helm-locker/lock"
 )
 
 func TestFightMessageSuggestsIgnoreRule(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-		"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/release"
 )
 
 // encode stores a release the way Helm's Secret driver does, as the API
