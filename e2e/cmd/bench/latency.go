@@ -59,25 +59,24 @@ func measureLatency(ctx context.Context, dyn dynamic.Interface, cw *configMapWat
 		return timedEdit(ctx, dyn, cw, lockedCM(i), fmt.Sprintf("%s-%d", tag, i))
 	}
 
-	var err error
-	if res.Floor, err = sequential(full.edits, func(i int) (time.Duration, bool, error) { return floorSample(i, "floor") }); err != nil {
-		return err
+	// The floor's samples and the reverts run in turns, so that both
+	// meet the same load: the churn, the locker's bookkeeping of earlier
+	// reverts, and whatever else the machine does meanwhile.
+	floor := func(tag string) sampler {
+		return func(i int) (time.Duration, bool, error) { return floorSample(i, tag) }
 	}
-	if res.Single, err = sequential(full.edits, func(i int) (time.Duration, bool, error) { return revertSample(i, "single") }); err != nil {
+	revert := func(tag string, offset int) sampler {
+		return func(i int) (time.Duration, bool, error) { return revertSample(i+offset, tag) }
+	}
+	var err error
+	if res.Floor, res.Single, err = interleaved(full.edits, 1, floor("floor"), revert("single", 0), nil); err != nil {
 		return err
 	}
 	// The locker records each revert a moment later (an event and the
 	// status counts, see bookkeepingDelay in internal/controller); each
-	// phase starts once that has drained, so that it does not slow the
-	// next phase's floor.
-	if err := quiet(); err != nil {
-		return err
-	}
+	// concurrent round starts once that has drained.
 	rounds := max(1, full.edits/full.concurrency)
-	if res.ConcurrentFloor, err = concurrent(rounds, full.concurrency, func(i int) (time.Duration, bool, error) { return floorSample(i, "cfloor") }); err != nil {
-		return err
-	}
-	if res.Concurrent, err = concurrent(rounds, full.concurrency, func(i int) (time.Duration, bool, error) { return revertSample(i+full.edits, "concurrent") }); err != nil {
+	if res.ConcurrentFloor, res.Concurrent, err = interleaved(rounds, full.concurrency, floor("cfloor"), revert("concurrent", full.edits), quiet); err != nil {
 		return err
 	}
 	if err := quiet(); err != nil {
@@ -174,53 +173,63 @@ func waitFor(event <-chan time.Time, since time.Time) (time.Duration, bool, erro
 	}
 }
 
-func sequential(n int, sample func(i int) (time.Duration, bool, error)) (distribution, error) {
-	var samples []time.Duration
-	timeouts := 0
-	for i := range n {
-		d, ok, err := sample(i)
-		if err != nil {
-			return distribution{}, err
+// sampler takes sample i: its duration, or false if it timed out.
+type sampler func(i int) (time.Duration, bool, error)
+
+// interleaved takes rounds of width samples released at the same instant
+// (width 1: one sample), of floor and of measured in turns: floor's round
+// k, then measured's round k. settle, if set, runs before every round.
+func interleaved(rounds, width int, floor, measured sampler, settle func() error) (distribution, distribution, error) {
+	var f, m samples
+	for round := range rounds {
+		for _, turn := range []struct {
+			s   *samples
+			run sampler
+		}{{&f, floor}, {&m, measured}} {
+			if settle != nil {
+				if err := settle(); err != nil {
+					return distribution{}, distribution{}, err
+				}
+			}
+			if err := turn.s.round(round*width, width, turn.run); err != nil {
+				return distribution{}, distribution{}, err
+			}
 		}
-		if !ok {
-			timeouts++
-			continue
-		}
-		samples = append(samples, d)
 	}
-	return summarize(samples, timeouts), nil
+	return f.summarize(), m.summarize(), nil
 }
 
-// concurrent runs rounds of width samples released at the same instant.
-func concurrent(rounds, width int, sample func(i int) (time.Duration, bool, error)) (distribution, error) {
-	var mu sync.Mutex
-	var samples []time.Duration
-	var firstErr error
-	timeouts := 0
-	for round := range rounds {
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for k := range width {
-			wg.Go(func() {
-				<-start
-				d, ok, err := sample(round*width + k)
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err != nil:
-					firstErr = err
-				case !ok:
-					timeouts++
-				default:
-					samples = append(samples, d)
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
-		if firstErr != nil {
-			return distribution{}, firstErr
-		}
-	}
-	return summarize(samples, timeouts), nil
+// samples collects the samples of one measurement.
+type samples struct {
+	mu        sync.Mutex
+	durations []time.Duration
+	timeouts  int
 }
+
+// round takes samples first to first+width-1, all released at once.
+func (s *samples) round(first, width int, sample sampler) error {
+	var firstErr error
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for k := range width {
+		wg.Go(func() {
+			<-start
+			d, ok, err := sample(first + k)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			switch {
+			case err != nil:
+				firstErr = err
+			case !ok:
+				s.timeouts++
+			default:
+				s.durations = append(s.durations, d)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return firstErr
+}
+
+func (s *samples) summarize() distribution { return summarize(s.durations, s.timeouts) }
