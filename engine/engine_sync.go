@@ -470,7 +470,7 @@ func (e *Engine) create(ctx context.Context, spec ObjectSet, obj *lockedObject, 
 	if err != nil {
 		// AlreadyExists means the cache was behind; the event that
 		// brings it up to date marks the object dirty again.
-		return fmt.Errorf("recreating: %w", err)
+		return fmt.Errorf("creating: %w", err)
 	}
 	obj.fresh = true
 	return nil

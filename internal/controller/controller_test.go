@@ -225,7 +225,7 @@ func TestEvents(t *testing.T) {
 	}
 	want := []string{
 		"Warning DriftDetected ConfigMap apps/cm was deleted",
-		"Warning DriftCorrectionFailed ConfigMap apps/cm was deleted: correcting it failed: recreating:",
+		"Warning DriftCorrectionFailed ConfigMap apps/cm was deleted: correcting it failed: creating:",
 		"Normal Locked all 1 objects of revision 1 are held as the manifest declares",
 		"Normal DriftCorrected ConfigMap apps/cm was deleted: reverted in",
 	}
