@@ -37,16 +37,66 @@ const maxDriftPaths = 16
 // of another at its position. A keyed entry only one side has is named
 // whole; other lists of different lengths are named themselves.
 func (r mergeRules) driftPaths(live, desired map[string]any) []string {
-	d := pathDiff{max: maxDriftPaths}
-	// The schema of the kind, read from an object that has nothing but
-	// its kind: converting the whole object would cost more than the
-	// comparison.
-	var root smdschema.TypeRef
-	if tv, err := r.typed(map[string]any{"apiVersion": desired["apiVersion"], "kind": desired["kind"]}); err == nil {
-		d.schema, root = tv.Schema(), tv.TypeRef()
-	}
-	d.walk(nil, root, live, desired)
+	k := r.kindOf(desired)
+	d := pathDiff{max: maxDriftPaths, schema: k.schema}
+	d.walk(nil, k.root, live, desired)
 	return d.out
+}
+
+// kindSchema is the schema of one kind under some rules, for walking its
+// objects' fields; its schema is nil when the rules know none.
+type kindSchema struct {
+	schema *smdschema.Schema
+	root   smdschema.TypeRef
+}
+
+// kindOf returns the schema of obj's kind, read from an object that has
+// nothing but its kind: converting the whole object would cost more than
+// the walks it serves.
+func (r mergeRules) kindOf(obj map[string]any) kindSchema {
+	tv, err := r.typed(map[string]any{"apiVersion": obj["apiVersion"], "kind": obj["kind"]})
+	if err != nil {
+		return kindSchema{}
+	}
+	return kindSchema{schema: tv.Schema(), root: tv.TypeRef()}
+}
+
+// atomic reports whether a value of type tr is held whole: an atomic list
+// or map. Without a schema, lists are and maps are not, as deducedTypes
+// has them.
+func (k kindSchema) atomic(tr smdschema.TypeRef, v any) bool {
+	if k.schema != nil {
+		if atom, ok := k.schema.Resolve(tr); ok {
+			switch {
+			case atom.List != nil:
+				return atom.List.ElementRelationship == smdschema.Atomic
+			case atom.Map != nil:
+				return atom.Map.ElementRelationship == smdschema.Atomic
+			}
+		}
+	}
+	_, isList := v.([]any)
+	return isList
+}
+
+// field is the type of field name of a value of type tr.
+func (k kindSchema) field(tr smdschema.TypeRef, name string) smdschema.TypeRef {
+	if k.schema != nil {
+		if atom, ok := k.schema.Resolve(tr); ok && atom.Map != nil {
+			return fieldType(atom.Map, name)
+		}
+	}
+	return smdschema.TypeRef{}
+}
+
+// element is the type of the elements of a list of type tr.
+func (k kindSchema) element(tr smdschema.TypeRef) smdschema.TypeRef {
+	if k.schema != nil {
+		if atom, ok := k.schema.Resolve(tr); ok && atom.List != nil {
+			return atom.List.ElementType
+		}
+	}
+	return smdschema.TypeRef{}
 }
 
 // diffPaths appends to out the pointers under at where a and b differ, up
@@ -227,7 +277,7 @@ func number(v any) (float64, bool) {
 // attribute names the field managers of live that own the drifted paths,
 // other than own (the engine itself). A path no one owns, such as a field
 // someone removed, is put down to the most recent writer other than own.
-func attribute(live *unstructured.Unstructured, paths []string, own string) []Manager {
+func attribute(live *unstructured.Unstructured, k kindSchema, paths []string, own string) []Manager {
 	entries := live.GetManagedFields()
 	var out []Manager
 	addEntry := func(e metav1.ManagedFieldsEntry) {
@@ -261,7 +311,7 @@ func attribute(live *unstructured.Unstructured, paths []string, own string) []Ma
 		}
 		found := false
 		for i, s := range sets {
-			if s != nil && owns(s, live.Object, p) {
+			if s != nil && owns(s, k, live.Object, p) {
 				addEntry(entries[i])
 				found = true
 			}
@@ -291,19 +341,22 @@ func attribute(live *unstructured.Unstructured, paths []string, own string) []Ma
 // field at p in doc or anything under it, or an atomic value around it. A
 // list element, which p names by its index or its keys (see index), is
 // matched the way managedFields names it: by key fields, by value or by
-// index.
-func owns(set *fieldpath.Set, doc any, p Pointer) bool {
+// index. A granular map or list that set holds as a value but not its
+// fields ("." in FieldsV1, or all that is left of an entry once another
+// manager changed the fields in it) is the container alone: it does not
+// own what is in it.
+func owns(set *fieldpath.Set, k kindSchema, doc any, p Pointer) bool {
 	if len(p) == 0 {
 		return false
 	}
-	cur, v := set, doc
-	for _, seg := range p {
+	cur, v, tr := set, doc, k.root
+	for n, seg := range p {
 		var pe fieldpath.PathElement
 		switch c := v.(type) {
 		case map[string]any:
 			name := seg
 			pe = fieldpath.PathElement{FieldName: &name}
-			v = c[seg]
+			v, tr = c[seg], k.field(tr, seg)
 		case []any:
 			i := index(c, seg)
 			if i < 0 {
@@ -313,19 +366,16 @@ func owns(set *fieldpath.Set, doc any, p Pointer) bool {
 			if pe, ok = elementOf(cur, c[i], i); !ok {
 				return false
 			}
-			v = c[i]
+			v, tr = c[i], k.element(tr)
 		default:
 			return false
 		}
 		next, hasChildren := cur.Children.Get(pe)
 		if cur.Members.Has(pe) && !hasChildren {
-			// A leaf: the whole value is owned, as an atomic list
-			// or map is.
-			return true
+			// A leaf: the drifted field itself, or a value held
+			// whole around it.
+			return n == len(p)-1 || k.atomic(tr, v)
 		}
-		// A member with children too is a map or list the entry
-		// created ("." in FieldsV1): that owns the container, not
-		// what another manager put in it since.
 		if !hasChildren {
 			return false
 		}

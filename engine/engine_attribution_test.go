@@ -173,7 +173,58 @@ spec:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, attribute(live, tt.paths, "helm-locker")); diff != "" {
+			k := rulesFor(live.GroupVersionKind()).kindOf(live.Object)
+			if diff := cmp.Diff(tt.want, attribute(live, k, tt.paths, "helm-locker")); diff != "" {
+				t.Errorf("attribute (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestAttributeContainers: an entry that holds a map or list as a value,
+// and none of its fields, owns what is in it only if the schema holds it
+// whole. kubectl apply creates a ConfigMap owning data's fields; once
+// kubectl edit changes one, the apply's entry keeps only {"f:data":{}},
+// and the edit alone changed /data/key. A Deployment's selector is atomic:
+// the one entry that holds it owns all of it.
+func TestAttributeContainers(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	entry := func(manager, fields string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Time: &at, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+	}
+	tests := []struct {
+		name    string
+		live    string
+		entries []metav1.ManagedFieldsEntry
+		path    string
+		want    []string
+	}{
+		{name: "granular map: the container's owner did not change its fields",
+			live:    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {key: edited}\n",
+			entries: []metav1.ManagedFieldsEntry{entry("kubectl-client-side-apply", `{"f:data":{}}`), entry("kubectl-edit", `{"f:data":{"f:key":{}}}`)},
+			path:    "/data/key", want: []string{"kubectl-edit"}},
+		{name: "granular map: the container itself",
+			live:    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {key: edited}\n",
+			entries: []metav1.ManagedFieldsEntry{entry("kubectl-client-side-apply", `{"f:data":{}}`), entry("kubectl-edit", `{"f:data":{"f:key":{}}}`)},
+			path:    "/data", want: []string{"kubectl-client-side-apply", "kubectl-edit"}},
+		{name: "atomic map: owned whole",
+			live:    "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a}\nspec: {selector: {matchLabels: {app: x}}}\n",
+			entries: []metav1.ManagedFieldsEntry{entry("helm", `{"f:spec":{"f:selector":{}}}`)},
+			path:    "/spec/selector/matchLabels/app", want: []string{"helm"}},
+		{name: "atomic list: owned whole",
+			live:    "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, args: [a, b]}]}\n",
+			entries: []metav1.ManagedFieldsEntry{entry("kubectl-edit", `{"f:spec":{"f:containers":{"k:{\"name\":\"c\"}":{".":{},"f:args":{}}}}}`)},
+			path:    `/spec/containers/{"name":"c"}/args/1`, want: []string{"kubectl-edit"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			live := &unstructured.Unstructured{Object: obj(t, tt.live)}
+			live.SetManagedFields(tt.entries)
+			var got []string
+			for _, m := range attribute(live, rulesFor(live.GroupVersionKind()).kindOf(live.Object), []string{tt.path}, "helm-locker") {
+				got = append(got, m.Name)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("attribute (-want +got):\n%s", diff)
 			}
 		})

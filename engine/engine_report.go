@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/pmezard/go-difflib/difflib"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -101,7 +102,7 @@ func (e *Engine) diffObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 	if err != nil {
 		return nil, err
 	}
-	return &ObjectDiff{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, paths, e.fieldManager), Text: text}, nil
+	return &ObjectDiff{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, rules.kindOf(desired), paths, e.fieldManager), Text: text}, nil
 }
 
 // unifiedDiff renders from and to as YAML, without managedFields, and
@@ -115,7 +116,7 @@ func unifiedDiff(name string, from, to map[string]any) (string, error) {
 		if err != nil {
 			return nil, err
 		}
-		return difflib.SplitLines(string(data)), nil
+		return difflib.SplitLines(strings.TrimSuffix(string(data), "\n")), nil
 	}
 	a, err := render(from)
 	if err != nil {

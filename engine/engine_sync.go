@@ -346,7 +346,7 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 		}
 	}
 	paths := rules.driftPaths(live.Object, desired)
-	drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, paths, e.fieldManager)}
+	drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, rules.kindOf(desired), paths, e.fieldManager)}
 	return drift, e.correct(ctx, spec, obj, drift, live.GetResourceVersion(), func() error {
 		if spec.BeforeWrite != nil {
 			if err := spec.BeforeWrite(ctx, Write{Ref: obj.ref, Live: live, Restores: restores(live.Object, desired, paths)}); err != nil {

@@ -99,8 +99,9 @@ func (e *Engine) verify(ctx context.Context, spec ObjectSet, obj *lockedObject, 
 	v := spec.Verify
 	var paths []string
 	diffPaths(nil, live.Object, desired, &paths, -1)
-	owned := ownedPaths(live, paths, v.Owners)
-	if !p.checked && len(owned) == 0 && wroteSince(live, v.Owners, v.Since) && driftSince(live, desired, paths, v.Since) {
+	k := e.rulesOf(obj).kindOf(desired)
+	owned := ownedPaths(live, k, paths, v.Owners)
+	if !p.checked && len(owned) == 0 && wroteSince(live, v.Owners, v.Since) && driftSince(live, k, desired, paths, v.Since) {
 		obj.proof = nil
 		return true, nil
 	}
@@ -155,7 +156,7 @@ func wroteSince(obj *unstructured.Unstructured, managers []string, since time.Ti
 // not a field the owner never applied. A field live lacks proves nothing,
 // unless the declared value is empty, as the API server drops empty maps
 // and lists.
-func driftSince(live *unstructured.Unstructured, desired map[string]any, paths []string, since time.Time) bool {
+func driftSince(live *unstructured.Unstructured, k kindSchema, desired map[string]any, paths []string, since time.Time) bool {
 	since = since.Truncate(time.Second)
 	var sets []*fieldpath.Set
 	for _, f := range live.GetManagedFields() {
@@ -180,7 +181,7 @@ func driftSince(live *unstructured.Unstructured, desired map[string]any, paths [
 		}
 		found := false
 		for _, s := range sets {
-			found = found || owns(s, live.Object, p)
+			found = found || owns(s, k, live.Object, p)
 		}
 		if !found {
 			return false
@@ -205,7 +206,7 @@ func isEmpty(v any) bool {
 
 // ownedPaths returns those of paths whose live value, or anything under
 // it, one of managers owns.
-func ownedPaths(live *unstructured.Unstructured, paths []string, managers []string) []string {
+func ownedPaths(live *unstructured.Unstructured, k kindSchema, paths []string, managers []string) []string {
 	var sets []*fieldpath.Set
 	for _, f := range live.GetManagedFields() {
 		if f.Subresource != "" || f.FieldsV1 == nil || !slices.Contains(managers, f.Manager) {
@@ -227,7 +228,7 @@ func ownedPaths(live *unstructured.Unstructured, paths []string, managers []stri
 			continue
 		}
 		for _, s := range sets {
-			if owns(s, live.Object, p) {
+			if owns(s, k, live.Object, p) {
 				out = append(out, text)
 				break
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,6 +41,8 @@ type Locker struct {
 
 	mu   sync.Mutex
 	sets map[string]*Set
+	// diffs numbers the sets Diff declares for a moment.
+	diffs atomic.Uint64
 }
 
 // NewLocker returns a Locker that talks to the API server cfg names. It does
@@ -122,6 +125,26 @@ func (l *Locker) Lock(ctx context.Context, name string, objs []*unstructured.Uns
 	return s, nil
 }
 
+// Diff compares objs with the API server's copies as a set locked with opts
+// would hold them (see Engine.Diff), without locking them: it writes
+// nothing, and needs no Run. An object that does not exist is returned
+// Missing; one that cannot be resolved is returned as an error, joined.
+func (l *Locker) Diff(ctx context.Context, objs []*unstructured.Unstructured, opts ...SetOption) ([]ObjectDiff, error) {
+	var o setOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := checkIgnore(o.ignore); err != nil {
+		return nil, err
+	}
+	// No name of Lock's starts with a NUL.
+	key := fmt.Sprintf("\x00diff-%d", l.diffs.Add(1))
+	l.engine.Declare(key, o.objectSet(objs, true))
+	defer l.engine.Forget(key)
+	l.engine.Prepare(ctx)
+	return l.engine.Diff(ctx, key)
+}
+
 // set returns the set locked under name, or nil.
 func (l *Locker) set(name string) *Set {
 	l.mu.Lock()
@@ -172,12 +195,8 @@ func (l *Locker) sync(ctx context.Context, key string) (res Result, err error) {
 // creation.
 func (l *Locker) check(ctx context.Context, objs []*unstructured.Unstructured, o setOptions) error {
 	var errs []error
-	for i, r := range o.ignore {
-		for _, p := range r.Paths {
-			if _, err := ParsePointer(p); err != nil {
-				errs = append(errs, fmt.Errorf("ignore rule %d: %w", i, err))
-			}
-		}
+	if err := checkIgnore(o.ignore); err != nil {
+		errs = append(errs, err)
 	}
 	crds, namespaces := declaredTypes(objs)
 	seen := map[ObjectRef]bool{}
@@ -240,4 +259,17 @@ func declaredTypes(objs []*unstructured.Unstructured) (map[schema.GroupKind]bool
 		}
 	}
 	return crds, namespaces
+}
+
+// checkIgnore refuses ignore rules whose paths are not JSON pointers.
+func checkIgnore(rules []IgnoreRule) error {
+	var errs []error
+	for i, r := range rules {
+		for _, p := range r.Paths {
+			if _, err := ParsePointer(p); err != nil {
+				errs = append(errs, fmt.Errorf("ignore rule %d: %w", i, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

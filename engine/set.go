@@ -17,6 +17,7 @@ type setOptions struct {
 	namespace    string
 	onDrift      func(Drift)
 	ignore       []IgnoreRule
+	ignoreFunc   func(*unstructured.Unstructured) []Pointer
 	warnOnly     bool
 	applyManager string
 }
@@ -33,6 +34,29 @@ func DefaultNamespace(namespace string) SetOption {
 // lock applying its declaration, not drift, and are not reported.
 func OnDrift(f func(Drift)) SetOption {
 	return func(o *setOptions) { o.onDrift = f }
+}
+
+// objectSet is the engine's declaration of objs under o; reportOnly makes
+// it write nothing whatever o says.
+func (o setOptions) objectSet(objs []*unstructured.Unstructured, reportOnly bool) ObjectSet {
+	ignore := ignoreFunc(o.ignore)
+	if o.ignoreFunc != nil {
+		ignore = o.ignoreFunc
+	}
+	return ObjectSet{
+		Objects:          objs,
+		DefaultNamespace: o.namespace,
+		ApplyManager:     o.applyManager,
+		ReportOnly:       o.warnOnly || reportOnly,
+		Ignore:           ignore,
+	}
+}
+
+// IgnoreFunc leaves the fields f returns for each declared object (its
+// namespace filled in) as they are live, for rules IgnoreRule cannot say.
+// It replaces the rules of Ignore.
+func IgnoreFunc(f func(declared *unstructured.Unstructured) []Pointer) SetOption {
+	return func(o *setOptions) { o.ignoreFunc = f }
 }
 
 // IgnoreRule leaves fields of the objects it selects as they are live:
@@ -175,13 +199,7 @@ func (s *Set) declare(objs []*unstructured.Unstructured) {
 	s.gen++
 	s.applied, s.last, s.lastErr = false, nil, nil
 	s.mu.Unlock()
-	s.locker.engine.Declare(s.name, ObjectSet{
-		Objects:          objs,
-		DefaultNamespace: s.opts.namespace,
-		ApplyManager:     s.opts.applyManager,
-		ReportOnly:       s.opts.warnOnly,
-		Ignore:           ignoreFunc(s.opts.ignore),
-	})
+	s.locker.engine.Declare(s.name, s.opts.objectSet(objs, false))
 	s.locker.queue.Add(s.name)
 }
 

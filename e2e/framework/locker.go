@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -213,4 +214,34 @@ func (e *Env) lockerLogTail() string {
 		lines = lines[len(lines)-40:]
 	}
 	return "--- last lines of the locker's log ---\n" + strings.Join(lines, "\n")
+}
+
+// CLIResult is what one run of a helm-locker client subcommand printed,
+// and its exit status.
+type CLIResult struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+// CLI runs the helm-locker binary with args as a user types them, with
+// KUBECONFIG pointing at the control plane and stdin as its input.
+func (e *Env) CLI(t testing.TB, stdin string, args ...string) CLIResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.lockerBin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.CP.Kubeconfig, "NO_COLOR=")
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	res := CLIResult{Stdout: stdout.String(), Stderr: stderr.String()}
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		res.Code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("running helm-locker %s: %v", strings.Join(args, " "), err)
+	}
+	return res
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"helm.sh/helm/v3/pkg/release"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
+	"github.com/helm-locker/helm-locker/internal/storage"
 )
 
 // LockOpenError says the release moved on (Helm started working on it, or
@@ -44,15 +44,16 @@ func (c *Controller) confirmLocked(rk v1alpha1.ReleaseKey, revision int, engaged
 			return nil
 		}
 		list, err := c.cfg.Metadata.Resource(secretsResource).Namespace(rk.Namespace).List(ctx, metav1.ListOptions{
-			LabelSelector: labelOwner + "=helm," + labelName + "=" + rk.Name,
+			LabelSelector: storage.Selector(rk.Name),
 		})
 		if err != nil {
 			return fmt.Errorf("confirming release %s/%s is still deployed: %w", rk.Namespace, rk.Name, err)
 		}
 		latest, status := 0, ""
-		for _, m := range list.Items {
-			if v, err := strconv.Atoi(m.Labels[labelVersion]); err == nil && v > latest {
-				latest, status = v, m.Labels[labelStatus]
+		for i := range list.Items {
+			m := &list.Items[i]
+			if v, ok := storage.Revision(m); ok && v > latest {
+				latest, status = v, m.Labels[storage.LabelStatus]
 			}
 		}
 		if latest != revision || status != string(release.StatusDeployed) {

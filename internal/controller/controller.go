@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +32,7 @@ import (
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
 	"github.com/helm-locker/helm-locker/informers"
+	"github.com/helm-locker/helm-locker/internal/declare"
 	"github.com/helm-locker/helm-locker/internal/metrics"
 	"github.com/helm-locker/helm-locker/internal/storage"
 	"github.com/helm-locker/helm-locker/lock"
@@ -40,16 +40,8 @@ import (
 
 var secretsResource = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 
-// Helm's storage labels, on release Secrets (and ConfigMaps).
-const (
-	labelOwner   = "owner"
-	labelName    = "name"
-	labelStatus  = "status"
-	labelVersion = "version"
-	// releaseSecretType is the type Helm's Secret driver gives its Secrets.
-	releaseSecretType = "helm.sh/release.v1"
-	byRelease         = "byRelease"
-)
+// byRelease indexes CRs and release Secrets by release namespace/name.
+const byRelease = "byRelease"
 
 // Config is what a Controller needs. Clients must not throttle harder than
 // the caller wants the locker to react.
@@ -234,11 +226,11 @@ func New(cfg Config) *Controller {
 	c.secrets = cache.NewSharedIndexInformerWithOptions(
 		cache.ToListWatcherWithWatchListSemantics(informers.Guard(&cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.LabelSelector = labelOwner + "=helm"
+				o.LabelSelector = storage.OwnedSelector
 				return secrets.List(ctx, o)
 			},
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.LabelSelector = labelOwner + "=helm"
+				o.LabelSelector = storage.OwnedSelector
 				return secrets.Watch(ctx, o)
 			},
 		}, c.cfg.Readiness, c.secretsHealth), watchMetadata),
@@ -520,7 +512,7 @@ func secretReleaseIndex(obj any) ([]string, error) {
 	if err != nil {
 		return nil, nil
 	}
-	name := m.GetLabels()[labelName]
+	name := m.GetLabels()[storage.LabelName]
 	if name == "" {
 		return nil, nil
 	}
@@ -646,7 +638,7 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 		c.openState(key, st)
 		return openStatus(hr, v1alpha1.StateSuspended, hr.Status.Version, "Suspended", "spec.suspend is true: the lock is open and nothing is reverted"), false, nil
 	}
-	rules, err := compileIgnore(hr.Spec.Ignore)
+	ignore, err := declare.Ignore(hr.Spec.Ignore)
 	if err != nil {
 		c.openState(key, st)
 		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", err.Error()), false, nil
@@ -657,8 +649,8 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 		status, err := c.noSecretStatus(ctx, hr)
 		return status, false, err
 	}
-	revision, _ := strconv.Atoi(latest.GetLabels()[labelVersion])
-	decision := lock.Decide(release.Status(latest.GetLabels()[labelStatus]))
+	revision, _ := storage.Revision(latest)
+	decision := lock.Decide(release.Status(latest.GetLabels()[storage.LabelStatus]))
 	if !decision.Engage {
 		if st.lock.Phase != lock.Unlocked && st.lock.Phase != "" {
 			logger.V(2).Info("Lock opened", "release", rk.Namespace+"/"+rk.Name, "revision", revision, "reason", decision.Reason)
@@ -682,14 +674,14 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 			return openStatus(hr, v1alpha1.StateError, revision, "ImpersonationUnavailable", err.Error()), false, nil
 		}
 		verify := c.verification(ctx, st, latest, rel, objs)
-		objs, st.optedOut = splitOptedOut(objs)
+		objs, st.optedOut = declare.SplitOptedOut(objs)
 		c.engine.Declare(key, engine.ObjectSet{
 			Objects:          objs,
 			DefaultNamespace: rel.Namespace,
 			ApplyManager:     rel.ApplyManager(),
 			BeforeWrite:      c.confirmLocked(rk, rel.Version, time.Now()),
 			ReportOnly:       hr.Spec.Mode == v1alpha1.ModeWarn,
-			Ignore:           pointersFor(rules),
+			Ignore:           ignore,
 			Verify:           verify,
 			Writer:           writer,
 		})
@@ -788,21 +780,13 @@ func (c *Controller) latestSecret(rk v1alpha1.ReleaseKey) *metav1.PartialObjectM
 	if err != nil {
 		return nil
 	}
-	var latest *metav1.PartialObjectMetadata
-	latestVersion := -1
+	var metas []*metav1.PartialObjectMetadata
 	for _, obj := range objs {
-		m, ok := obj.(*metav1.PartialObjectMetadata)
-		if !ok {
-			continue
-		}
-		v, err := strconv.Atoi(m.Labels[labelVersion])
-		if err != nil {
-			continue
-		}
-		if v > latestVersion {
-			latest, latestVersion = m, v
+		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+			metas = append(metas, m)
 		}
 	}
+	latest, _ := storage.Latest(metas)
 	return latest
 }
 
@@ -812,49 +796,15 @@ func (c *Controller) readRelease(ctx context.Context, latest *metav1.PartialObje
 	if err != nil {
 		return nil, nil, err
 	}
-	if secret.Type != releaseSecretType {
-		return nil, nil, fmt.Errorf("Secret %s/%s has type %q, not Helm's %q", secret.Namespace, secret.Name, secret.Type, releaseSecretType)
-	}
-	rel, err := storage.Decode(secret.Data["release"])
+	rel, err := storage.Read(secret)
 	if err != nil {
-		return nil, nil, fmt.Errorf("Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+		return nil, nil, err
 	}
 	objs, err := rel.Objects()
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, obj := range objs {
-		holdHelmOwnership(obj, rel)
-	}
 	return rel, objs, nil
-}
-
-// Helm's ownership metadata. Helm adds it to every object as it applies
-// the manifest; it is not in the stored manifest.
-const (
-	labelManagedBy         = "app.kubernetes.io/managed-by"
-	annotationReleaseName  = "meta.helm.sh/release-name"
-	annotationReleaseSpace = "meta.helm.sh/release-namespace"
-)
-
-// holdHelmOwnership declares Helm's ownership metadata on obj, as Helm
-// applies it: tools that find a release's objects by it, and Helm's own
-// check that an object it applies afresh belongs to the release, lose
-// track of an object that lost it.
-func holdHelmOwnership(obj *unstructured.Unstructured, rel *storage.Release) {
-	labels := obj.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[labelManagedBy] = "Helm"
-	obj.SetLabels(labels)
-	annotations := obj.GetAnnotations()
-	if annotations == nil {
-		annotations = map[string]string{}
-	}
-	annotations[annotationReleaseName] = rel.Name
-	annotations[annotationReleaseSpace] = rel.Namespace
-	obj.SetAnnotations(annotations)
 }
 
 // noSecretStatus reports a release with no Secrets. The lock is open and
@@ -863,7 +813,7 @@ func holdHelmOwnership(obj *unstructured.Unstructured, rel *storage.Release) {
 func (c *Controller) noSecretStatus(ctx context.Context, hr *v1alpha1.HelmRelease) (v1alpha1.HelmReleaseStatus, error) {
 	rk := hr.Spec.Release
 	cms, err := c.cfg.Kube.CoreV1().ConfigMaps(rk.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labelOwner + "=helm," + labelName + "=" + rk.Name,
+		LabelSelector: storage.Selector(rk.Name),
 		Limit:         1,
 	})
 	if err == nil && len(cms.Items) > 0 {
@@ -871,7 +821,7 @@ func (c *Controller) noSecretStatus(ctx context.Context, hr *v1alpha1.HelmReleas
 			fmt.Sprintf("release %s/%s is stored in ConfigMaps (HELM_DRIVER=configmap); only Helm's default Secret driver is supported", rk.Namespace, rk.Name)), nil
 	}
 	return openStatus(hr, v1alpha1.StateSecretNotFound, 0, "SecretNotFound",
-		fmt.Sprintf("no Secret of type %s holds release %s/%s; nothing is held and nothing is deleted", releaseSecretType, rk.Namespace, rk.Name)), nil
+		fmt.Sprintf("no Secret of type %s holds release %s/%s; nothing is held and nothing is deleted", storage.SecretType, rk.Namespace, rk.Name)), nil
 }
 
 // claim writes this controller's name into the managed-by annotation.

@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/internal/storage"
 )
 
 type resettable struct{ meta.RESTMapper }
@@ -58,7 +59,7 @@ func releaseSecret(t *testing.T, status string, version int) *corev1.Secret {
 			Name: "sh.helm.release.v1.rel.v" + strconv.Itoa(version), Namespace: "apps", UID: types.UID("uid-" + status), ResourceVersion: "1",
 			Labels: map[string]string{"owner": "helm", "name": "rel", "status": status, "version": strconv.Itoa(version)},
 		},
-		Type: releaseSecretType,
+		Type: storage.SecretType,
 		Data: map[string][]byte{"release": []byte(base64.StdEncoding.EncodeToString(buf.Bytes()))},
 	}
 }

@@ -147,7 +147,7 @@ func (c *Controller) verifiedObjects(ctx context.Context, namespace string, v v1
 	}
 	for _, obj := range objs {
 		m, ok := obj.(*metav1.PartialObjectMetadata)
-		if !ok || m.Namespace != namespace || m.Labels[labelVersion] != strconv.Itoa(v.Revision) {
+		if !ok || m.Namespace != namespace || m.Labels[storage.LabelVersion] != strconv.Itoa(v.Revision) {
 			continue
 		}
 		rel, relObjs, err := c.readRelease(ctx, m)

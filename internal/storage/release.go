@@ -52,6 +52,20 @@ var gzipMagic = []byte{0x1f, 0x8b, 0x08}
 // removed): base64, then gzip, then JSON, as Helm's Secret driver writes
 // it. Releases stored before Helm compressed them are accepted too.
 func Decode(data []byte) (*Release, error) {
+	raw, err := DecodeJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	var rel Release
+	if err := json.Unmarshal(raw, &rel); err != nil {
+		return nil, fmt.Errorf("decoding release: %w", err)
+	}
+	return &rel, nil
+}
+
+// DecodeJSON is Decode up to the release's JSON, all of it: the chart, its
+// values and its templates too. It does not check the JSON.
+func DecodeJSON(data []byte) ([]byte, error) {
 	raw := make([]byte, base64.StdEncoding.DecodedLen(len(data)))
 	n, err := base64.StdEncoding.Decode(raw, data)
 	if err != nil {
@@ -67,20 +81,20 @@ func Decode(data []byte) (*Release, error) {
 			return nil, fmt.Errorf("decoding release: gunzip: %w", err)
 		}
 	}
-	var rel Release
-	if err := json.Unmarshal(raw, &rel); err != nil {
-		return nil, fmt.Errorf("decoding release: %w", err)
-	}
-	return &rel, nil
+	return raw, nil
 }
 
 // Objects parses the release's manifest into the objects it declares, in
-// manifest order, as Helm applies them (see manifest.ParseHelm). Its errors
-// name the release, the revision and the document at fault.
+// manifest order, as Helm applies them (see manifest.ParseHelm), with the
+// ownership metadata Helm adds as it applies. Its errors name the release,
+// the revision and the document at fault.
 func (r *Release) Objects() ([]*unstructured.Unstructured, error) {
 	objs, err := manifest.ParseHelm(r.Manifest)
 	if err != nil {
 		return nil, fmt.Errorf("release %s/%s revision %d, %w", r.Namespace, r.Name, r.Version, err)
+	}
+	for _, obj := range objs {
+		r.holdOwnership(obj)
 	}
 	return objs, nil
 }

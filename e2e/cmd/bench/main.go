@@ -423,8 +423,9 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 			return nil, err
 		}
 		if full.churnDuring {
-			// Quiet, while the churn runs, allows for its own requests.
-			churnQuiet := func() error { return waitQuiet(ctx, kube, baseline+float64(len(churnedRefs(p)))) }
+			// The churn keeps the API server busy: quiet is the
+			// locker's own.
+			churnQuiet := func() error { return waitLockerQuiet(ctx, l) }
 			res.ChurnDuring, err = measureDuringChurn(ctx, kube, dyn, l, p, func() error {
 				return measureLatency(ctx, dyn, restored, locked, full, res, churnQuiet)
 			})
@@ -600,6 +601,35 @@ func waitQuiet(ctx context.Context, kube kubernetes.Interface, baselinePerMin fl
 			return nil
 		}
 		fmt.Fprintf(os.Stderr, "bench: waiting for the locker to go quiet (%.0f requests/min)\n", rate)
+	}
+	return nil
+}
+
+// waitLockerQuiet waits, up to two minutes, until the locker sends at most
+// one request (a Lease renewal) in a 5 s window: its bookkeeping of earlier
+// work has drained. It is waitQuiet for when another client keeps the API
+// server busy.
+func waitLockerQuiet(ctx context.Context, l *locker) error {
+	all := func(string) bool { return true }
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		before, err := l.sum(ctx, "rest_client_requests_total", all)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-time.After(5 * time.Second):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		after, err := l.sum(ctx, "rest_client_requests_total", all)
+		if err != nil {
+			return err
+		}
+		if after-before <= 1 {
+			return nil
+		}
+		fmt.Fprintf(os.Stderr, "bench: waiting for the locker to go quiet (%.0f requests in 5 s)\n", after-before)
 	}
 	return nil
 }

@@ -1,4 +1,7 @@
-package controller
+// Package declare decides what a HelmRelease's lock declares of its
+// release: which objects it holds, and which of their fields it leaves
+// alone. The controller and the CLI's diff share it, so both see the same.
+package declare
 
 import (
 	"fmt"
@@ -17,8 +20,17 @@ type ignoreRule struct {
 	name, namespace      *regexp.Regexp
 }
 
-// compileIgnore checks and compiles spec.ignore. Its errors name the rule
-// and field, as a user reads them in the CR's status.
+// Ignore checks and compiles spec.ignore into engine.ObjectSet.Ignore (nil
+// for no rules). Its errors name the rule and field, as a user reads them
+// in the CR's status.
+func Ignore(rules []v1alpha1.IgnoreRule) (func(*unstructured.Unstructured) []engine.Pointer, error) {
+	compiled, err := compileIgnore(rules)
+	if err != nil {
+		return nil, err
+	}
+	return pointersFor(compiled), nil
+}
+
 func compileIgnore(rules []v1alpha1.IgnoreRule) ([]ignoreRule, error) {
 	out := make([]ignoreRule, 0, len(rules))
 	for i, r := range rules {
@@ -82,10 +94,10 @@ func pointersFor(rules []ignoreRule) func(*unstructured.Unstructured) []engine.P
 	}
 }
 
-// splitOptedOut leaves out the objects the lock may not or cannot hold,
+// SplitOptedOut leaves out the objects the lock may not or cannot hold,
 // and says why for the status: those whose manifest sets
 // v1alpha1.UnlockAnnotation to "false", and those with no fixed name.
-func splitOptedOut(objs []*unstructured.Unstructured) ([]*unstructured.Unstructured, []v1alpha1.ObjectProblem) {
+func SplitOptedOut(objs []*unstructured.Unstructured) ([]*unstructured.Unstructured, []v1alpha1.ObjectProblem) {
 	kept := objs[:0:0]
 	var out []v1alpha1.ObjectProblem
 	for _, o := range objs {

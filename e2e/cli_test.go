@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/e2e/framework"
+)
+
+// TestCLIOnARelease runs inspect and diff as a user types them, on a
+// release of the real-chart corpus that a Warn-mode lock leaves drifted.
+func TestCLIOnARelease(t *testing.T) {
+	t.Parallel()
+	ns := env.Namespace(t)
+	release := "cli-web"
+	env.Helm(t, framework.Helm4, "install", release, framework.Chart(t, "webstack"), "-n", ns)
+	cr := env.RegisterWith(t, framework.RegistrationNamespace, ns, release, map[string]any{"mode": "Warn"})
+	env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)
+
+	// inspect decodes what Helm stored: the manifest as helm prints it,
+	// and the whole release.
+	res := env.CLI(t, "", "inspect", "release", release, "-n", ns, "-o", "manifest")
+	if res.Code != 0 || res.Stdout != env.Helm(t, framework.Helm4, "get", "manifest", release, "-n", ns) {
+		t.Errorf("inspect -o manifest: exit %d, stderr %s; stdout differs from helm get manifest:\n%s", res.Code, res.Stderr, res.Stdout)
+	}
+	res = env.CLI(t, "", "inspect", "release", release, "-n", ns, "-o", "json")
+	var rel struct {
+		Name    string `json:"name"`
+		Version int    `json:"version"`
+		Info    struct {
+			Status string `json:"status"`
+		} `json:"info"`
+		Chart struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		} `json:"chart"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &rel); err != nil || res.Code != 0 || rel.Name != release || rel.Version != 1 || rel.Info.Status != "deployed" || rel.Chart.Metadata.Name != "webstack" {
+		t.Errorf("inspect -o json: exit %d, %+v, %v\n%s", res.Code, rel, err, res.Stderr)
+	}
+	if res := env.CLI(t, "", "inspect", "release", release, "-n", ns, "--revision", "7"); res.Code == 0 || !strings.Contains(res.Stderr, "has no revision 7; it has 1") {
+		t.Errorf("inspect of a missing revision: exit %d, stderr %s", res.Code, res.Stderr)
+	}
+	if res := env.CLI(t, "", "inspect", "release", "nothing", "-n", ns); res.Code == 0 || !strings.Contains(res.Stderr, "release "+ns+"/nothing not found") {
+		t.Errorf("inspect of a missing release: exit %d, stderr %s", res.Code, res.Stderr)
+	}
+
+	// Just installed, with the quantities, empty maps and defaulted
+	// fields of a real chart, nothing differs.
+	if res := env.CLI(t, "", "diff", "helmrelease/"+cr); res.Code != 0 || res.Stdout != "" {
+		t.Fatalf("diff of a release just installed: exit %d\nstdout:\n%s\nstderr:\n%s", res.Code, res.Stdout, res.Stderr)
+	}
+	if _, err := env.Dynamic.Resource(configMaps).Namespace(ns).Patch(t.Context(), release+"-webstack", types.MergePatchType, []byte(`{"data":{"LOG_LEVEL":"debug"}}`), metav1.PatchOptions{FieldManager: "kubectl-edit"}); err != nil {
+		t.Fatal(err)
+	}
+	waitForCondition(t, cr, v1alpha1.ConditionDrifted, metav1.ConditionTrue)
+	res = env.CLI(t, "", "diff", "helmrelease/"+cr)
+	headers := 0
+	for line := range strings.Lines(res.Stdout) {
+		if strings.HasPrefix(line, "# ") {
+			headers++
+		}
+	}
+	if res.Code != 1 || !strings.Contains(res.Stdout, "# ConfigMap "+ns+"/"+release+"-webstack: differs at /data/LOG_LEVEL; changed by kubectl-edit (Update)") ||
+		!strings.Contains(res.Stdout, "-  LOG_LEVEL: debug") || headers != 1 || strings.Contains(res.Stdout, "\x1b[") {
+		t.Errorf("diff of a drifted release: exit %d\nstdout:\n%s\nstderr:\n%s", res.Code, res.Stdout, res.Stderr)
+	}
+	if res := env.CLI(t, "", "diff", "helmrelease/nothing"); res.Code != 2 || !strings.Contains(res.Stderr, "reading HelmRelease "+framework.RegistrationNamespace+"/nothing") {
+		t.Errorf("diff of a missing CR: exit %d, stderr %s", res.Code, res.Stderr)
+	}
+}
+
+// TestCLIDiffFiles diffs plain YAML files, from a folder and from standard
+// input.
+func TestCLIDiffFiles(t *testing.T) {
+	t.Parallel()
+	ns := env.Namespace(t)
+	dir := t.TempDir()
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  key: declared\n")
+	write("b.json", `{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "b"}, "spec": {"ports": [{"port": 80}], "selector": {"app": "b"}}}`)
+	write("notes.txt", "not a manifest")
+	env.Kubectl(t, "apply", "-n", ns, "-f", filepath.Join(dir, "a.yaml"), "-f", filepath.Join(dir, "b.json"))
+
+	if res := env.CLI(t, "", "diff", "-f", dir, "-n", ns); res.Code != 0 || res.Stdout != "" {
+		t.Fatalf("diff of what was just applied: exit %d\nstdout:\n%s\nstderr:\n%s", res.Code, res.Stdout, res.Stderr)
+	}
+	editStays(t, ns, "a", "edited", "no locker holds it")
+	res := env.CLI(t, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: missing\n", "diff", "-f", dir, "-f", "-", "-n", ns)
+	if res.Code != 1 || !strings.Contains(res.Stdout, "# ConfigMap "+ns+"/a: differs at /data/key; changed by kubectl-edit (Update)\n") ||
+		!strings.Contains(res.Stdout, "# ConfigMap "+ns+"/missing: does not exist") || strings.Contains(res.Stdout, "Service") {
+		t.Errorf("diff of drifted files: exit %d\nstdout:\n%s\nstderr:\n%s", res.Code, res.Stdout, res.Stderr)
+	}
+	if res := env.CLI(t, "", "diff", "-f", filepath.Join(dir, "none.yaml")); res.Code != 2 || !strings.Contains(res.Stderr, "none.yaml") {
+		t.Errorf("diff of a missing file: exit %d, stderr %s", res.Code, res.Stderr)
+	}
+	write("bad.yaml", "apiVersion: v1\nkind: ConfigMap\n")
+	if res := env.CLI(t, "", "diff", "-f", filepath.Join(dir, "bad.yaml")); res.Code != 2 || !strings.Contains(res.Stderr, "bad.yaml: document 1: ConfigMap has no metadata.name") {
+		t.Errorf("diff of a bad file: exit %d, stderr %s", res.Code, res.Stderr)
+	}
+}
