@@ -58,5 +58,5 @@ crd: ## Copy the CRD the operator installs to deploy/crds
 
 .PHONY: bench
 bench: build ## Measure cold lock, revert latency against the floor, memory and idle load; writes docs/benchmarks.*
-	go test -run '^$$' -bench . -benchmem -count 5 ./manifest/ ./engine/ ./informers/ | tee docs/go-benchmarks.txt
+	go test -run '^$$' -bench . -benchmem -count 5 ./manifest/ ./internal/storage/ ./engine/ ./informers/ | tee docs/go-benchmarks.txt
 	HELM_LOCKER_TOOLS_BIN=$$(bash hack/tools.sh) go run ./e2e/cmd/bench $(BENCH_FLAGS)

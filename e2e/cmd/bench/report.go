@@ -37,6 +37,7 @@ func markdown(rep *report) string {
 	p := r.Params
 	fmt.Fprintf(b, "# Benchmarks\n\nMeasured by `make bench` on %s, %s, against a local etcd 3.6 and kube-apiserver v1.36 on the same machine. ", rep.Date, rep.Machine)
 	fmt.Fprintf(b, "The locker runs as its own process. Scenario: N=%d releases × M=%d objects (60%% ConfigMaps of ~1 KB, 20%% Services, 20%% Secrets; in half the releases, real-chart-shaped Deployments in place of the Services: quantities as people write them, empty maps and lists, defaulted fields), B=%d untracked objects; release Secrets written by Helm's own storage driver.\n\n", p.Releases, p.Objects, p.Untracked)
+	targets(b, rep)
 	fmt.Fprintf(b, "## Cold lock\n\n| figure | value |\n|---|---|\n")
 	fmt.Fprintf(b, "| every CR `Deployed` | %.2f s after process start |\n", r.DeployedS)
 	fmt.Fprintf(b, "| every object drifted before start restored (each by its own watch event) | %.2f s |\n", r.RestoredS)
@@ -129,4 +130,54 @@ func plotLatency(path string, r *scenarioResult) error {
 	p.Legend.Left = false
 	p.Add(plotter.NewGrid())
 	return p.Save(7*vg.Inch, 4*vg.Inch, path)
+}
+
+// goal is one figure against its target and stretch goal. lower says
+// smaller is better.
+type goal struct {
+	name            string
+	value           float64
+	target, stretch float64
+	lower           bool
+	format          string
+}
+
+// targets writes each figure the project holds itself to, whether it meets
+// its target, and how far it is from its stretch goal.
+func targets(b *strings.Builder, rep *report) {
+	d, r := rep.Derived, rep.Base
+	goals := []goal{
+		{"single revert p50 / floor p50", d.SingleP50xFloor, 1.5, 1.1, true, "%.2f×"},
+		{"single revert p99 / floor p99", d.SingleP99xFloor, 3, 2, true, "%.2f×"},
+		{"50 concurrent reverts p50 / floor p50", d.ConcurrentP50xFloor, 1.5, 1.1, true, "%.2f×"},
+		{"50 concurrent reverts p99 / floor p99", d.ConcurrentP99xFloor, 3, 2, true, "%.2f×"},
+		{"cold lock, objects/s", r.ObjectsPerS, 1000, 2000, false, "%.0f"},
+		{"RSS per locked object, the larger slope, bytes", d.BytesPerLockedObject, 4096, 1536, true, "%.0f"},
+		{"RSS per untracked object, bytes", d.BytesPerUntrackedObject, 200, 100, true, "%.0f"},
+	}
+	if c := r.Churn; c != nil {
+		goals = append(goals, goal{"the locker's writes in answer to churn", c.LockerWrites, 0, 0, true, "%.0f"})
+	}
+	if c := r.ChurnDuring; c != nil {
+		goals = append(goals, goal{"the same, through the latency measurement", c.LockerWrites, 0, 0, true, "%.0f"})
+	}
+	fmt.Fprintf(b, "## Targets\n\n| figure | measured | target | met | stretch goal | to the stretch goal |\n|---|---|---|---|---|---|\n")
+	for _, g := range goals {
+		meets := func(limit float64) bool {
+			if g.lower {
+				return g.value <= limit
+			}
+			return g.value >= limit
+		}
+		met, distance := "no", "met"
+		if meets(g.target) {
+			met = "yes"
+		}
+		if !meets(g.stretch) {
+			distance = fmt.Sprintf("%.2f× away", max(g.value/g.stretch, g.stretch/g.value))
+		}
+		f := func(v float64) string { return fmt.Sprintf(g.format, v) }
+		fmt.Fprintf(b, "| %s | **%s** | %s | %s | %s | %s |\n", g.name, f(g.value), f(g.target), met, f(g.stretch), distance)
+	}
+	fmt.Fprintf(b, "\n")
 }
