@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"helm.sh/helm/v3/pkg/release"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -56,7 +55,7 @@ func (c *Controller) confirmLocked(rk v1alpha1.ReleaseKey, revision int, engaged
 				latest, status = v, m.Labels[storage.LabelStatus]
 			}
 		}
-		if latest != revision || status != string(release.StatusDeployed) {
+		if latest != revision || !storage.Deployed(status) {
 			return &LockOpenError{Release: rk, Revision: revision, Latest: latest, Status: status}
 		}
 		return nil

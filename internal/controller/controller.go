@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"helm.sh/helm/v3/pkg/release"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -570,7 +569,7 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 			st.trust.verified = &record
 		}
 	}
-	before := st.lock.Phase
+	before := st.lock
 	status, awaiting, syncErr := c.syncRelease(ctx, key, hr, st, declareOnly)
 	if declareOnly {
 		return syncErr
@@ -583,7 +582,7 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 		status.Verified = st.trust.verified
 	}
 	c.lockEvents(hr, before, st, status)
-	c.cfg.Metrics.ObserveRelease(key, st.lock.Phase == lock.Locked && hr.Spec.Mode != v1alpha1.ModeWarn, status.LockedObjects)
+	c.cfg.Metrics.ObserveRelease(key, st.lock.Phase == lock.Locked, status.LockedObjects)
 	// While the lock awaits only its own corrections, the status it
 	// would write now (Reconciling) would be overwritten a moment later,
 	// so it waits like the bookkeeping does.
@@ -650,7 +649,7 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 		return status, false, err
 	}
 	revision, _ := storage.Revision(latest)
-	decision := lock.Decide(release.Status(latest.GetLabels()[storage.LabelStatus]))
+	decision := storage.Decide(latest.GetLabels()[storage.LabelStatus])
 	if !decision.Engage {
 		if st.lock.Phase != lock.Unlocked && st.lock.Phase != "" {
 			logger.V(2).Info("Lock opened", "release", rk.Namespace+"/"+rk.Name, "revision", revision, "reason", decision.Reason)
@@ -675,12 +674,13 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 		}
 		verify := c.verification(ctx, st, latest, rel, objs)
 		objs, st.optedOut = declare.SplitOptedOut(objs)
+		st.lock = st.lock.Next(lock.Event{Type: lock.Engage, Revision: rel.Version, Warn: hr.Spec.Mode == v1alpha1.ModeWarn})
 		c.engine.Declare(key, engine.ObjectSet{
 			Objects:          objs,
 			DefaultNamespace: rel.Namespace,
 			ApplyManager:     rel.ApplyManager(),
 			BeforeWrite:      c.confirmLocked(rk, rel.Version, time.Now()),
-			ReportOnly:       hr.Spec.Mode == v1alpha1.ModeWarn,
+			ReportOnly:       st.lock.Warn,
 			Ignore:           ignore,
 			Verify:           verify,
 			Writer:           writer,
@@ -689,7 +689,6 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 		// would only double them.
 		rel.Manifest = ""
 		st.rel, st.secretUID, st.secretVersion, st.generation = rel, latest.GetUID(), latest.GetResourceVersion(), hr.Generation
-		st.lock = st.lock.Next(lock.Event{Type: lock.Engage, Revision: rel.Version})
 		logger.V(2).Info("Lock engaged", "release", rk.Namespace+"/"+rk.Name, "revision", rel.Version, "objects", len(objs), "mode", hr.Spec.Mode)
 	}
 
@@ -706,11 +705,8 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 		res.Unwatched, res.InLine = append(res.Unwatched, secretsResource), false
 	}
 	before := st.lock
-	if res.InLine {
-		st.lock = st.lock.Next(lock.Event{Type: lock.Settle, Revision: st.rel.Version})
-	} else {
-		st.lock = st.lock.Next(lock.Event{Type: lock.Drift})
-	}
+	complete := err == nil && len(res.Unresolved) == 0 && len(res.Unverified) == 0 && len(res.Failed) == 0
+	st.lock = st.lock.Next(lock.Event{Type: lock.Checked, Revision: st.rel.Version, Complete: complete, InLine: res.InLine})
 	if st.lock != before {
 		logger.V(2).Info("Lock state changed", "from", before.Phase, "to", st.lock.Phase, "revision", st.lock.Revision)
 	}

@@ -207,8 +207,8 @@ func truncate(s string, n int) string {
 // revision, not again after each corrected drift, and Unlocked when it
 // opens. In Warn mode the lock holds nothing, so there is nothing to
 // announce.
-func (c *Controller) lockEvents(hr *v1alpha1.HelmRelease, before lock.Phase, st *releaseState, status v1alpha1.HelmReleaseStatus) {
-	if hr.Spec.Mode == v1alpha1.ModeWarn {
+func (c *Controller) lockEvents(hr *v1alpha1.HelmRelease, before lock.Lock, st *releaseState, status v1alpha1.HelmReleaseStatus) {
+	if before.Warn || st.lock.Warn {
 		return
 	}
 	msg := ""
@@ -223,7 +223,7 @@ func (c *Controller) lockEvents(hr *v1alpha1.HelmRelease, before lock.Phase, st 
 		c.cfg.Recorder.Event(crRef(hr), corev1.EventTypeNormal, EventLocked, msg)
 	case after == lock.Unlocked:
 		st.announced = 0
-		if before == lock.Locked || before == lock.Reconciling {
+		if before.Phase == lock.Locked || before.Phase == lock.Reconciling {
 			c.cfg.Recorder.Event(crRef(hr), corev1.EventTypeNormal, EventUnlocked, msg)
 		}
 	}

@@ -109,9 +109,15 @@ func TestLockEventsOncePerRevision(t *testing.T) {
 		{lock.Lock{Phase: lock.Unlocked}, "Normal Unlocked"},
 		{lock.Lock{Phase: lock.Reconciling, Revision: 2}, ""},
 		{lock.Lock{Phase: lock.Locked, Revision: 2}, "Normal Locked"},
+		// A lock that only watches holds nothing to announce, from
+		// its engaging to its opening.
+		{lock.Lock{Phase: lock.Reconciling, Revision: 3, Warn: true}, ""},
+		{lock.Lock{Phase: lock.Watching, Revision: 3, Warn: true}, ""},
+		{lock.Lock{Phase: lock.Reconciling, Revision: 3, Warn: true}, ""},
+		{lock.Lock{Phase: lock.Unlocked}, ""},
 	}
 	for i, step := range steps {
-		before := st.lock.Phase
+		before := st.lock
 		st.lock = step.to
 		c.lockEvents(hr, before, st, v1alpha1.HelmReleaseStatus{})
 		got := ""
@@ -120,7 +126,7 @@ func TestLockEventsOncePerRevision(t *testing.T) {
 		default:
 		}
 		if strings.TrimSpace(got) != step.want {
-			t.Errorf("step %d (%s to %+v): event %q, want %q", i, before, step.to, got, step.want)
+			t.Errorf("step %d (%+v to %+v): event %q, want %q", i, before, step.to, got, step.want)
 		}
 	}
 }

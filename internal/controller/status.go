@@ -44,7 +44,7 @@ func openStatus(hr *v1alpha1.HelmRelease, state v1alpha1.State, revision int, re
 // the revision checked and in line. In Warn mode it says Deployed once
 // every object has been checked, and Locked stays False.
 func lockedStatus(hr *v1alpha1.HelmRelease, st *releaseState, res engine.Result, syncErr error) v1alpha1.HelmReleaseStatus {
-	warn := hr.Spec.Mode == v1alpha1.ModeWarn
+	warn := st.lock.Warn
 	s := *hr.Status.DeepCopy()
 	s.Version = st.rel.Version
 	if st.rel.Info != nil {
@@ -55,7 +55,6 @@ func lockedStatus(hr *v1alpha1.HelmRelease, st *releaseState, res engine.Result,
 	s.LockedObjects = res.Locked
 	s.NotLocked = notLocked(st.optedOut, st.rel.Version, res, syncErr)
 
-	checked := syncErr == nil && len(res.Unresolved) == 0 && len(res.Unverified) == 0 && len(res.Failed) == 0
 	var locked metav1.Condition
 	switch {
 	case len(res.Unverified) > 0:
@@ -85,7 +84,7 @@ func lockedStatus(hr *v1alpha1.HelmRelease, st *releaseState, res engine.Result,
 			fmt.Sprintf("checking the %d objects of revision %d", res.Objects, st.rel.Version))
 	}
 	s.State = v1alpha1.StateTransitioning
-	if (warn && checked) || (!warn && st.lock.Phase == lock.Locked) {
+	if st.lock.Holding() {
 		s.State = v1alpha1.StateDeployed
 	}
 	if len(res.Unwatched) > 0 && hr.Status.State == v1alpha1.StateDeployed && hr.Status.Version == st.rel.Version {

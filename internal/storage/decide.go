@@ -1,0 +1,53 @@
+package storage
+
+import (
+	"fmt"
+
+	"helm.sh/helm/v3/pkg/release"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+)
+
+// Decision is what a release's status in Helm's storage means for its lock.
+type Decision struct {
+	// Engage is true when the revision must be held.
+	Engage bool
+	// State is the HelmRelease state to report. For an engaged revision it
+	// is Deployed, which is reported only once the lock holds.
+	State v1alpha1.State
+	// Reason is a CamelCase word for the Locked condition when the lock is
+	// open.
+	Reason string
+	// Message explains the reason to a person.
+	Message string
+}
+
+// Decide maps the status label of a release's latest revision to the
+// lock's action. Only deployed revisions are held: while Helm works on a
+// release the lock opens so Helm is never fought, and a failed, superseded
+// or uninstalled revision's manifest is never re-applied.
+func Decide(status string) Decision {
+	switch s := release.Status(status); s {
+	case release.StatusDeployed:
+		return Decision{Engage: true, State: v1alpha1.StateDeployed, Reason: "Locked"}
+	case release.StatusPendingInstall, release.StatusPendingUpgrade, release.StatusPendingRollback, release.StatusUninstalling:
+		return Decision{State: v1alpha1.StateTransitioning, Reason: "HelmOperationInProgress",
+			Message: fmt.Sprintf("Helm is working on the release (%s); the lock opens until it is deployed again", s)}
+	case release.StatusFailed:
+		return Decision{State: v1alpha1.StateFailed, Reason: "ReleaseFailed",
+			Message: "the latest revision failed; its manifest is not held"}
+	case release.StatusUninstalled:
+		return Decision{State: v1alpha1.StateUninstalled, Reason: "ReleaseUninstalled",
+			Message: "the release was uninstalled (its history was kept); nothing is held"}
+	case release.StatusSuperseded:
+		return Decision{State: v1alpha1.StateUnknown, Reason: "ReleaseSuperseded",
+			Message: "the latest revision is marked superseded, which Helm does not leave behind normally; nothing is held"}
+	default:
+		return Decision{State: v1alpha1.StateUnknown, Reason: "UnknownReleaseStatus",
+			Message: fmt.Sprintf("the latest revision has status %q; nothing is held", s)}
+	}
+}
+
+// Deployed reports whether status is the one of a revision Helm finished
+// applying.
+func Deployed(status string) bool { return release.Status(status) == release.StatusDeployed }
