@@ -17,22 +17,44 @@ import (
 //go:embed helm.cattle.io_helmreleases.yaml
 var crdYAML []byte
 
+//go:embed helm-locker.io_manifestlocks.yaml
+var manifestLockCRDYAML []byte
+
 // CRD returns the HelmRelease CustomResourceDefinition.
 func CRD() (*apiextensionsv1.CustomResourceDefinition, error) {
+	return decodeCRD("HelmRelease", crdYAML)
+}
+
+// ManifestLockCRD returns the ManifestLock CustomResourceDefinition.
+func ManifestLockCRD() (*apiextensionsv1.CustomResourceDefinition, error) {
+	return decodeCRD("ManifestLock", manifestLockCRDYAML)
+}
+
+func decodeCRD(kind string, data []byte) (*apiextensionsv1.CustomResourceDefinition, error) {
 	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.UnmarshalStrict(crdYAML, crd); err != nil {
-		return nil, fmt.Errorf("decoding the embedded HelmRelease CRD: %w", err)
+	if err := yaml.UnmarshalStrict(data, crd); err != nil {
+		return nil, fmt.Errorf("decoding the embedded %s CRD: %w", kind, err)
 	}
 	return crd, nil
 }
 
-// InstallCRD creates the HelmRelease CRD, or updates it to this version's
-// schema, and waits until the API server serves it.
-func InstallCRD(ctx context.Context, client apiextensionsclient.Interface) error {
-	want, err := CRD()
-	if err != nil {
-		return err
+// InstallCRDs creates the HelmRelease and ManifestLock CRDs, or updates
+// them to this version's schemas, and waits until the API server serves
+// them.
+func InstallCRDs(ctx context.Context, client apiextensionsclient.Interface) error {
+	for _, get := range []func() (*apiextensionsv1.CustomResourceDefinition, error){CRD, ManifestLockCRD} {
+		want, err := get()
+		if err != nil {
+			return err
+		}
+		if err := installCRD(ctx, client, want); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+func installCRD(ctx context.Context, client apiextensionsclient.Interface, want *apiextensionsv1.CustomResourceDefinition) error {
 	crds := client.ApiextensionsV1().CustomResourceDefinitions()
 	got, err := crds.Get(ctx, want.Name, metav1.GetOptions{})
 	switch {

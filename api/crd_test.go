@@ -5,6 +5,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 )
 
@@ -181,5 +183,59 @@ func TestCRDRejectsInvalidReleaseKeys(t *testing.T) {
 		if valid != tc.valid {
 			t.Errorf("spec.release.%s %q: valid = %v, want %v", tc.field, tc.value, valid, tc.valid)
 		}
+	}
+}
+
+// TestManifestLockCRD holds the ManifestLock CRD to its Go types, its
+// deployed copy and its identity.
+func TestManifestLockCRD(t *testing.T) {
+	deployed, err := os.ReadFile("../deploy/crds/helm-locker.io_manifestlocks.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(deployed, manifestLockCRDYAML) {
+		t.Error("deploy/crds/helm-locker.io_manifestlocks.yaml differs from api/helm-locker.io_manifestlocks.yaml; run `make crd`")
+	}
+	crd, err := ManifestLockCRD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []string{crd.Name, crd.Spec.Group, crd.Spec.Names.Kind, crd.Spec.Names.Plural, string(crd.Spec.Scope), crd.Spec.Versions[0].Name}
+	want := []string{mlv1.Resource.Resource + "." + mlv1.Group, mlv1.Group, mlv1.Kind, mlv1.Resource.Resource, "Namespaced", mlv1.Version}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("CRD identity (-want +got):\n%s", diff)
+	}
+	v := crd.Spec.Versions[0]
+	if v.Subresources == nil || v.Subresources.Status == nil {
+		t.Error("CRD has no status subresource")
+	}
+	var columns []string
+	for _, c := range v.AdditionalPrinterColumns {
+		columns = append(columns, c.Name)
+	}
+	if diff := cmp.Diff([]string{"State", "Objects", "Drifts", "Prune", "Age"}, columns); diff != "" {
+		t.Errorf("printer columns (-want +got):\n%s", diff)
+	}
+	root := v.Schema.OpenAPIV3Schema
+	typ := reflect.TypeOf(mlv1.ManifestLock{})
+	for _, name := range []string{"spec", "status"} {
+		field, ok := fieldByJSONName(typ, name)
+		if !ok {
+			t.Fatalf("ManifestLock has no field %q", name)
+		}
+		compareSchema(t, "."+name, field.Type, root.Properties[name])
+	}
+	var enum []string
+	for _, e := range root.Properties["status"].Properties["state"].Enum {
+		enum = append(enum, string(e.Raw))
+	}
+	states := []string{`"Locked"`, `"Watching"`, `"Reconciling"`, `"Suspended"`, `"Error"`}
+	for _, s := range []mlv1.State{mlv1.StateLocked, mlv1.StateWatching, mlv1.StateReconciling, mlv1.StateSuspended, mlv1.StateError} {
+		if !slices.Contains(enum, `"`+string(s)+`"`) {
+			t.Errorf("state %s is not in the schema's enum %v", s, enum)
+		}
+	}
+	if len(enum) != len(states) {
+		t.Errorf("schema state enum %v, want %v", enum, states)
 	}
 }

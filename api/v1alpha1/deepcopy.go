@@ -58,12 +58,18 @@ func (h *HelmRelease) DeepCopy() *HelmRelease {
 	if h.Spec.Ignore != nil {
 		out.Spec.Ignore = make([]IgnoreRule, len(h.Spec.Ignore))
 		for i, r := range h.Spec.Ignore {
-			out.Spec.Ignore[i] = IgnoreRule{Paths: slices.Clone(r.Paths)}
-			if r.Target != nil {
-				t := *r.Target
-				out.Spec.Ignore[i].Target = &t
-			}
+			out.Spec.Ignore[i] = r.DeepCopy()
 		}
+	}
+	return out
+}
+
+// DeepCopy returns a copy of r that shares nothing with it.
+func (r IgnoreRule) DeepCopy() IgnoreRule {
+	out := IgnoreRule{Paths: slices.Clone(r.Paths)}
+	if r.Target != nil {
+		t := *r.Target
+		out.Target = &t
 	}
 	return out
 }

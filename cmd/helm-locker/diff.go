@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -13,9 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
 	"github.com/helm-locker/helm-locker/internal/declare"
@@ -48,7 +51,7 @@ func newDiffCommand() *cobra.Command {
 		color         string
 	)
 	cmd := &cobra.Command{
-		Use:   "diff (helmrelease/NAME | -f FILE)",
+		Use:   "diff (helmrelease/NAME | manifestlock/NAME | -f FILE)",
 		Short: "Show how live objects differ from what a lock declares",
 		Long: `diff compares live objects with what a lock declares and prints a unified diff
 per object that differs (- live, + declared), naming the field managers that
@@ -56,6 +59,8 @@ changed it. It writes nothing.
 
   helmrelease/NAME  the objects of the release a HelmRelease CR names, as the
                     locker holds them (its ignore rules apply)
+  manifestlock/NAME the objects a ManifestLock declares, as the locker holds
+                    them
   -f FILE|DIR|-     the objects of YAML or JSON files, as "helm-locker lock -f"
                     would hold them; -n is the namespace of objects that name
                     none
@@ -67,7 +72,7 @@ error, as kubectl diff.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (len(args) == 0) == (len(files) == 0) {
-				return &exitError{2, errors.New("name either helmrelease/NAME or -f FILE")}
+				return &exitError{2, errors.New("name either helmrelease/NAME, manifestlock/NAME or -f FILE")}
 			}
 			if !slices.Contains([]string{"auto", "always", "never"}, color) {
 				return &exitError{2, fmt.Errorf("--color %s: want auto, always or never", color)}
@@ -86,7 +91,7 @@ error, as kubectl diff.`,
 	}
 	client.add(cmd)
 	cmd.Flags().StringSliceVarP(&files, "filename", "f", nil, "YAML or JSON file, folder of them, or - for standard input")
-	cmd.Flags().StringVar(&lockNamespace, "lock-namespace", "cattle-helm-system", "namespace of the HelmRelease CRs")
+	cmd.Flags().StringVar(&lockNamespace, "lock-namespace", "cattle-helm-system", "namespace of the HelmRelease or ManifestLock")
 	cmd.Flags().StringVar(&color, "color", "auto", "colour the diff: auto (on a terminal, unless NO_COLOR is set), always or never")
 	return cmd
 }
@@ -109,12 +114,15 @@ func runDiff(cmd *cobra.Command, client *clientFlags, args, files []string, lock
 		return l.Diff(cmd.Context(), objs, engine.DefaultNamespace(namespace))
 	}
 	kind, name, ok := strings.Cut(args[0], "/")
-	if !ok || !slices.Contains([]string{"helmrelease", "helmreleases", "helmrelease.helm.cattle.io"}, kind) {
-		return nil, fmt.Errorf("%s: want helmrelease/NAME", args[0])
-	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
+	}
+	switch {
+	case ok && slices.Contains([]string{"manifestlock", "manifestlocks", "manifestlock.helm-locker.io"}, kind):
+		return diffManifestLock(cmd, l, dyn, lockNamespace, name)
+	case !ok || !slices.Contains([]string{"helmrelease", "helmreleases", "helmrelease.helm.cattle.io"}, kind):
+		return nil, fmt.Errorf("%s: want helmrelease/NAME or manifestlock/NAME", args[0])
 	}
 	u, err := dyn.Resource(v1alpha1.Resource).Namespace(lockNamespace).Get(cmd.Context(), name, metav1.GetOptions{})
 	if err != nil {
@@ -151,6 +159,56 @@ func runDiff(cmd *cobra.Command, client *clientFlags, args, files []string, lock
 		opts = append(opts, engine.ServerSideApply(m))
 	}
 	return l.Diff(cmd.Context(), objs, opts...)
+}
+
+// diffManifestLock diffs the objects a ManifestLock declares, as it holds
+// them.
+func diffManifestLock(cmd *cobra.Command, l *engine.Locker, dyn dynamic.Interface, namespace, name string) ([]engine.ObjectDiff, error) {
+	u, err := dyn.Resource(mlv1.Resource).Namespace(namespace).Get(cmd.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading ManifestLock %s/%s: %w", namespace, name, err)
+	}
+	ml := &mlv1.ManifestLock{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, ml); err != nil {
+		return nil, fmt.Errorf("ManifestLock %s/%s: %w", namespace, name, err)
+	}
+	text := ml.Spec.Manifest
+	if from := ml.Spec.ManifestFrom; from != nil {
+		r, kind := from.ConfigMapRef, "configmaps"
+		if r == nil {
+			r, kind = from.SecretRef, "secrets"
+		}
+		if r == nil {
+			return nil, fmt.Errorf("ManifestLock %s/%s names no manifest", namespace, name)
+		}
+		src, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: kind}).Namespace(namespace).Get(cmd.Context(), r.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("reading the manifest of ManifestLock %s/%s: %w", namespace, name, err)
+		}
+		value, _, _ := unstructured.NestedString(src.Object, "data", r.Key)
+		if kind == "secrets" {
+			decoded, err := base64.StdEncoding.DecodeString(value)
+			if err != nil {
+				return nil, fmt.Errorf("the manifest of ManifestLock %s/%s: %w", namespace, name, err)
+			}
+			value = string(decoded)
+		}
+		text = value
+	}
+	objs, err := manifest.Parse(strings.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("the manifest of ManifestLock %s/%s: %w", namespace, name, err)
+	}
+	objs, _ = declare.SplitOptedOut(objs)
+	ignore, err := declare.Ignore(ml.Spec.Ignore)
+	if err != nil {
+		return nil, fmt.Errorf("ManifestLock %s/%s: %w", namespace, name, err)
+	}
+	defaultNamespace := ml.Spec.Namespace
+	if defaultNamespace == "" {
+		defaultNamespace = ml.Namespace
+	}
+	return l.Diff(cmd.Context(), objs, engine.DefaultNamespace(defaultNamespace), engine.IgnoreFunc(ignore))
 }
 
 // readFiles parses the YAML or JSON of files, folders of them (not

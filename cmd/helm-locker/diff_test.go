@@ -79,3 +79,17 @@ func TestReadFiles(t *testing.T) {
 		t.Errorf("reading a file that is no manifest = %v", err)
 	}
 }
+
+func TestLockName(t *testing.T) {
+	for file, want := range map[string]string{
+		"app.yaml":             "app",
+		"deploy/Web_App.yml":   "web-app",
+		"overlays/prod/":       "prod",
+		"-":                    "",
+		"./manifests/all.json": "all",
+	} {
+		if got := lockName(file); got != want {
+			t.Errorf("lockName(%q) = %q, want %q", file, got, want)
+		}
+	}
+}

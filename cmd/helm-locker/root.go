@@ -80,6 +80,6 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.StringVar(&opts.healthAddr, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 turns them off")
 	f.StringVar(&opts.logFormat, "log-format", "text", "log format: text (klog) or json")
 	f.AddGoFlag(klogFlags.Lookup("v"))
-	root.AddCommand(newVersionCommand(), newInspectCommand(), newDiffCommand())
+	root.AddCommand(newVersionCommand(), newInspectCommand(), newDiffCommand(), newLockCommand())
 	return root
 }

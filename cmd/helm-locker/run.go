@@ -82,7 +82,7 @@ func runOperator(ctx context.Context, opts *options) error {
 	if err := ensureNamespace(ctx, kube, opts.namespace); err != nil {
 		return err
 	}
-	if err := api.InstallCRD(ctx, ext); err != nil {
+	if err := api.InstallCRDs(ctx, ext); err != nil {
 		return err
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))

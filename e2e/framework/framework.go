@@ -21,10 +21,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/e2e/controlplane"
 )
@@ -114,13 +116,17 @@ func run(m *testing.M, envp **Env, opts Options) int {
 			return 1
 		}
 		defer func() { _ = env.Locker.Stop(10 * time.Second) }()
-		// The locker installs the HelmRelease CRD at startup; tests
-		// create CRs right away.
+		// The locker installs the HelmRelease and ManifestLock CRDs at
+		// startup; tests create CRs right away.
 		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			_, err := env.Dynamic.Resource(v1alpha1.Resource).Namespace(RegistrationNamespace).List(ctx, metav1.ListOptions{Limit: 1})
-			return err == nil, nil
+			for _, r := range []schema.GroupVersionResource{v1alpha1.Resource, mlv1.Resource} {
+				if _, err := env.Dynamic.Resource(r).Namespace(RegistrationNamespace).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+					return false, nil
+				}
+			}
+			return true, nil
 		}); err != nil {
-			fmt.Fprintln(os.Stderr, "e2e: the locker did not install the HelmRelease CRD:", err)
+			fmt.Fprintln(os.Stderr, "e2e: the locker did not install its CRDs:", err)
 			return 1
 		}
 	}

@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
 	"github.com/helm-locker/helm-locker/informers"
@@ -86,9 +87,14 @@ type Controller struct {
 	queue   workqueue.TypedRateLimitingInterface[string]
 	crs     cache.SharedIndexInformer
 	secrets cache.SharedIndexInformer
+	// locks are the ManifestLocks of every namespace, and sources the
+	// ConfigMaps and Secrets they read their manifests from.
+	locks   cache.SharedIndexInformer
+	sources *sourceWatches
+	mls     manifestLocks
 	// crsHealth and secretsHealth say whether the CR and Secret caches
 	// see changes as they happen (see informers.Health).
-	crsHealth, secretsHealth *informers.Health
+	crsHealth, secretsHealth, locksHealth *informers.Health
 
 	mu     sync.Mutex
 	states map[string]*releaseState // by CR key
@@ -185,6 +191,7 @@ func New(cfg Config) *Controller {
 
 	// A change of either cache's health changes what every CR may claim.
 	c.crsHealth = informers.NewHealth(func(bool) { c.enqueueAll() })
+	c.locksHealth = informers.NewHealth(func(bool) { c.enqueueAll() })
 	c.secretsHealth = informers.NewHealth(func(bool) { c.enqueueAll() })
 	watchDynamic, watchMetadata := cfg.Dynamic, cfg.Metadata
 	if cfg.REST != nil {
@@ -217,6 +224,26 @@ func New(cfg Config) *Controller {
 		// A CR that goes may leave its release to another.
 		DeleteFunc: c.enqueueReleaseCRs,
 	})
+
+	locks := watchDynamic.Resource(mlv1.Resource)
+	c.locks = cache.NewSharedIndexInformerWithOptions(
+		cache.ToListWatcherWithWatchListSemantics(informers.Guard(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return locks.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return locks.Watch(ctx, o)
+			},
+		}, c.cfg.Readiness, c.locksHealth), watchDynamic),
+		&unstructured.Unstructured{},
+		cache.SharedIndexInformerOptions{ObjectDescription: mlv1.Resource.String()})
+	_ = c.locks.SetTransform(compactManifestLock)
+	_, _ = c.locks.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueManifestLock,
+		UpdateFunc: func(_, obj any) { c.enqueueManifestLock(obj) },
+		DeleteFunc: c.enqueueManifestLock,
+	})
+	c.sources = &sourceWatches{kube: cfg.Kube, enqueue: c.queue.Add}
 
 	// Release Secrets are watched as metadata only, selected by Helm's
 	// owner label: their labels carry the status and revision, and the
@@ -269,8 +296,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	start(c.crs.RunWithContext)
 	start(c.secrets.RunWithContext)
+	start(c.locks.RunWithContext)
+	start(c.sources.run)
 	logger.Info("Waiting for caches to sync")
-	if !cache.WaitForCacheSync(ctx.Done(), c.crs.HasSynced, c.secrets.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), c.crs.HasSynced, c.secrets.HasSynced, c.locks.HasSynced) {
 		return errors.New("caches did not sync before shutdown")
 	}
 	c.declareAll(ctx)
@@ -329,6 +358,9 @@ func (c *Controller) Watching() (bool, string) {
 	if !c.secretsHealth.Current() {
 		blind = append(blind, "release Secrets")
 	}
+	if !c.locksHealth.Current() {
+		blind = append(blind, mlv1.Resource.String())
+	}
 	for _, gvr := range c.engine.Unwatched() {
 		blind = append(blind, gvr.String())
 	}
@@ -342,6 +374,9 @@ func (c *Controller) Watching() (bool, string) {
 func (c *Controller) enqueueAll() {
 	for _, key := range c.crs.GetIndexer().ListKeys() {
 		c.queue.Add(key)
+	}
+	for _, key := range c.locks.GetIndexer().ListKeys() {
+		c.queue.Add(manifestLockPrefix + key)
 	}
 }
 
@@ -381,13 +416,16 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	}
 	defer c.queue.Done(key)
 	logger := klog.FromContext(ctx).WithValues("helmRelease", key)
+	if ref, ok := strings.CutPrefix(key, manifestLockPrefix); ok {
+		logger = klog.FromContext(ctx).WithValues("manifestLock", ref)
+	}
 	err := c.safeSync(klog.NewContext(ctx, logger), key, false)
 	if err == nil {
 		c.queue.Forget(key)
 		return true
 	}
 	logger.V(2).Info("Sync failed, retrying", "err", err, "retries", c.queue.NumRequeues(key))
-	if ns, name, splitErr := cache.SplitMetaNamespaceKey(key); splitErr == nil {
+	if ns, name, splitErr := cache.SplitMetaNamespaceKey(key); splitErr == nil && !strings.HasPrefix(key, manifestLockPrefix) {
 		c.cfg.Metrics.ReconcileError(ns, name)
 	}
 	c.queue.AddRateLimited(key)
@@ -522,6 +560,12 @@ func secretReleaseIndex(obj any) ([]string, error) {
 // declareOnly it stops once the release's objects are declared to the
 // engine, and writes nothing.
 func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) error {
+	if strings.HasPrefix(key, manifestLockPrefix) {
+		if declareOnly {
+			return nil
+		}
+		return c.syncManifestLock(ctx, key)
+	}
 	obj, exists, err := c.crs.GetIndexer().GetByKey(key)
 	if err != nil {
 		return err

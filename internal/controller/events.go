@@ -27,6 +27,7 @@ const (
 	EventDriftCorrectionFailed = "DriftCorrectionFailed"
 	EventFighting              = "Fighting"
 	EventNotAppliedByHelm      = "NotAppliedByHelm"
+	EventPruned                = "Pruned"
 )
 
 // noEvents is the recorder of a controller configured without one.

@@ -36,7 +36,8 @@ type candidate struct {
 	objects map[string]string
 }
 
-// manifestDigest is the digest a VerifiedRevision records.
+// manifestDigest is the sha256 of a manifest, as a VerifiedRevision and a
+// ManifestLock record it.
 func manifestDigest(m string) string {
 	sum := sha256.Sum256([]byte(m))
 	return hex.EncodeToString(sum[:])

@@ -370,7 +370,7 @@ func startEnv(ctx context.Context, cancel context.CancelFunc, tools controlplane
 		env.dyn, err = dynamic.NewForConfig(cp.Config)
 	}
 	if err == nil {
-		err = api.InstallCRD(ctx, ext)
+		err = api.InstallCRDs(ctx, ext)
 	}
 	if err != nil {
 		stop()

@@ -1,0 +1,114 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	helmv1 "github.com/helm-locker/helm-locker/api/v1alpha1"
+)
+
+// Group, Version and Kind of the ManifestLock API. It is helm-locker's
+// own, beside rancher/helm-locker's helm.cattle.io.
+const (
+	Group   = "helm-locker.io"
+	Version = "v1alpha1"
+	Kind    = "ManifestLock"
+)
+
+// SchemeGroupVersion is the group and version of every type here.
+var SchemeGroupVersion = schema.GroupVersion{Group: Group, Version: Version}
+
+// Resource is the plural resource the CRD serves.
+var Resource = SchemeGroupVersion.WithResource("manifestlocks")
+
+// ManifestLock holds the objects of a raw manifest as it declares them:
+// what is missing is applied, edits are reverted and deleted objects are
+// recreated. The manifest may come from any tool: kubectl, kustomize build,
+// helm template.
+type ManifestLock struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ManifestLockSpec   `json:"spec"`
+	Status ManifestLockStatus `json:"status,omitempty"`
+}
+
+// ManifestLockSpec says what to hold and how.
+type ManifestLockSpec struct {
+	// Manifest is the objects, as multi-document YAML or JSON.
+	Manifest string `json:"manifest,omitempty"`
+	// ManifestFrom reads the manifest from a key of a ConfigMap or Secret
+	// in the lock's namespace, for sets larger than a CR may hold. It is
+	// watched: a change of it is a new declaration.
+	ManifestFrom *ManifestSource `json:"manifestFrom,omitempty"`
+	// Namespace is given to namespaced objects that name none; empty
+	// means the lock's own namespace.
+	Namespace string `json:"namespace,omitempty"`
+	// Prune deletes the objects this lock created (status.inventory)
+	// that a new version of the manifest no longer lists. Objects that
+	// existed before the lock adopted them are never deleted, and
+	// neither is anything when the lock itself is deleted.
+	Prune bool `json:"prune,omitempty"`
+	// Mode, Suspend, Ignore and ServiceAccountName are as on HelmRelease.
+	Mode               helmv1.Mode         `json:"mode,omitempty"`
+	Suspend            bool                `json:"suspend,omitempty"`
+	Ignore             []helmv1.IgnoreRule `json:"ignore,omitempty"`
+	ServiceAccountName string              `json:"serviceAccountName,omitempty"`
+}
+
+// ManifestSource names where a manifest is kept. Exactly one is set.
+type ManifestSource struct {
+	ConfigMapRef *KeyRef `json:"configMapRef,omitempty"`
+	SecretRef    *KeyRef `json:"secretRef,omitempty"`
+}
+
+// KeyRef is one key of a ConfigMap or Secret in the lock's namespace.
+type KeyRef struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
+}
+
+// State is the summary a user reads in `kubectl get manifestlocks`.
+type State string
+
+// The states.
+const (
+	// StateLocked: every object is held as declared.
+	StateLocked State = "Locked"
+	// StateWatching: in Warn mode, every object is checked and drift is
+	// reported.
+	StateWatching State = "Watching"
+	// StateReconciling: objects are being applied, checked or corrected.
+	StateReconciling State = "Reconciling"
+	// StateSuspended: spec.suspend opened the lock.
+	StateSuspended State = "Suspended"
+	// StateError: the lock cannot hold its manifest as it stands (see
+	// the Ready condition).
+	StateError State = "Error"
+)
+
+// ManifestLockStatus reports what the locker knows of the lock. Its
+// conditions and counters mean what HelmRelease's do.
+type ManifestLockStatus struct {
+	State              State                  `json:"state,omitempty"`
+	ObservedGeneration int64                  `json:"observedGeneration,omitempty"`
+	Conditions         []metav1.Condition     `json:"conditions,omitempty"`
+	LockedObjects      int                    `json:"lockedObjects,omitempty"`
+	NotLocked          []helmv1.ObjectProblem `json:"notLocked,omitempty"`
+	LastDrift          *helmv1.Drift          `json:"lastDrift,omitempty"`
+	DriftsDetected     int64                  `json:"driftsDetected,omitempty"`
+	DriftsCorrected    int64                  `json:"driftsCorrected,omitempty"`
+	// ManifestDigest is the sha256 of the manifest held.
+	ManifestDigest string `json:"manifestDigest,omitempty"`
+	// Inventory lists the objects this lock created: the only ones
+	// spec.prune may delete.
+	Inventory []ObjectRef `json:"inventory,omitempty"`
+}
+
+// ObjectRef names one object of a lock's inventory.
+type ObjectRef struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Namespace  string `json:"namespace,omitempty"`
+	Name       string `json:"name"`
+}

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+)
+
+// cliFieldManager names the CLI's writes of ManifestLocks.
+const cliFieldManager = "helm-locker-cli"
+
+// newLockCommand locks files the way kubectl apply applies them, through a
+// ManifestLock that the operator holds from then on.
+func newLockCommand() *cobra.Command {
+	var (
+		client        clientFlags
+		files         []string
+		name          string
+		lockNamespace string
+		prune, warn   bool
+		waitLocked    bool
+		timeout       time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "lock -f FILE|DIR|- [-n NAMESPACE] [--name NAME]",
+		Short: "Lock the objects of YAML or JSON files with a ManifestLock",
+		Long: `lock creates, or updates, a ManifestLock holding the objects of the files:
+the operator applies what is missing and from then on reverts every edit and
+recreates every deleted object. -n is the namespace of objects that name none
+(the kubeconfig context's by default). The lock itself goes in
+--lock-namespace. lock waits until the ManifestLock says Locked, and prints
+its status.`,
+		Example: `  helm-locker lock -f app.yaml -n apps
+  kustomize build overlays/prod | helm-locker lock -f - --name prod -n apps --prune`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(files) == 0 {
+				return errors.New("name the files to lock with -f")
+			}
+			if name == "" {
+				name = lockName(files[0])
+			}
+			if name == "" {
+				return errors.New("name the lock with --name: it cannot be derived from standard input")
+			}
+			cfg, namespace, err := client.load()
+			if err != nil {
+				return err
+			}
+			objs, err := readFiles(files, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			if len(objs) == 0 {
+				return errors.New("the files declare no objects")
+			}
+			var docs []string
+			for _, o := range objs {
+				data, err := yaml.Marshal(o.Object)
+				if err != nil {
+					return err
+				}
+				docs = append(docs, string(data))
+			}
+			spec := map[string]any{"manifest": strings.Join(docs, "---\n"), "namespace": namespace, "prune": prune}
+			if warn {
+				spec["mode"] = string(v1alpha1.ModeWarn)
+			}
+			lockObj := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": mlv1.SchemeGroupVersion.String(), "kind": mlv1.Kind,
+				"metadata": map[string]any{"name": name, "namespace": lockNamespace},
+				"spec":     spec,
+			}}
+			dyn, err := dynamic.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			locks := dyn.Resource(mlv1.Resource).Namespace(lockNamespace)
+			applied, err := locks.Apply(cmd.Context(), name, lockObj, metav1.ApplyOptions{FieldManager: cliFieldManager, Force: true})
+			if err != nil {
+				return fmt.Errorf("writing ManifestLock %s/%s: %w", lockNamespace, name, err)
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "manifestlock %s/%s: %d objects declared\n", lockNamespace, name, len(objs))
+			if !waitLocked {
+				return nil
+			}
+			ml, err := waitForLock(cmd.Context(), locks, name, applied.GetGeneration(), timeout)
+			if ml != nil {
+				printLockStatus(out, ml)
+			}
+			return err
+		},
+	}
+	client.add(cmd)
+	f := cmd.Flags()
+	f.StringSliceVarP(&files, "filename", "f", nil, "YAML or JSON file, folder of them, or - for standard input")
+	f.StringVar(&name, "name", "", "name of the ManifestLock; defaults to the first file's name")
+	f.StringVar(&lockNamespace, "lock-namespace", "cattle-helm-system", "namespace of the ManifestLock: the registration namespace may hold anything; any other, its own objects only")
+	f.BoolVar(&prune, "prune", false, "delete objects this lock created that the files no longer declare")
+	f.BoolVar(&warn, "warn", false, "report drift and never revert it")
+	f.BoolVar(&waitLocked, "wait", true, "wait until the lock says Locked")
+	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait")
+	return cmd
+}
+
+var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// lockName derives a lock's name from a file or folder name: "app.yaml"
+// locks as "app".
+func lockName(file string) string {
+	if file == "-" {
+		return ""
+	}
+	base := strings.TrimSuffix(filepath.Base(filepath.Clean(file)), filepath.Ext(file))
+	return strings.Trim(notDNS.ReplaceAllString(strings.ToLower(base), "-"), "-")
+}
+
+// waitForLock waits until the lock's status is of generation and says it
+// holds its objects, or that it cannot.
+func waitForLock(ctx context.Context, locks dynamic.ResourceInterface, name string, generation int64, timeout time.Duration) (*mlv1.ManifestLock, error) {
+	var ml *mlv1.ManifestLock
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		u, err := locks.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		ml = &mlv1.ManifestLock{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, ml); err != nil {
+			return false, err
+		}
+		if ml.Status.ObservedGeneration < generation {
+			return false, nil
+		}
+		switch ml.Status.State {
+		case mlv1.StateLocked, mlv1.StateWatching:
+			return true, nil
+		case mlv1.StateError:
+			return false, fmt.Errorf("ManifestLock %s cannot hold its objects", name)
+		}
+		return false, nil
+	})
+	if wait.Interrupted(err) {
+		err = fmt.Errorf("ManifestLock %s is not locked after %s", name, timeout)
+	}
+	return ml, err
+}
+
+// printLockStatus writes the lock's state, counts and conditions.
+func printLockStatus(w io.Writer, ml *mlv1.ManifestLock) {
+	s := ml.Status
+	fmt.Fprintf(w, "state: %s, %d objects held, %d created by the lock\n", s.State, s.LockedObjects, len(s.Inventory))
+	for _, c := range s.Conditions {
+		fmt.Fprintf(w, "  %s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
+	}
+	for _, p := range s.NotLocked {
+		fmt.Fprintf(w, "  not held: %s: %s %s\n", p.Object, p.Reason, p.Message)
+	}
+}

@@ -1,0 +1,466 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/engine"
+	"github.com/helm-locker/helm-locker/internal/declare"
+	"github.com/helm-locker/helm-locker/lock"
+	"github.com/helm-locker/helm-locker/manifest"
+)
+
+// manifestLockPrefix marks the queue and engine keys of ManifestLocks;
+// those of HelmReleases are namespace/name.
+const manifestLockPrefix = "ManifestLock:"
+
+// manifestState is what the controller remembers of one ManifestLock
+// between syncs. Only the worker syncing its key touches it.
+type manifestState struct {
+	lock lock.Lock
+	// declared says what the engine holds: the manifest's digest and the
+	// spec generation it was declared under; declarations counts them.
+	declared     string
+	declarations int
+	// objects are the refs of the declaration's objects, and missing
+	// those that did not exist when it was declared: the lock creates
+	// them, and they join the inventory once it has.
+	objects map[mlv1.ObjectRef]bool
+	missing map[mlv1.ObjectRef]bool
+	// inventory is status.inventory, kept here once read.
+	inventory []mlv1.ObjectRef
+	// counted is set once the counters were read from the status.
+	counted                   bool
+	driftsDetected, corrected int64
+	lastDrift                 *v1alpha1.Drift
+}
+
+// manifestLocks is the controller's memory of ManifestLocks.
+type manifestLocks struct {
+	mu     sync.Mutex
+	states map[string]*manifestState
+}
+
+func (m *manifestLocks) state(key string) *manifestState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.states == nil {
+		m.states = map[string]*manifestState{}
+	}
+	st := m.states[key]
+	if st == nil {
+		st = &manifestState{}
+		m.states[key] = st
+	}
+	return st
+}
+
+func (m *manifestLocks) drop(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.states, key)
+}
+
+func (c *Controller) enqueueManifestLock(obj any) {
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		c.queue.Add(manifestLockPrefix + key)
+	}
+}
+
+// compactManifestLock is what the cache keeps of a ManifestLock: the typed
+// object without its managedFields.
+func compactManifestLock(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	ml := &mlv1.ManifestLock{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, ml); err != nil {
+		return obj, nil
+	}
+	ml.ManagedFields = nil
+	return ml, nil
+}
+
+// syncManifestLock brings one ManifestLock in line: observe the CR and its
+// manifest, decide what may be held, act (prune, declare, sync) and report.
+func (c *Controller) syncManifestLock(ctx context.Context, key string) error {
+	ref := strings.TrimPrefix(key, manifestLockPrefix)
+	obj, exists, err := c.locks.GetIndexer().GetByKey(ref)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		// Deleting the lock deletes nothing it held.
+		c.open(key)
+		c.mls.drop(key)
+		c.sources.watch(key, nil)
+		return nil
+	}
+	ml, ok := obj.(*mlv1.ManifestLock)
+	if !ok {
+		klog.FromContext(ctx).Error(nil, "Cannot read ManifestLock; ignoring it", "manifestLock", ref)
+		return nil
+	}
+	ml = ml.DeepCopy()
+	st := c.mls.state(key)
+	if !st.counted {
+		st.counted = true
+		st.driftsDetected, st.corrected, st.lastDrift = ml.Status.DriftsDetected, ml.Status.DriftsCorrected, ml.Status.LastDrift.DeepCopy()
+		st.inventory = slices.Clone(ml.Status.Inventory)
+	}
+	status, syncErr := c.reconcileManifestLock(ctx, key, ml, st)
+	status.ObservedGeneration = ml.Generation
+	status.DriftsDetected, status.DriftsCorrected, status.LastDrift = st.driftsDetected, st.corrected, st.lastDrift
+	status.Inventory = st.inventory
+	return errors.Join(syncErr, c.writeManifestLockStatus(ctx, ml, status))
+}
+
+// reconcileManifestLock returns the status to report and an error to retry
+// on.
+func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState) (mlv1.ManifestLockStatus, error) {
+	logger := klog.FromContext(ctx)
+	if ml.Spec.Suspend {
+		c.openManifestLock(key, st)
+		c.sources.watch(key, nil)
+		return manifestOpenStatus(ml, mlv1.StateSuspended, "Suspended", "spec.suspend is true: the lock is open and nothing is reverted"), nil
+	}
+
+	// Observe: the manifest, wherever it is kept.
+	text, err := c.manifestText(ctx, key, ml)
+	if err != nil {
+		if apierrors.IsNotFound(err) || errors.Is(err, errNoManifest) {
+			return c.manifestError(key, ml, st, "ManifestUnavailable", err.Error()), nil
+		}
+		return ml.Status, err
+	}
+	objs, err := manifest.Parse(strings.NewReader(text))
+	if err != nil {
+		return c.manifestError(key, ml, st, "InvalidManifest", "spec.manifest: "+err.Error()), nil
+	}
+	objs, optedOut := declare.SplitOptedOut(objs)
+	ignore, err := declare.Ignore(ml.Spec.Ignore)
+	if err != nil {
+		return c.manifestError(key, ml, st, "InvalidSpec", err.Error()), nil
+	}
+
+	// Decide: what this lock may hold, and as whom it writes.
+	namespace := ml.Spec.Namespace
+	if namespace == "" {
+		namespace = ml.Namespace
+	}
+	refs, err := c.manifestRefs(ml, objs, namespace)
+	if err != nil {
+		var forbidden *forbiddenError
+		if errors.As(err, &forbidden) {
+			c.openManifestLock(key, st)
+			return manifestOpenStatus(ml, mlv1.StateError, "Forbidden", limit(err.Error())), nil
+		}
+		return c.manifestError(key, ml, st, "InvalidManifest", limit(err.Error())), nil
+	}
+	writer, err := c.writerFor(ml.Namespace, c.manifestServiceAccount(ml))
+	if err != nil {
+		return c.manifestError(key, ml, st, "ImpersonationUnavailable", err.Error()), nil
+	}
+
+	// Act: prune what the last declaration created and this one drops,
+	// declare, and sync.
+	declared := manifestDigest(text) + fmt.Sprintf("/%d", ml.Generation)
+	if declared != st.declared {
+		if ml.Spec.Prune {
+			if err := c.prune(ctx, ml, st, refs, writer); err != nil {
+				return ml.Status, err
+			}
+		}
+		missing, err := c.missingObjects(ctx, refs, st.inventory)
+		if err != nil {
+			return ml.Status, err
+		}
+		st.declarations++
+		st.declared, st.objects, st.missing = declared, refs, missing
+		st.lock = st.lock.Next(lock.Event{Type: lock.Engage, Revision: st.declarations, Warn: ml.Spec.Mode == v1alpha1.ModeWarn})
+		c.engine.Declare(key, engine.ObjectSet{
+			Objects:          objs,
+			DefaultNamespace: namespace,
+			ReportOnly:       st.lock.Warn,
+			Ignore:           ignore,
+			Writer:           writer,
+		})
+		logger.V(2).Info("ManifestLock engaged", "objects", len(objs), "created", len(missing), "mode", ml.Spec.Mode)
+	}
+	res, syncErr := c.engine.Sync(ctx, key)
+	c.recordManifestDrifts(ml, st, res)
+	complete := syncErr == nil && len(res.Unresolved) == 0 && len(res.Failed) == 0
+	st.lock = st.lock.Next(lock.Event{Type: lock.Checked, Revision: st.declarations, Complete: complete, InLine: res.InLine})
+	if res.RequeueAfter > 0 {
+		c.queue.AddAfter(key, res.RequeueAfter)
+	}
+
+	// Report.
+	status := manifestLockedStatus(ml, st, res, syncErr)
+	status.NotLocked = notLocked(optedOut, 0, res, syncErr)
+	status.ManifestDigest = manifestDigest(text)
+	if syncErr == nil && len(res.Unresolved) > 0 {
+		syncErr = errors.Join(res.Unresolved...)
+	}
+	return status, syncErr
+}
+
+// errNoManifest says a ManifestLock names no manifest.
+var errNoManifest = errors.New("the lock names no manifest: set spec.manifest or spec.manifestFrom")
+
+// manifestText reads the lock's manifest, and watches where it is kept.
+func (c *Controller) manifestText(ctx context.Context, key string, ml *mlv1.ManifestLock) (string, error) {
+	from := ml.Spec.ManifestFrom
+	switch {
+	case from == nil && ml.Spec.Manifest == "":
+		c.sources.watch(key, nil)
+		return "", errNoManifest
+	case from == nil:
+		c.sources.watch(key, nil)
+		return ml.Spec.Manifest, nil
+	case ml.Spec.Manifest != "" || (from.ConfigMapRef == nil) == (from.SecretRef == nil):
+		c.sources.watch(key, nil)
+		return "", fmt.Errorf("%w; exactly one of spec.manifest, spec.manifestFrom.configMapRef and spec.manifestFrom.secretRef may be set", errNoManifest)
+	case from.ConfigMapRef != nil:
+		r := from.ConfigMapRef
+		c.sources.watch(key, &source{kind: "configmaps", namespace: ml.Namespace, name: r.Name})
+		cm, err := c.cfg.Kube.CoreV1().ConfigMaps(ml.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("reading spec.manifestFrom.configMapRef: %w", err)
+		}
+		text, ok := cm.Data[r.Key]
+		if !ok {
+			return "", fmt.Errorf("%w: ConfigMap %s/%s has no key %q", errNoManifest, ml.Namespace, r.Name, r.Key)
+		}
+		return text, nil
+	default:
+		r := from.SecretRef
+		c.sources.watch(key, &source{kind: "secrets", namespace: ml.Namespace, name: r.Name})
+		s, err := c.cfg.Kube.CoreV1().Secrets(ml.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("reading spec.manifestFrom.secretRef: %w", err)
+		}
+		data, ok := s.Data[r.Key]
+		if !ok {
+			return "", fmt.Errorf("%w: Secret %s/%s has no key %q", errNoManifest, ml.Namespace, r.Name, r.Key)
+		}
+		return string(data), nil
+	}
+}
+
+// forbiddenError lists objects a ManifestLock outside the registration
+// namespace may not hold.
+type forbiddenError struct{ objects []string }
+
+func (e *forbiddenError) Error() string {
+	return "a ManifestLock outside the registration namespace holds objects of its own namespace only, and nothing is written while it names others: " + strings.Join(e.objects, ", ")
+}
+
+// manifestRefs resolves the objects' scopes and names them as the
+// inventory does. A lock outside the registration namespace is a tenant's:
+// every object must be namespaced and in the lock's own namespace, or none
+// is held (a forbiddenError). Kinds the API server does not serve yet are
+// left for the engine to report, unless the lock is a tenant's.
+func (c *Controller) manifestRefs(ml *mlv1.ManifestLock, objs []*unstructured.Unstructured, namespace string) (map[mlv1.ObjectRef]bool, error) {
+	tenant := ml.Namespace != c.cfg.Namespace
+	refs := map[mlv1.ObjectRef]bool{}
+	var forbidden []string
+	for _, obj := range objs {
+		gvk := obj.GroupVersionKind()
+		ref := mlv1.ObjectRef{APIVersion: obj.GetAPIVersion(), Kind: gvk.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName()}
+		mapping, err := c.cfg.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		switch {
+		case err != nil && tenant:
+			forbidden = append(forbidden, fmt.Sprintf("%s %s (a kind not served, whose scope cannot be checked)", gvk.Kind, obj.GetName()))
+			continue
+		case err != nil:
+			refs[ref] = true
+			continue
+		case mapping.Scope.Name() != meta.RESTScopeNameNamespace:
+			ref.Namespace = ""
+			if tenant {
+				forbidden = append(forbidden, fmt.Sprintf("%s %s (cluster-scoped)", gvk.Kind, obj.GetName()))
+				continue
+			}
+		case ref.Namespace == "":
+			ref.Namespace = namespace
+		}
+		if tenant && ref.Namespace != ml.Namespace {
+			forbidden = append(forbidden, fmt.Sprintf("%s %s/%s (another namespace)", gvk.Kind, ref.Namespace, ref.Name))
+			continue
+		}
+		refs[ref] = true
+	}
+	if len(forbidden) > 0 {
+		return nil, &forbiddenError{objects: forbidden}
+	}
+	return refs, nil
+}
+
+// manifestServiceAccount is the identity a ManifestLock's writes take. A
+// tenant's lock always writes as a ServiceAccount of its namespace.
+func (c *Controller) manifestServiceAccount(ml *mlv1.ManifestLock) string {
+	switch {
+	case ml.Spec.ServiceAccountName != "":
+		return ml.Spec.ServiceAccountName
+	case c.cfg.DefaultServiceAccount != "":
+		return c.cfg.DefaultServiceAccount
+	case ml.Namespace != c.cfg.Namespace:
+		return "default"
+	}
+	return ""
+}
+
+// missingObjects returns the refs that do not exist now and are not in
+// the inventory already: the lock creates them, so they are its to prune.
+func (c *Controller) missingObjects(ctx context.Context, refs map[mlv1.ObjectRef]bool, inventory []mlv1.ObjectRef) (map[mlv1.ObjectRef]bool, error) {
+	missing := map[mlv1.ObjectRef]bool{}
+	for ref := range refs {
+		if slices.Contains(inventory, ref) {
+			continue
+		}
+		gvr, err := c.resourceOf(ref)
+		if err != nil {
+			continue // not served yet: the engine reports it
+		}
+		_, err = resourceClient(c.cfg.Dynamic, gvr, ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			missing[ref] = true
+		case err != nil:
+			return nil, fmt.Errorf("reading %s %s: %w", ref.Kind, ref.Name, err)
+		}
+	}
+	return missing, nil
+}
+
+// prune deletes the inventory's objects that refs, the new declaration, no
+// longer lists, as writer.
+func (c *Controller) prune(ctx context.Context, ml *mlv1.ManifestLock, st *manifestState, refs map[mlv1.ObjectRef]bool, writer dynamic.Interface) error {
+	if writer == nil {
+		writer = c.cfg.Dynamic
+	}
+	kept := st.inventory[:0:0]
+	var errs []error
+	for _, ref := range st.inventory {
+		if refs[ref] {
+			kept = append(kept, ref)
+			continue
+		}
+		gvr, err := c.resourceOf(ref)
+		if err == nil {
+			err = resourceClient(writer, gvr, ref.Namespace).Delete(ctx, ref.Name, metav1.DeleteOptions{})
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("pruning %s %s: %w", ref.Kind, ref.Name, err))
+			kept = append(kept, ref)
+			continue
+		}
+		c.cfg.Recorder.Event(manifestLockRef(ml), corev1.EventTypeNormal, EventPruned, fmt.Sprintf("%s %s: created by this lock, and no longer in its manifest", ref.Kind, inventoryName(ref)))
+	}
+	st.inventory = kept
+	return errors.Join(errs...)
+}
+
+func (c *Controller) resourceOf(ref mlv1.ObjectRef) (schema.GroupVersionResource, error) {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return schema.GroupVersionResource{}, err
+	}
+	mapping, err := c.cfg.Mapper.RESTMapping(schema.GroupKind{Group: gv.Group, Kind: ref.Kind}, gv.Version)
+	if err != nil {
+		return schema.GroupVersionResource{}, err
+	}
+	return mapping.Resource, nil
+}
+
+func resourceClient(client dynamic.Interface, gvr schema.GroupVersionResource, namespace string) dynamic.ResourceInterface {
+	if namespace == "" {
+		return client.Resource(gvr)
+	}
+	return client.Resource(gvr).Namespace(namespace)
+}
+
+// recordManifestDrifts counts res's drifts, records them as events, and
+// adds the objects the lock created to its inventory. Creating what the
+// declaration names and the cluster lacked is the lock applying it, not
+// drift.
+func (c *Controller) recordManifestDrifts(ml *mlv1.ManifestLock, st *manifestState, res engine.Result) {
+	for _, d := range res.Drifts {
+		ref := mlv1.ObjectRef{APIVersion: d.Ref.GVR.GroupVersion().String(), Kind: d.Kind, Namespace: d.Ref.Namespace, Name: d.Ref.Name}
+		if d.Deleted && st.missing[ref] {
+			if d.Corrected {
+				delete(st.missing, ref)
+				if !slices.Contains(st.inventory, ref) {
+					st.inventory = append(st.inventory, ref)
+				}
+			}
+			continue
+		}
+		if d.Held {
+			continue
+		}
+		st.driftsDetected++
+		record := driftRecord(d, time.Now())
+		st.lastDrift = record
+		switch {
+		case d.Corrected:
+			st.corrected++
+			c.cfg.Recorder.Event(manifestLockRef(ml), corev1.EventTypeNormal, EventDriftCorrected, describeRecord(record))
+		case d.Err != nil:
+			c.cfg.Recorder.Event(manifestLockRef(ml), corev1.EventTypeWarning, EventDriftCorrectionFailed, describeRecord(record)+": "+limit(d.Err.Error()))
+		default:
+			c.cfg.Recorder.Event(manifestLockRef(ml), corev1.EventTypeWarning, EventDriftDetected, describeRecord(record))
+		}
+	}
+}
+
+func (c *Controller) openManifestLock(key string, st *manifestState) {
+	c.open(key)
+	st.lock = st.lock.Next(lock.Event{Type: lock.Open})
+	st.declared, st.objects, st.missing = "", nil, nil
+}
+
+// manifestError reports a manifest that cannot be read or held. What the
+// lock held before stays held: a broken edit of the manifest must not
+// leave its objects open to drift.
+func (c *Controller) manifestError(key string, ml *mlv1.ManifestLock, st *manifestState, reason, message string) mlv1.ManifestLockStatus {
+	if st.declared == "" {
+		c.openManifestLock(key, st)
+		return manifestOpenStatus(ml, mlv1.StateError, reason, message)
+	}
+	s := *ml.Status.DeepCopy()
+	s.State = mlv1.StateError
+	setManifestConditions(&s, ml, condition(v1alpha1.ConditionReady, false, reason, message+"; the objects of the last manifest read stay held"))
+	return s
+}
+
+func manifestLockRef(ml *mlv1.ManifestLock) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: mlv1.SchemeGroupVersion.String(), Kind: mlv1.Kind, Namespace: ml.Namespace, Name: ml.Name, UID: ml.UID}
+}
+
+func inventoryName(ref mlv1.ObjectRef) string {
+	if ref.Namespace == "" {
+		return ref.Name
+	}
+	return ref.Namespace + "/" + ref.Name
+}

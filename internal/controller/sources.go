@@ -1,0 +1,123 @@
+package controller
+
+import (
+	"context"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// source is a ConfigMap or Secret a ManifestLock reads its manifest from.
+type source struct {
+	kind      string // "configmaps" or "secrets"
+	namespace string
+	name      string
+}
+
+// sourceWatches watches the one object each ManifestLock reads its
+// manifest from, with a list and watch selecting it by name, and queues
+// the lock when it changes. Watching every ConfigMap and Secret of the
+// cluster for the few that hold manifests would cost far more.
+type sourceWatches struct {
+	kube    kubernetes.Interface
+	enqueue func(key string)
+
+	mu sync.Mutex
+	// ctx is Run's: watches start only while it runs.
+	ctx     context.Context
+	watches map[string]*sourceWatch // by lock key
+}
+
+type sourceWatch struct {
+	source
+	stop context.CancelFunc
+}
+
+// run makes watches start with ctx, and stops them all when it ends.
+func (s *sourceWatches) run(ctx context.Context) {
+	s.mu.Lock()
+	s.ctx = ctx
+	for _, w := range s.watches {
+		s.startLocked(w)
+	}
+	s.mu.Unlock()
+	<-ctx.Done()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, w := range s.watches {
+		if w.stop != nil {
+			w.stop()
+		}
+		delete(s.watches, key)
+	}
+}
+
+// watch makes src the one object watched for the lock key; nil watches
+// nothing.
+func (s *sourceWatches) watch(key string, src *source) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watches == nil {
+		s.watches = map[string]*sourceWatch{}
+	}
+	old := s.watches[key]
+	if old != nil && src != nil && old.source == *src {
+		return
+	}
+	if old != nil {
+		if old.stop != nil {
+			old.stop()
+		}
+		delete(s.watches, key)
+	}
+	if src == nil {
+		return
+	}
+	w := &sourceWatch{source: *src}
+	s.watches[key] = w
+	s.startLocked(w)
+}
+
+func (s *sourceWatches) startLocked(w *sourceWatch) {
+	if s.ctx == nil || s.ctx.Err() != nil || w.stop != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	w.stop = cancel
+	var obj runtime.Object = &corev1.ConfigMap{}
+	client := s.kube.CoreV1().RESTClient()
+	if w.kind == "secrets" {
+		obj = &corev1.Secret{}
+	}
+	lw := cache.NewFilteredListWatchFromClient(client, w.kind, w.namespace, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", w.name).String()
+	})
+	inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
+	// Only the lock's key is needed; the object is read afresh by the
+	// sync it queues.
+	_ = inf.SetTransform(func(o any) (any, error) {
+		if m, err := meta.Accessor(o); err == nil {
+			return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: m.GetNamespace(), Name: m.GetName(), ResourceVersion: m.GetResourceVersion()}}, nil
+		}
+		return o, nil
+	})
+	key := ""
+	for k, v := range s.watches {
+		if v == w {
+			key = k
+		}
+	}
+	enqueue := func(any) { s.enqueue(key) }
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, o any) { enqueue(o) },
+		DeleteFunc: enqueue,
+	})
+	go inf.RunWithContext(ctx)
+}
