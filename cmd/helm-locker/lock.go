@@ -136,9 +136,14 @@ func lockName(file string) string {
 // holds its objects, or that it cannot.
 func waitForLock(ctx context.Context, locks dynamic.ResourceInterface, name string, generation int64, timeout time.Duration) (*mlv1.ManifestLock, error) {
 	var ml *mlv1.ManifestLock
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		u, err := locks.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
 			return false, err
 		}
 		ml = &mlv1.ManifestLock{}

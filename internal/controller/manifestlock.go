@@ -282,6 +282,17 @@ func (e *forbiddenError) Error() string {
 // left for the engine to report, unless the lock is a tenant's.
 func (c *Controller) manifestRefs(ml *mlv1.ManifestLock, objs []*unstructured.Unstructured, namespace string) (map[mlv1.ObjectRef]bool, error) {
 	tenant := ml.Namespace != c.cfg.Namespace
+	// The scopes of the kinds whose CRDs the manifest declares, for their
+	// objects: the API server does not serve them yet.
+	scopes := map[schema.GroupKind]string{}
+	for _, obj := range objs {
+		if obj.GroupVersionKind().GroupKind() == (schema.GroupKind{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}) {
+			group, _, _ := unstructured.NestedString(obj.Object, "spec", "group")
+			kind, _, _ := unstructured.NestedString(obj.Object, "spec", "names", "kind")
+			scope, _, _ := unstructured.NestedString(obj.Object, "spec", "scope")
+			scopes[schema.GroupKind{Group: group, Kind: kind}] = scope
+		}
+	}
 	refs := map[mlv1.ObjectRef]bool{}
 	var forbidden []string
 	for _, obj := range objs {
@@ -293,6 +304,9 @@ func (c *Controller) manifestRefs(ml *mlv1.ManifestLock, objs []*unstructured.Un
 			forbidden = append(forbidden, fmt.Sprintf("%s %s (a kind not served, whose scope cannot be checked)", gvk.Kind, obj.GetName()))
 			continue
 		case err != nil:
+			if scopes[gvk.GroupKind()] == "Namespaced" && ref.Namespace == "" {
+				ref.Namespace = namespace
+			}
 			refs[ref] = true
 			continue
 		case mapping.Scope.Name() != meta.RESTScopeNameNamespace:
@@ -340,7 +354,10 @@ func (c *Controller) missingObjects(ctx context.Context, refs map[mlv1.ObjectRef
 		}
 		gvr, err := c.resourceOf(ref)
 		if err != nil {
-			continue // not served yet: the engine reports it
+			// A kind not served yet, such as one whose CRD the
+			// manifest declares, has no objects.
+			missing[ref] = true
+			continue
 		}
 		_, err = resourceClient(c.cfg.Dynamic, gvr, ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 		switch {
