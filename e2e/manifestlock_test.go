@@ -242,3 +242,36 @@ func waitKey(t *testing.T, ns, name, value string) {
 		return nil
 	})
 }
+
+// TestManifestLockFromSecret reads the manifest from a Secret's key and
+// follows its changes.
+func TestManifestLockFromSecret(t *testing.T) {
+	t.Parallel()
+	ns := env.Namespace(t)
+	grantConfigMaps(t, ns, "default")
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app-manifest"}, Data: map[string][]byte{"app.yaml": []byte(configMapYAML("from-secret", "one"))}}
+	if _, err := env.Kube.CoreV1().Secrets(ns).Create(t.Context(), secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createManifestLock(t, ns, "app", map[string]any{"manifestFrom": map[string]any{"secretRef": map[string]any{"name": "app-manifest", "key": "app.yaml"}}})
+	waitManifestLock(t, ns, "app", mlv1.StateLocked)
+	waitKey(t, ns, "from-secret", "one")
+	secret.Data["app.yaml"] = []byte(configMapYAML("from-secret", "two"))
+	if _, err := env.Kube.CoreV1().Secrets(ns).Update(t.Context(), secret, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitKey(t, ns, "from-secret", "two")
+
+	// A source that goes away leaves the objects held, and says so.
+	if err := env.Kube.CoreV1().Secrets(ns).Delete(t.Context(), "app-manifest", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ml := waitManifestLock(t, ns, "app", mlv1.StateError)
+	for _, c := range ml.Status.Conditions {
+		if c.Type == v1alpha1.ConditionReady && (c.Reason != "ManifestUnavailable" || !strings.Contains(c.Message, "stay held")) {
+			t.Errorf("Ready condition %+v; want ManifestUnavailable, the objects still held", c)
+		}
+	}
+	setKey(t, ns, "from-secret", "edited")
+	waitKey(t, ns, "from-secret", "two")
+}

@@ -148,18 +148,18 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 	text, err := c.manifestText(ctx, key, ml)
 	if err != nil {
 		if apierrors.IsNotFound(err) || errors.Is(err, errNoManifest) {
-			return c.manifestError(key, ml, st, "ManifestUnavailable", err.Error()), nil
+			return c.manifestError(ctx, key, ml, st, "ManifestUnavailable", err.Error())
 		}
 		return ml.Status, err
 	}
 	objs, err := manifest.Parse(strings.NewReader(text))
 	if err != nil {
-		return c.manifestError(key, ml, st, "InvalidManifest", "spec.manifest: "+err.Error()), nil
+		return c.manifestError(ctx, key, ml, st, "InvalidManifest", "spec.manifest: "+err.Error())
 	}
 	objs, optedOut := declare.SplitOptedOut(objs)
 	ignore, err := declare.Ignore(ml.Spec.Ignore)
 	if err != nil {
-		return c.manifestError(key, ml, st, "InvalidSpec", err.Error()), nil
+		return c.manifestError(ctx, key, ml, st, "InvalidSpec", err.Error())
 	}
 
 	// Decide: what this lock may hold, and as whom it writes.
@@ -174,11 +174,11 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 			c.openManifestLock(key, st)
 			return manifestOpenStatus(ml, mlv1.StateError, "Forbidden", limit(err.Error())), nil
 		}
-		return c.manifestError(key, ml, st, "InvalidManifest", limit(err.Error())), nil
+		return c.manifestError(ctx, key, ml, st, "InvalidManifest", limit(err.Error()))
 	}
 	writer, err := c.writerFor(ml.Namespace, c.manifestServiceAccount(ml))
 	if err != nil {
-		return c.manifestError(key, ml, st, "ImpersonationUnavailable", err.Error()), nil
+		return c.manifestError(ctx, key, ml, st, "ImpersonationUnavailable", err.Error())
 	}
 
 	// Act: prune what the last declaration created and this one drops,
@@ -206,6 +206,14 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 		})
 		logger.V(2).Info("ManifestLock engaged", "objects", len(objs), "created", len(missing), "mode", ml.Spec.Mode)
 	}
+	status, syncErr := c.syncManifestObjects(ctx, key, ml, st, optedOut)
+	status.ManifestDigest = manifestDigest(text)
+	return status, syncErr
+}
+
+// syncManifestObjects syncs the declaration the engine holds for the lock
+// and reports it.
+func (c *Controller) syncManifestObjects(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, optedOut []v1alpha1.ObjectProblem) (mlv1.ManifestLockStatus, error) {
 	res, syncErr := c.engine.Sync(ctx, key)
 	c.recordManifestDrifts(ml, st, res)
 	complete := syncErr == nil && len(res.Unresolved) == 0 && len(res.Failed) == 0
@@ -213,11 +221,8 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 	if res.RequeueAfter > 0 {
 		c.queue.AddAfter(key, res.RequeueAfter)
 	}
-
-	// Report.
 	status := manifestLockedStatus(ml, st, res, syncErr)
 	status.NotLocked = notLocked(optedOut, 0, res, syncErr)
-	status.ManifestDigest = manifestDigest(text)
 	if syncErr == nil && len(res.Unresolved) > 0 {
 		syncErr = errors.Join(res.Unresolved...)
 	}
@@ -458,17 +463,17 @@ func (c *Controller) openManifestLock(key string, st *manifestState) {
 }
 
 // manifestError reports a manifest that cannot be read or held. What the
-// lock held before stays held: a broken edit of the manifest must not
-// leave its objects open to drift.
-func (c *Controller) manifestError(key string, ml *mlv1.ManifestLock, st *manifestState, reason, message string) mlv1.ManifestLockStatus {
+// lock held before stays held, and synced: a broken edit of the manifest,
+// or a source deleted, must not leave its objects open to drift.
+func (c *Controller) manifestError(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, reason, message string) (mlv1.ManifestLockStatus, error) {
 	if st.declared == "" {
 		c.openManifestLock(key, st)
-		return manifestOpenStatus(ml, mlv1.StateError, reason, message)
+		return manifestOpenStatus(ml, mlv1.StateError, reason, message), nil
 	}
-	s := *ml.Status.DeepCopy()
+	s, err := c.syncManifestObjects(ctx, key, ml, st, nil)
 	s.State = mlv1.StateError
 	setManifestConditions(&s, ml, condition(v1alpha1.ConditionReady, false, reason, message+"; the objects of the last manifest read stay held"))
-	return s
+	return s, err
 }
 
 func manifestLockRef(ml *mlv1.ManifestLock) *corev1.ObjectReference {
