@@ -105,6 +105,7 @@ func runOperator(ctx context.Context, opts *options) error {
 			ControllerName:        opts.controllerName,
 			HelmManagers:          opts.helmManagers,
 			DefaultServiceAccount: opts.defaultSA,
+			TenantManifestLocks:   opts.tenantLocks,
 			Dynamic:               dyn,
 			REST:                  cfg,
 			Metadata:              meta,

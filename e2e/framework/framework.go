@@ -111,7 +111,7 @@ func run(m *testing.M, envp **Env, opts Options) int {
 		return 1
 	}
 	if !opts.NoSharedLocker {
-		if env.Locker, err = env.StartLocker("locker", "--namespace", RegistrationNamespace); err != nil {
+		if env.Locker, err = env.StartLocker("locker", "--namespace", RegistrationNamespace, "--tenant-manifest-locks"); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e:", err)
 			return 1
 		}

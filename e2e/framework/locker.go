@@ -56,8 +56,11 @@ func (e *Env) StartLocker(name string, args ...string) (*Locker, error) {
 func (e *Env) StartLockerWith(name, kubeconfig string, args ...string) (*Locker, error) {
 	// Metrics and probes listen on ports of their own, so that lockers
 	// side by side do not clash; a test that reads them names a port.
+	// Only the shared locker serves ManifestLocks outside its
+	// registration namespace: several lockers serving the same tenant
+	// locks would each write them.
 	args = append([]string{"--kubeconfig", kubeconfig, "--v=4",
-		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}, args...)
+		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--tenant-manifest-locks=false"}, args...)
 	return controlplane.StartProcess(name, e.lockerBin, args, filepath.Join(e.CP.Dir, name+".log"))
 }
 

@@ -68,6 +68,9 @@ type Config struct {
 	// writes of a CR that names no spec.serviceAccountName impersonate;
 	// empty writes those with the locker's own identity.
 	DefaultServiceAccount string
+	// TenantManifestLocks makes the controller serve ManifestLocks in
+	// every namespace, not only the registration namespace's.
+	TenantManifestLocks bool
 	// Workers is the number of releases synced at once.
 	Workers int
 	// Recorder records events on HelmRelease CRs; nil records none.
@@ -108,7 +111,18 @@ type Controller struct {
 // Only the worker syncing the CR's key touches it.
 type releaseState struct {
 	release v1alpha1.ReleaseKey
-	lock    lock.Lock
+	held
+	bookkeeping
+	verifying
+	// own are this controller's writes to the CR that its cache may not
+	// show yet.
+	own ownWrites
+}
+
+// held is what the lock holds: its state, and the revision declared to the
+// engine.
+type held struct {
+	lock lock.Lock
 	// rel is the decoded revision the lock holds, read from the Secret
 	// with secretUID at secretVersion.
 	rel           *storage.Release
@@ -118,6 +132,10 @@ type releaseState struct {
 	generation int64
 	// optedOut are the manifest's objects left out of the lock.
 	optedOut []v1alpha1.ObjectProblem
+}
+
+// bookkeeping is what the lock has reported, and what waits to be.
+type bookkeeping struct {
 	// fights maps each object held back by a fight to the end of the
 	// hold last reported, so each hold is reported once.
 	fights map[engine.ObjectRef]time.Time
@@ -132,20 +150,21 @@ type releaseState struct {
 	// bookkeepingDelay.
 	pending []pendingEvent
 	flushAt time.Time
-	// own are this controller's writes to the CR that its cache may not
-	// show yet.
-	own ownWrites
 	// announced is the revision the Locked event was recorded for.
 	announced int
 	// unheld counts the events past maxPendingEvents, by type and reason.
 	unheld map[pendingEvent]int
-	// trust is the last verified revision, and candidate the revision
-	// held while it is verified (see verification).
-	trust     trust
-	candidate *candidate
 	// warned are the unverified objects warned about, by message, so
 	// that each finding is announced once.
 	warned map[string]bool
+}
+
+// verifying is what the lock trusts of the release's storage (see
+// verification): the last verified revision, and the revision held while
+// it is verified.
+type verifying struct {
+	trust     trust
+	candidate *candidate
 }
 
 // bookkeepingDelay is how long drift events and status counts wait before
@@ -225,7 +244,10 @@ func New(cfg Config) *Controller {
 		DeleteFunc: c.enqueueReleaseCRs,
 	})
 
-	locks := watchDynamic.Resource(mlv1.Resource)
+	var locks dynamic.ResourceInterface = watchDynamic.Resource(mlv1.Resource)
+	if !cfg.TenantManifestLocks {
+		locks = watchDynamic.Resource(mlv1.Resource).Namespace(cfg.Namespace)
+	}
 	c.locks = cache.NewSharedIndexInformerWithOptions(
 		cache.ToListWatcherWithWatchListSemantics(informers.Guard(&cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -395,7 +417,15 @@ func (c *Controller) declareAll(ctx context.Context) {
 	for range c.cfg.Workers {
 		wg.Go(func() {
 			for key := range keys {
-				if err := c.safeSync(ctx, key, true); err != nil {
+				err := recovered(ctx, key, func() error {
+					hr, st, ok := c.observe(ctx, key)
+					if !ok {
+						return nil
+					}
+					_, _, err := c.decide(ctx, key, hr, st)
+					return err
+				})
+				if err != nil {
 					klog.FromContext(ctx).V(2).Info("Could not declare release at startup; the first sync retries", "helmRelease", key, "err", err)
 				}
 			}
@@ -419,30 +449,51 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	if ref, ok := strings.CutPrefix(key, manifestLockPrefix); ok {
 		logger = klog.FromContext(ctx).WithValues("manifestLock", ref)
 	}
-	err := c.safeSync(klog.NewContext(ctx, logger), key, false)
-	if err == nil {
-		c.queue.Forget(key)
+	ctx = klog.NewContext(ctx, logger)
+	var res result
+	err := recovered(ctx, key, func() (err error) {
+		res, err = c.sync(ctx, key)
+		return err
+	})
+	if err != nil {
+		logger.V(2).Info("Sync failed, retrying", "err", err, "retries", c.queue.NumRequeues(key))
+		if ns, name, splitErr := cache.SplitMetaNamespaceKey(key); splitErr == nil && !strings.HasPrefix(key, manifestLockPrefix) {
+			c.cfg.Metrics.ReconcileError(ns, name)
+		}
+		c.queue.AddRateLimited(key)
 		return true
 	}
-	logger.V(2).Info("Sync failed, retrying", "err", err, "retries", c.queue.NumRequeues(key))
-	if ns, name, splitErr := cache.SplitMetaNamespaceKey(key); splitErr == nil && !strings.HasPrefix(key, manifestLockPrefix) {
-		c.cfg.Metrics.ReconcileError(ns, name)
+	c.queue.Forget(key)
+	if res.requeueAfter > 0 {
+		c.queue.AddAfter(key, res.requeueAfter)
 	}
-	c.queue.AddRateLimited(key)
 	return true
 }
 
-// safeSync turns a panic while syncing one release into an error for that
-// release, retried with backoff, so one bad release cannot take the process
+// result is what one sync asks of the loop that owns the queue.
+type result struct {
+	// requeueAfter, when not zero, is when to sync the key again.
+	requeueAfter time.Duration
+}
+
+// requeueBy makes the key sync again within d at the latest.
+func (r *result) requeueBy(d time.Duration) {
+	if d > 0 && (r.requeueAfter == 0 || d < r.requeueAfter) {
+		r.requeueAfter = d
+	}
+}
+
+// recovered turns a panic in f, while it works on key, into an error for
+// that key, retried with backoff, so one bad lock cannot take the process
 // and every other lock down with it.
-func (c *Controller) safeSync(ctx context.Context, key string, declareOnly bool) (err error) {
+func recovered(ctx context.Context, key string, f func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("panic while syncing HelmRelease %s: %v", key, r)
-			klog.FromContext(ctx).Error(err, "Recovered; the release will be retried", "stack", string(debug.Stack()))
+			err = fmt.Errorf("panic while syncing %s: %v", key, r)
+			klog.FromContext(ctx).Error(err, "Recovered; it will be retried", "stack", string(debug.Stack()))
 		}
 	}()
-	return c.sync(ctx, key, declareOnly)
+	return f()
 }
 
 func (c *Controller) enqueueCR(obj any) {
@@ -556,24 +607,46 @@ func secretReleaseIndex(obj any) ([]string, error) {
 	return []string{m.GetNamespace() + "/" + name}, nil
 }
 
-// sync brings one HelmRelease CR's lock in line with its release. With
-// declareOnly it stops once the release's objects are declared to the
-// engine, and writes nothing.
-func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) error {
+// sync brings the lock of one key in line: a HelmRelease CR's, or a
+// ManifestLock's. The loop that calls it owns the queue.
+func (c *Controller) sync(ctx context.Context, key string) (result, error) {
 	if strings.HasPrefix(key, manifestLockPrefix) {
-		if declareOnly {
-			return nil
-		}
 		return c.syncManifestLock(ctx, key)
 	}
-	obj, exists, err := c.crs.GetIndexer().GetByKey(key)
-	if err != nil {
-		return err
+	hr, st, ok := c.observe(ctx, key)
+	if !ok {
+		return result{}, nil
 	}
-	if !exists {
+	if hr.Annotations[v1alpha1.ManagedByAnnotation] == "" {
+		rv, err := c.claim(ctx, hr)
+		if err != nil {
+			return result{}, err
+		}
+		st.own.claimed(hr, c.cfg.ControllerName, rv)
+	}
+	before := st.lock
+	var res result
+	status, open, err := c.decide(ctx, key, hr, st)
+	if err != nil {
+		return result{}, err
+	}
+	awaiting := false
+	var syncErr error
+	if !open {
+		status, awaiting, syncErr = c.act(ctx, key, hr, st, &res)
+	}
+	return c.report(ctx, key, hr, st, before, status, awaiting, syncErr, res)
+}
+
+// observe reads key's HelmRelease from the cache and its state, and
+// reports false when there is nothing to hold: the CR is gone or another
+// locker serves it, and the lock is opened and forgotten.
+func (c *Controller) observe(ctx context.Context, key string) (*v1alpha1.HelmRelease, *releaseState, bool) {
+	obj, exists, err := c.crs.GetIndexer().GetByKey(key)
+	if err != nil || !exists {
 		c.open(key)
 		c.dropState(key)
-		return nil
+		return nil, nil, false
 	}
 	hr, ok := obj.(*v1alpha1.HelmRelease)
 	if !ok {
@@ -581,7 +654,7 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.(*unstructured.Unstructured).Object, hr); err != nil {
 			// The CRD's schema makes this unreachable for CRs it admitted.
 			klog.FromContext(ctx).Error(err, "Cannot read HelmRelease; ignoring it")
-			return nil
+			return nil, nil, false
 		}
 	} else {
 		hr = hr.DeepCopy()
@@ -590,7 +663,7 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 		// Another locker serves it.
 		c.open(key)
 		c.dropState(key)
-		return nil
+		return nil, nil, false
 	}
 	st := c.state(key)
 	if st.release != hr.Spec.Release {
@@ -598,13 +671,6 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 		*st = releaseState{release: hr.Spec.Release}
 	}
 	st.own.apply(hr)
-	if hr.Annotations[v1alpha1.ManagedByAnnotation] == "" && !declareOnly {
-		rv, err := c.claim(ctx, hr)
-		if err != nil {
-			return err
-		}
-		st.own.claimed(hr, c.cfg.ControllerName, rv)
-	}
 	if !st.counted {
 		st.counted = true
 		st.driftsDetected, st.corrected, st.lastDrift = hr.Status.DriftsDetected, hr.Status.DriftsCorrected, hr.Status.LastDrift.DeepCopy()
@@ -613,11 +679,13 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 			st.trust.verified = &record
 		}
 	}
-	before := st.lock
-	status, awaiting, syncErr := c.syncRelease(ctx, key, hr, st, declareOnly)
-	if declareOnly {
-		return syncErr
-	}
+	return hr, st, true
+}
+
+// report writes what a sync found: events, metrics and the status, which
+// waits, with the drift bookkeeping, while only the counts changed or the
+// lock awaits its own corrections (see bookkeepingDelay).
+func (c *Controller) report(ctx context.Context, key string, hr *v1alpha1.HelmRelease, st *releaseState, before lock.Lock, status v1alpha1.HelmReleaseStatus, awaiting bool, syncErr error, res result) (result, error) {
 	status.DriftsDetected, status.DriftsCorrected = st.driftsDetected, st.corrected
 	if st.lastDrift != nil {
 		status.LastDrift = st.lastDrift
@@ -637,20 +705,20 @@ func (c *Controller) sync(ctx context.Context, key string, declareOnly bool) err
 			st.flushAt = now.Add(bookkeepingDelay)
 		}
 		if now.Before(st.flushAt) && wait {
-			c.queue.AddAfter(key, st.flushAt.Sub(now))
-			return syncErr
+			res.requeueBy(st.flushAt.Sub(now))
+			return res, syncErr
 		}
 	}
 	wrote, err := c.writeStatus(ctx, hr, status)
 	if err != nil {
-		return errors.Join(syncErr, err)
+		return res, errors.Join(syncErr, err)
 	}
 	if wrote {
 		st.own.wroteStatus(hr, status)
 	}
 	c.flushEvents(hr, st)
 	st.flushAt = time.Time{}
-	return syncErr
+	return res, syncErr
 }
 
 // onlyBookkeeping reports whether next differs from the written status in
@@ -661,36 +729,35 @@ func onlyBookkeeping(written, next v1alpha1.HelmReleaseStatus) bool {
 	return !sameStatus(written, next) && sameStatus(written, n)
 }
 
-// syncRelease decides the lock from the release's storage and syncs the
-// engine. It returns the status to report, whether the lock awaits only
-// the watch events of its own corrections (see awaitingOwnWrites), and an
-// error to retry on.
-func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.HelmRelease, st *releaseState, declareOnly bool) (v1alpha1.HelmReleaseStatus, bool, error) {
+// decide reads the release's storage and decides the lock: open, with the
+// status saying why (open is true), or held, its revision declared to the
+// engine. It writes nothing; an error is to retry on.
+func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRelease, st *releaseState) (status v1alpha1.HelmReleaseStatus, open bool, err error) {
 	logger := klog.FromContext(ctx)
 	rk := hr.Spec.Release
 	if rk.Name == "" || rk.Namespace == "" {
 		c.openState(key, st)
-		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", "spec.release.name and spec.release.namespace must both be set"), false, nil
+		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", "spec.release.name and spec.release.namespace must both be set"), true, nil
 	}
 	if holder := c.lockedElsewhere(hr); holder != "" {
 		c.openState(key, st)
 		return openStatus(hr, v1alpha1.StateError, 0, "Conflict",
-			fmt.Sprintf("release %s/%s is already locked by HelmRelease %s/%s; this one holds nothing until that one is deleted", rk.Namespace, rk.Name, hr.Namespace, holder)), false, nil
+			fmt.Sprintf("release %s/%s is already locked by HelmRelease %s/%s; this one holds nothing until that one is deleted", rk.Namespace, rk.Name, hr.Namespace, holder)), true, nil
 	}
 	if hr.Spec.Suspend {
 		c.openState(key, st)
-		return openStatus(hr, v1alpha1.StateSuspended, hr.Status.Version, "Suspended", "spec.suspend is true: the lock is open and nothing is reverted"), false, nil
+		return openStatus(hr, v1alpha1.StateSuspended, hr.Status.Version, "Suspended", "spec.suspend is true: the lock is open and nothing is reverted"), true, nil
 	}
 	ignore, err := declare.Ignore(hr.Spec.Ignore)
 	if err != nil {
 		c.openState(key, st)
-		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", err.Error()), false, nil
+		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", err.Error()), true, nil
 	}
 	latest := c.latestSecret(rk)
 	if latest == nil {
 		c.openState(key, st)
 		status, err := c.noSecretStatus(ctx, hr)
-		return status, false, err
+		return status, true, err
 	}
 	revision, _ := storage.Revision(latest)
 	decision := storage.Decide(latest.GetLabels()[storage.LabelStatus])
@@ -699,7 +766,7 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 			logger.V(2).Info("Lock opened", "release", rk.Namespace+"/"+rk.Name, "revision", revision, "reason", decision.Reason)
 		}
 		c.openState(key, st)
-		return openStatus(hr, decision.State, revision, decision.Reason, decision.Message), false, nil
+		return openStatus(hr, decision.State, revision, decision.Reason, decision.Message), true, nil
 	}
 
 	if st.rel == nil || st.secretUID != latest.GetUID() || st.secretVersion != latest.GetResourceVersion() || st.generation != hr.Generation {
@@ -707,14 +774,14 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 		if err != nil {
 			c.openState(key, st)
 			if apierrors.IsNotFound(err) {
-				return hr.Status, false, err // the informer will catch up
+				return hr.Status, true, err // the informer will catch up
 			}
-			return openStatus(hr, v1alpha1.StateError, revision, "InvalidRelease", err.Error()), false, nil
+			return openStatus(hr, v1alpha1.StateError, revision, "InvalidRelease", err.Error()), true, nil
 		}
 		writer, err := c.writerFor(rk.Namespace, c.serviceAccount(hr))
 		if err != nil {
 			c.openState(key, st)
-			return openStatus(hr, v1alpha1.StateError, revision, "ImpersonationUnavailable", err.Error()), false, nil
+			return openStatus(hr, v1alpha1.StateError, revision, "ImpersonationUnavailable", err.Error()), true, nil
 		}
 		verify := c.verification(ctx, st, latest, rel, objs)
 		objs, st.optedOut = declare.SplitOptedOut(objs)
@@ -735,10 +802,14 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 		st.rel, st.secretUID, st.secretVersion, st.generation = rel, latest.GetUID(), latest.GetResourceVersion(), hr.Generation
 		logger.V(2).Info("Lock engaged", "release", rk.Namespace+"/"+rk.Name, "revision", rel.Version, "objects", len(objs), "mode", hr.Spec.Mode)
 	}
+	return hr.Status, false, nil
+}
 
-	if declareOnly {
-		return hr.Status, false, nil
-	}
+// act syncs the engine with the declared revision and builds the status
+// to report. It also returns whether the lock awaits only the watch events
+// of its own corrections (see awaitingOwnWrites), and an error to retry on.
+func (c *Controller) act(ctx context.Context, key string, hr *v1alpha1.HelmRelease, st *releaseState, r *result) (v1alpha1.HelmReleaseStatus, bool, error) {
+	logger := klog.FromContext(ctx)
 	res, err := c.engine.Sync(ctx, key)
 	// Without current CR and Secret caches, an upgrade that opens the
 	// lock, or a new CR spec, can go unseen.
@@ -759,9 +830,7 @@ func (c *Controller) syncRelease(ctx context.Context, key string, hr *v1alpha1.H
 	}
 	c.reportDrifts(ctx, hr, st, res)
 	c.reportUnverified(hr, st, res)
-	if res.RequeueAfter > 0 {
-		c.queue.AddAfter(key, res.RequeueAfter)
-	}
+	r.requeueBy(res.RequeueAfter)
 	status := lockedStatus(hr, st, res, err)
 	if err == nil && len(res.Unresolved) > 0 {
 		// CRD events retry these at once; backing off covers a
@@ -788,12 +857,13 @@ func awaitingOwnWrites(res engine.Result) bool {
 // open stops holding key's objects, leaving them as they are.
 func (c *Controller) open(key string) { c.engine.Forget(key) }
 
+// openState opens the lock: it holds nothing, and what it reported of the
+// held revision (fights, warnings) and the revision it was verifying go.
 func (c *Controller) openState(key string, st *releaseState) {
 	c.open(key)
-	st.lock = st.lock.Next(lock.Event{Type: lock.Open})
-	st.rel, st.secretUID, st.secretVersion, st.generation = nil, "", "", 0
-	st.optedOut, st.fights = nil, nil
-	st.candidate, st.warned = nil, nil
+	st.held = held{lock: st.lock.Next(lock.Event{Type: lock.Open})}
+	st.fights, st.warned = nil, nil
+	st.candidate = nil
 }
 
 func (c *Controller) state(key string) *releaseState {

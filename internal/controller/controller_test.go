@@ -166,7 +166,7 @@ func TestSync(t *testing.T) {
 				hr.Object["spec"].(map[string]any)[k] = v
 			}
 			c, dyn := newTestController(t, hr, tt.secret, nil)
-			if err := c.sync(context.Background(), "cattle-helm-system/hr", false); err != nil {
+			if _, err := c.sync(context.Background(), "cattle-helm-system/hr"); err != nil {
 				t.Fatalf("sync: %v", err)
 			}
 			st := statusOf(t, dyn)
@@ -192,8 +192,12 @@ func TestSync(t *testing.T) {
 func TestSyncRecoversFromPanics(t *testing.T) {
 	c, _ := newTestController(t, helmRelease(nil), nil, nil)
 	c.cfg.Kube = nil // noSecretStatus dereferences it
-	if err := c.safeSync(context.Background(), "cattle-helm-system/hr", false); err == nil {
-		t.Fatal("want an error from the recovered panic")
+	err := recovered(context.Background(), "cattle-helm-system/hr", func() error {
+		_, err := c.sync(context.Background(), "cattle-helm-system/hr")
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "panic while syncing cattle-helm-system/hr") {
+		t.Fatalf("recovered = %v, want the recovered panic as an error naming the key", err)
 	}
 }
 
@@ -212,11 +216,11 @@ func TestEvents(t *testing.T) {
 	})
 	recorder := record.NewFakeRecorder(20)
 	c.cfg.Recorder = recorder
-	if err := c.sync(context.Background(), "cattle-helm-system/hr", false); err == nil {
+	if _, err := c.sync(context.Background(), "cattle-helm-system/hr"); err == nil {
 		t.Fatal("sync with a failed create: want an error")
 	}
 	refuse.Store(false)
-	if err := c.sync(context.Background(), "cattle-helm-system/hr", false); err != nil {
+	if _, err := c.sync(context.Background(), "cattle-helm-system/hr"); err != nil {
 		t.Fatal(err)
 	}
 	close(recorder.Events)
@@ -254,7 +258,7 @@ func TestForbiddenIsReportedOnce(t *testing.T) {
 	recorder := record.NewFakeRecorder(20)
 	c.cfg.Recorder = recorder
 	for range 3 {
-		if err := c.sync(context.Background(), "cattle-helm-system/hr", false); err != nil {
+		if _, err := c.sync(context.Background(), "cattle-helm-system/hr"); err != nil {
 			t.Fatalf("sync: %v; a refusal for good is not an error to retry at once", err)
 		}
 	}
@@ -289,7 +293,7 @@ func TestClaimIsNotRepeatedOnAStaleCache(t *testing.T) {
 	hr.SetResourceVersion("7")
 	c, dyn := newTestController(t, hr, releaseSecret(t, "deployed", 1), nil)
 	for range 2 {
-		_ = c.sync(context.Background(), "cattle-helm-system/hr", false)
+		_, _ = c.sync(context.Background(), "cattle-helm-system/hr")
 	}
 	claims := 0
 	for _, a := range dyn.Actions() {
@@ -318,7 +322,7 @@ func TestSecondCRForALockedReleaseConflicts(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := c.sync(ctx, "cattle-helm-system/hr2", false); err != nil {
+	if _, err := c.sync(ctx, "cattle-helm-system/hr2"); err != nil {
 		t.Fatal(err)
 	}
 	u, err := dyn.Resource(v1alpha1.Resource).Namespace("cattle-helm-system").Get(ctx, "hr2", metav1.GetOptions{})
@@ -338,7 +342,7 @@ func TestSecondCRForALockedReleaseConflicts(t *testing.T) {
 			t.Errorf("the second CR created %v", a)
 		}
 	}
-	if err := c.sync(ctx, "cattle-helm-system/hr", false); err != nil {
+	if _, err := c.sync(ctx, "cattle-helm-system/hr"); err != nil {
 		t.Fatal(err)
 	}
 	if cond := meta.FindStatusCondition(statusOf(t, dyn).Conditions, v1alpha1.ConditionLocked); cond == nil || cond.Status != metav1.ConditionTrue {

@@ -100,25 +100,40 @@ func compactManifestLock(obj any) (any, error) {
 	return ml, nil
 }
 
+// servesManifestLock reports whether this controller serves ml (see
+// mlv1.ManagedByAnnotation).
+func (c *Controller) servesManifestLock(ml *mlv1.ManifestLock) bool {
+	if owner := ml.Annotations[mlv1.ManagedByAnnotation]; owner != "" {
+		return owner == c.cfg.ControllerName
+	}
+	return ml.Namespace == c.cfg.Namespace || c.cfg.TenantManifestLocks
+}
+
 // syncManifestLock brings one ManifestLock in line: observe the CR and its
 // manifest, decide what may be held, act (prune, declare, sync) and report.
-func (c *Controller) syncManifestLock(ctx context.Context, key string) error {
+func (c *Controller) syncManifestLock(ctx context.Context, key string) (result, error) {
 	ref := strings.TrimPrefix(key, manifestLockPrefix)
 	obj, exists, err := c.locks.GetIndexer().GetByKey(ref)
 	if err != nil {
-		return err
+		return result{}, err
 	}
 	if !exists {
 		// Deleting the lock deletes nothing it held.
 		c.open(key)
 		c.mls.drop(key)
 		c.sources.watch(key, nil)
-		return nil
+		return result{}, nil
 	}
 	ml, ok := obj.(*mlv1.ManifestLock)
 	if !ok {
 		klog.FromContext(ctx).Error(nil, "Cannot read ManifestLock; ignoring it", "manifestLock", ref)
-		return nil
+		return result{}, nil
+	}
+	if !c.servesManifestLock(ml) {
+		c.open(key)
+		c.mls.drop(key)
+		c.sources.watch(key, nil)
+		return result{}, nil
 	}
 	ml = ml.DeepCopy()
 	st := c.mls.state(key)
@@ -127,16 +142,18 @@ func (c *Controller) syncManifestLock(ctx context.Context, key string) error {
 		st.driftsDetected, st.corrected, st.lastDrift = ml.Status.DriftsDetected, ml.Status.DriftsCorrected, ml.Status.LastDrift.DeepCopy()
 		st.inventory = slices.Clone(ml.Status.Inventory)
 	}
-	status, syncErr := c.reconcileManifestLock(ctx, key, ml, st)
+	var res result
+	status, syncErr := c.reconcileManifestLock(ctx, key, ml, st, &res)
 	status.ObservedGeneration = ml.Generation
 	status.DriftsDetected, status.DriftsCorrected, status.LastDrift = st.driftsDetected, st.corrected, st.lastDrift
 	status.Inventory = st.inventory
-	return errors.Join(syncErr, c.writeManifestLockStatus(ctx, ml, status))
+	return res, errors.Join(syncErr, c.writeManifestLockStatus(ctx, ml, status))
 }
 
-// reconcileManifestLock returns the status to report and an error to retry
-// on.
-func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState) (mlv1.ManifestLockStatus, error) {
+// reconcileManifestLock observes the lock's manifest, decides what it may
+// hold and as whom, acts (prune, declare, sync) and returns the status to
+// report, with an error to retry on; r collects what it asks of the queue.
+func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, r *result) (mlv1.ManifestLockStatus, error) {
 	logger := klog.FromContext(ctx)
 	if ml.Spec.Suspend {
 		c.openManifestLock(key, st)
@@ -148,18 +165,18 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 	text, err := c.manifestText(ctx, key, ml)
 	if err != nil {
 		if apierrors.IsNotFound(err) || errors.Is(err, errNoManifest) {
-			return c.manifestError(ctx, key, ml, st, "ManifestUnavailable", err.Error())
+			return c.manifestError(ctx, key, ml, st, r, "ManifestUnavailable", err.Error())
 		}
 		return ml.Status, err
 	}
 	objs, err := manifest.Parse(strings.NewReader(text))
 	if err != nil {
-		return c.manifestError(ctx, key, ml, st, "InvalidManifest", "spec.manifest: "+err.Error())
+		return c.manifestError(ctx, key, ml, st, r, "InvalidManifest", "spec.manifest: "+err.Error())
 	}
 	objs, optedOut := declare.SplitOptedOut(objs)
 	ignore, err := declare.Ignore(ml.Spec.Ignore)
 	if err != nil {
-		return c.manifestError(ctx, key, ml, st, "InvalidSpec", err.Error())
+		return c.manifestError(ctx, key, ml, st, r, "InvalidSpec", err.Error())
 	}
 
 	// Decide: what this lock may hold, and as whom it writes.
@@ -174,11 +191,11 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 			c.openManifestLock(key, st)
 			return manifestOpenStatus(ml, mlv1.StateError, "Forbidden", limit(err.Error())), nil
 		}
-		return c.manifestError(ctx, key, ml, st, "InvalidManifest", limit(err.Error()))
+		return c.manifestError(ctx, key, ml, st, r, "InvalidManifest", limit(err.Error()))
 	}
 	writer, err := c.writerFor(ml.Namespace, c.manifestServiceAccount(ml))
 	if err != nil {
-		return c.manifestError(ctx, key, ml, st, "ImpersonationUnavailable", err.Error())
+		return c.manifestError(ctx, key, ml, st, r, "ImpersonationUnavailable", err.Error())
 	}
 
 	// Act: prune what the last declaration created and this one drops,
@@ -206,21 +223,19 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 		})
 		logger.V(2).Info("ManifestLock engaged", "objects", len(objs), "created", len(missing), "mode", ml.Spec.Mode)
 	}
-	status, syncErr := c.syncManifestObjects(ctx, key, ml, st, optedOut)
+	status, syncErr := c.syncManifestObjects(ctx, key, ml, st, r, optedOut)
 	status.ManifestDigest = manifestDigest(text)
 	return status, syncErr
 }
 
 // syncManifestObjects syncs the declaration the engine holds for the lock
 // and reports it.
-func (c *Controller) syncManifestObjects(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, optedOut []v1alpha1.ObjectProblem) (mlv1.ManifestLockStatus, error) {
+func (c *Controller) syncManifestObjects(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, r *result, optedOut []v1alpha1.ObjectProblem) (mlv1.ManifestLockStatus, error) {
 	res, syncErr := c.engine.Sync(ctx, key)
 	c.recordManifestDrifts(ml, st, res)
 	complete := syncErr == nil && len(res.Unresolved) == 0 && len(res.Failed) == 0
 	st.lock = st.lock.Next(lock.Event{Type: lock.Checked, Revision: st.declarations, Complete: complete, InLine: res.InLine})
-	if res.RequeueAfter > 0 {
-		c.queue.AddAfter(key, res.RequeueAfter)
-	}
+	r.requeueBy(res.RequeueAfter)
 	status := manifestLockedStatus(ml, st, res, syncErr)
 	status.NotLocked = notLocked(optedOut, 0, res, syncErr)
 	if syncErr == nil && len(res.Unresolved) > 0 {
@@ -465,12 +480,12 @@ func (c *Controller) openManifestLock(key string, st *manifestState) {
 // manifestError reports a manifest that cannot be read or held. What the
 // lock held before stays held, and synced: a broken edit of the manifest,
 // or a source deleted, must not leave its objects open to drift.
-func (c *Controller) manifestError(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, reason, message string) (mlv1.ManifestLockStatus, error) {
+func (c *Controller) manifestError(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, r *result, reason, message string) (mlv1.ManifestLockStatus, error) {
 	if st.declared == "" {
 		c.openManifestLock(key, st)
 		return manifestOpenStatus(ml, mlv1.StateError, reason, message), nil
 	}
-	s, err := c.syncManifestObjects(ctx, key, ml, st, nil)
+	s, err := c.syncManifestObjects(ctx, key, ml, st, r, nil)
 	s.State = mlv1.StateError
 	setManifestConditions(&s, ml, condition(v1alpha1.ConditionReady, false, reason, message+"; the objects of the last manifest read stay held"))
 	return s, err

@@ -114,7 +114,7 @@ func TestStatusWithoutWatches(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			hr := &v1alpha1.HelmRelease{Status: v1alpha1.HelmReleaseStatus{State: tt.was, Version: 3}}
-			st := &releaseState{rel: &storage.Release{Version: 3}, lock: lock.Lock{Phase: lock.Reconciling, Revision: 3}}
+			st := &releaseState{held: held{rel: &storage.Release{Version: 3}, lock: lock.Lock{Phase: lock.Reconciling, Revision: 3}}}
 			res := engine.Result{Objects: 2, Locked: 2, Unwatched: []schema.GroupVersionResource{cmGVR, {Group: "apps", Version: "v1", Resource: "deployments"}}}
 			s := lockedStatus(hr, st, res, nil)
 			if s.State != tt.wantState {

@@ -21,6 +21,12 @@ var SchemeGroupVersion = schema.GroupVersion{Group: Group, Version: Version}
 // Resource is the plural resource the CRD serves.
 var Resource = SchemeGroupVersion.WithResource("manifestlocks")
 
+// ManagedByAnnotation names the controller (its --controller-name) that
+// serves a ManifestLock: another leaves it alone. Without it, a lock in a
+// registration namespace is served by that namespace's locker, and one in
+// any other namespace by lockers run with --tenant-manifest-locks.
+const ManagedByAnnotation = "helm-locker.io/managed-by"
+
 // ManifestLock holds the objects of a raw manifest as it declares them:
 // what is missing is applied, edits are reverted and deleted objects are
 // recreated. The manifest may come from any tool: kubectl, kustomize build,
