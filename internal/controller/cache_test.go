@@ -22,13 +22,13 @@ func TestCompactCR(t *testing.T) {
 		"spec":   map[string]any{"release": map[string]any{"name": "app", "namespace": "apps"}, "ignore": []any{map[string]any{"paths": []any{"/spec/replicas"}}}},
 		"status": map[string]any{"state": "Deployed", "version": int64(3)},
 	}}
-	got, err := compactCR(u)
+	got, err := compact[v1alpha1.HelmRelease](u)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hr, ok := got.(*v1alpha1.HelmRelease)
 	if !ok {
-		t.Fatalf("compactCR gave %T, want *v1alpha1.HelmRelease", got)
+		t.Fatalf("compact gave %T, want *v1alpha1.HelmRelease", got)
 	}
 	if hr.ManagedFields != nil {
 		t.Errorf("managedFields kept: %v", hr.ManagedFields)
@@ -55,7 +55,7 @@ func TestCompactCR(t *testing.T) {
 
 	bad := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "helm.cattle.io/v1alpha1", "kind": "HelmRelease",
 		"metadata": map[string]any{"name": "bad"}, "spec": "not an object"}}
-	if got, _ := compactCR(bad); got != bad {
+	if got, _ := compact[v1alpha1.HelmRelease](bad); got != bad {
 		t.Errorf("a CR that does not convert became %T; want it kept as it came", got)
 	}
 }

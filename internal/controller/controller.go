@@ -236,7 +236,7 @@ func New(cfg Config) *Controller {
 		}, c.cfg.Readiness, c.crsHealth), watchDynamic),
 		&unstructured.Unstructured{},
 		cache.SharedIndexInformerOptions{Indexers: cache.Indexers{byRelease: crReleaseIndex}, ObjectDescription: v1alpha1.Resource.String()})
-	_ = c.crs.SetTransform(compactCR)
+	_ = c.crs.SetTransform(compact[v1alpha1.HelmRelease])
 	_, _ = c.crs.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueCR,
 		UpdateFunc: func(_, obj any) { c.enqueueCR(obj) },
@@ -259,7 +259,7 @@ func New(cfg Config) *Controller {
 		}, c.cfg.Readiness, c.locksHealth), watchDynamic),
 		&unstructured.Unstructured{},
 		cache.SharedIndexInformerOptions{ObjectDescription: mlv1.Resource.String()})
-	_ = c.locks.SetTransform(compactManifestLock)
+	_ = c.locks.SetTransform(compact[mlv1.ManifestLock])
 	_, _ = c.locks.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueManifestLock,
 		UpdateFunc: func(_, obj any) { c.enqueueManifestLock(obj) },
@@ -574,22 +574,26 @@ func crReleaseIndex(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// compactCR is what the CR cache keeps of a HelmRelease: the typed object
-// without its managedFields. As nested maps, a CR with its status and the
-// managedFields of the status writes took about 17 KB; each release paid
-// that. A CR that does not convert (the CRD's schema makes that
-// unreachable) is kept as it came, for sync to report.
-func compactCR(obj any) (any, error) {
+// compact is what the CR caches keep of a HelmRelease or a ManifestLock:
+// the typed object without its managedFields. As nested maps, a
+// HelmRelease with its status and the managedFields of the status writes
+// took about 17 KB; each release paid that. An object that does not
+// convert (the CRD's schema makes that unreachable) is kept as it came,
+// for sync to report.
+func compact[T any, P interface {
+	*T
+	metav1.Object
+}](obj any) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return obj, nil
 	}
-	hr := &v1alpha1.HelmRelease{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, hr); err != nil {
+	typed := P(new(T))
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, typed); err != nil {
 		return obj, nil
 	}
-	hr.ManagedFields = nil
-	return hr, nil
+	typed.SetManagedFields(nil)
+	return typed, nil
 }
 
 func secretReleaseIndex(obj any) ([]string, error) {

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
@@ -40,10 +39,9 @@ type manifestState struct {
 	// spec generation it was declared under; declarations counts them.
 	declared     string
 	declarations int
-	// objects are the refs of the declaration's objects, and missing
-	// those that did not exist when it was declared: the lock creates
-	// them, and they join the inventory once it has.
-	objects map[mlv1.ObjectRef]bool
+	// missing are the declaration's objects that did not exist when it
+	// was declared: the lock creates them, and they join the inventory
+	// once it has.
 	missing map[mlv1.ObjectRef]bool
 	// inventory is status.inventory, kept here once read.
 	inventory []mlv1.ObjectRef
@@ -83,21 +81,6 @@ func (c *Controller) enqueueManifestLock(obj any) {
 	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 		c.queue.Add(manifestLockPrefix + key)
 	}
-}
-
-// compactManifestLock is what the cache keeps of a ManifestLock: the typed
-// object without its managedFields.
-func compactManifestLock(obj any) (any, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return obj, nil
-	}
-	ml := &mlv1.ManifestLock{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, ml); err != nil {
-		return obj, nil
-	}
-	ml.ManagedFields = nil
-	return ml, nil
 }
 
 // servesManifestLock reports whether this controller serves ml (see
@@ -212,7 +195,7 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 			return ml.Status, err
 		}
 		st.declarations++
-		st.declared, st.objects, st.missing = declared, refs, missing
+		st.declared, st.missing = declared, missing
 		st.lock = st.lock.Next(lock.Event{Type: lock.Engage, Revision: st.declarations, Warn: ml.Spec.Mode == v1alpha1.ModeWarn})
 		c.engine.Declare(key, engine.ObjectSet{
 			Objects:          objs,
@@ -474,7 +457,7 @@ func (c *Controller) recordManifestDrifts(ml *mlv1.ManifestLock, st *manifestSta
 func (c *Controller) openManifestLock(key string, st *manifestState) {
 	c.open(key)
 	st.lock = st.lock.Next(lock.Event{Type: lock.Open})
-	st.declared, st.objects, st.missing = "", nil, nil
+	st.declared, st.missing = "", nil
 }
 
 // manifestError reports a manifest that cannot be read or held. What the
