@@ -1,6 +1,7 @@
-// Package declare decides what a HelmRelease's lock declares of its
-// release: which objects it holds, and which of their fields it leaves
-// alone. The controller and the CLI's diff share it, so both see the same.
+// Package declare decides what a lock, a HelmRelease's or a
+// ManifestLock's, declares of its manifest: which objects it holds, and
+// which of their fields it leaves alone. The controller and the CLI's diff
+// share it, so both see the same.
 package declare
 
 import (
