@@ -162,6 +162,9 @@ metadata: {name: nothing}
 	if res, _ := set.Result(); res.Objects != 4 || res.Locked != 4 {
 		t.Fatalf("result %+v; want 4 objects locked", res)
 	}
+	if created := set.Created(); len(created) != 4 {
+		t.Errorf("Created() = %v; want the 4 objects the lock applied", created)
+	}
 	// Created as declared; held as stored, so the normalized quantities
 	// and the empty nodeSelector are no difference.
 	if diffs, err := set.Diff(ctx); err != nil || len(diffs) != 0 {
@@ -248,6 +251,9 @@ func TestLibraryDiffAndWarnOnly(t *testing.T) {
 	defer cancel()
 	if err := set.WaitLocked(wctx); err != nil {
 		t.Fatal(err)
+	}
+	if created := set.Created(); len(created) != 0 {
+		t.Errorf("Created() = %v; the set adopted every object, it created none", created)
 	}
 
 	edit(t, configMaps, ns, "app-config", `{"data":{"key":"edited"}}`, "e2e-editor")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -100,7 +101,10 @@ type Set struct {
 	// nothing about the current one.
 	gen uint64
 	// applied is set once the current declaration was in line.
-	applied  bool
+	applied bool
+	// created are the objects the set created while applying a
+	// declaration (see Created).
+	created  []ObjectRef
 	last     *Result
 	lastErr  error
 	unlocked bool
@@ -214,6 +218,11 @@ func (s *Set) observe(gen uint64, res Result, err error) {
 		close(s.changed)
 		s.changed = make(chan struct{})
 	}
+	for _, d := range res.Drifts {
+		if applying && d.Deleted && d.Corrected && !slices.Contains(s.created, d.Ref) {
+			s.created = append(s.created, d.Ref)
+		}
+	}
 	s.mu.Unlock()
 	if f := s.opts.onDrift; f != nil {
 		for _, d := range res.Drifts {
@@ -222,6 +231,16 @@ func (s *Set) observe(gen uint64, res Result, err error) {
 			}
 		}
 	}
+}
+
+// Created lists the objects the set created because they were missing
+// when it was locked or updated: an operator that prunes deletes only
+// these, never an object the set adopted. It is kept in memory only; an
+// operator that restarts keeps its own record.
+func (s *Set) Created() []ObjectRef {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.created)
 }
 
 // NotLockedError says a set cannot be held as declared until its

@@ -82,6 +82,10 @@ func TestSetObserve(t *testing.T) {
 	if diff := cmp.Diff([]string{"edited", "created"}, reported); diff != "" {
 		t.Errorf("reported drifts (-want +got):\n%s", diff)
 	}
+	// Created while applying, once; recreated after, it was already.
+	if diff := cmp.Diff([]ObjectRef{{Name: "created"}}, s.Created()); diff != "" {
+		t.Errorf("created (-want +got):\n%s", diff)
+	}
 }
 
 func TestIgnoreFunc(t *testing.T) {
