@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/e2e/framework"
 )
@@ -149,6 +150,12 @@ func TestCLILock(t *testing.T) {
 	editStays(t, ns, "db", "edited", "Warn mode never writes")
 	if res := env.CLI(t, "", "diff", "manifestlock/cli-"+ns); res.Code != 1 || !strings.Contains(res.Stdout, "# ConfigMap "+ns+"/db: differs at /data/key; changed by kubectl-edit (Update)") {
 		t.Errorf("diff of a drifted ManifestLock: exit %d\nstdout:\n%s\nstderr:\n%s", res.Code, res.Stdout, res.Stderr)
+	}
+	// -o json prints the ManifestLock itself, back to Enforce.
+	res = env.CLI(t, "", "lock", "-f", file, "-n", ns, "--name", "cli-"+ns, "-o", "json")
+	var printed mlv1.ManifestLock
+	if err := json.Unmarshal([]byte(res.Stdout), &printed); err != nil || res.Code != 0 || printed.Kind != mlv1.Kind || printed.Status.State != mlv1.StateLocked || printed.Spec.Mode != "" {
+		t.Errorf("lock -o json: exit %d, %v, %+v\nstdout:\n%s\nstderr:\n%s", res.Code, err, printed.Status, res.Stdout, res.Stderr)
 	}
 	if res := env.CLI(t, "", "lock", "-f", "-", "-n", ns); res.Code == 0 || !strings.Contains(res.Stderr, "--name") {
 		t.Errorf("lock of standard input without a name: exit %d, stderr %s", res.Code, res.Stderr)

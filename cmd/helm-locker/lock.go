@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +37,7 @@ func newLockCommand() *cobra.Command {
 		prune, warn   bool
 		waitLocked    bool
 		timeout       time.Duration
+		output        string
 	)
 	cmd := &cobra.Command{
 		Use:   "lock -f FILE|DIR|- [-n NAMESPACE] [--name NAME]",
@@ -52,6 +54,9 @@ its status.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
 				return errors.New("name the files to lock with -f")
+			}
+			if output != "" && output != "yaml" && output != "json" {
+				return fmt.Errorf("-o %s: want yaml or json", output)
 			}
 			if name == "" {
 				name = lockName(files[0])
@@ -97,13 +102,17 @@ its status.`,
 				return fmt.Errorf("writing ManifestLock %s/%s: %w", lockNamespace, name, err)
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "manifestlock %s/%s: %d objects declared\n", lockNamespace, name, len(objs))
+			if output == "" {
+				fmt.Fprintf(out, "manifestlock %s/%s: %d objects declared\n", lockNamespace, name, len(objs))
+			}
 			if !waitLocked {
-				return nil
+				return printLock(out, applied, output)
 			}
 			ml, err := waitForLock(cmd.Context(), locks, name, applied.GetGeneration(), timeout)
 			if ml != nil {
-				printLockStatus(out, ml)
+				if perr := printLock(out, ml, output); perr != nil {
+					return errors.Join(err, perr)
+				}
 			}
 			return err
 		},
@@ -117,6 +126,7 @@ its status.`,
 	f.BoolVar(&warn, "warn", false, "report drift and never revert it")
 	f.BoolVar(&waitLocked, "wait", true, "wait until the lock says Locked")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait")
+	f.StringVarP(&output, "output", "o", "", "print the ManifestLock as yaml or json instead of a summary")
 	return cmd
 }
 
@@ -130,6 +140,31 @@ func lockName(file string) string {
 	}
 	base := strings.TrimSuffix(filepath.Base(filepath.Clean(file)), filepath.Ext(file))
 	return strings.Trim(notDNS.ReplaceAllString(strings.ToLower(base), "-"), "-")
+}
+
+// printLock writes the lock as output says: a summary of its status (for
+// a lock read back, with one), or the whole object as YAML or JSON.
+func printLock(w io.Writer, obj any, output string) error {
+	switch output {
+	case "yaml", "json":
+		data, err := json.MarshalIndent(obj, "", "  ")
+		if err != nil {
+			return err
+		}
+		if output == "yaml" {
+			if data, err = yaml.JSONToYAML(data); err != nil {
+				return err
+			}
+		} else {
+			data = append(data, '\n')
+		}
+		_, err = w.Write(data)
+		return err
+	}
+	if ml, ok := obj.(*mlv1.ManifestLock); ok {
+		printLockStatus(w, ml)
+	}
+	return nil
 }
 
 // waitForLock waits until the lock's status is of generation and says it
