@@ -116,6 +116,21 @@ rules:
 		return nil
 	})
 
+	// Each drift is an event on the lock, naming its author; the
+	// first apply is none.
+	env.Eventually(t, 10*time.Second, func() error {
+		var corrected []string
+		for _, e := range env.Events(t, framework.RegistrationNamespace, name) {
+			if e.InvolvedObject.Kind == mlv1.Kind && e.Reason == "DriftCorrected" {
+				corrected = append(corrected, e.Message)
+			}
+		}
+		if len(corrected) != 2 || !strings.Contains(strings.Join(corrected, "\n"), "kubectl-edit") {
+			return fmt.Errorf("DriftCorrected events on the lock: %q; want the edit (by kubectl-edit) and the deletion", corrected)
+		}
+		return nil
+	})
+
 	// Deleting the lock deletes nothing.
 	if err := env.Dynamic.Resource(mlv1.Resource).Namespace(framework.RegistrationNamespace).Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
