@@ -111,14 +111,7 @@ func compareSchema(t *testing.T, path string, typ reflect.Type, schema apiextens
 	case typ.Kind() == reflect.Slice:
 		compareSchema(t, path+"[]", typ.Elem(), *schema.Items.Schema)
 	case typ.Kind() == reflect.Struct && want == "object":
-		goFields := map[string]reflect.Type{}
-		for i := range typ.NumField() {
-			f := typ.Field(i)
-			name := strings.Split(f.Tag.Get("json"), ",")[0]
-			if name != "" && name != "-" {
-				goFields[name] = f.Type
-			}
-		}
+		goFields := jsonFields(typ)
 		var names []string
 		for name := range goFields {
 			names = append(names, name)
@@ -238,4 +231,23 @@ func TestManifestLockCRD(t *testing.T) {
 	if len(enum) != len(states) {
 		t.Errorf("schema state enum %v, want %v", enum, states)
 	}
+}
+
+// jsonFields maps the JSON names of typ's fields to their types, with the
+// fields of inlined structs as the JSON encoder flattens them.
+func jsonFields(typ reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		name := strings.Split(f.Tag.Get("json"), ",")[0]
+		switch {
+		case name == "" && f.Anonymous:
+			for n, t := range jsonFields(f.Type) {
+				out[n] = t
+			}
+		case name != "" && name != "-":
+			out[name] = f.Type
+		}
+	}
+	return out
 }

@@ -179,7 +179,16 @@ func TestCLILockHelmTemplate(t *testing.T) {
 		t.Fatalf("lock of helm template output: exit %d\nstdout:\n%s\nstderr:\n%s", res.Code, res.Stdout, res.Stderr)
 	}
 	ml := getManifestLock(t, framework.RegistrationNamespace, name)
-	if ml.Status.LockedObjects < 31 || len(ml.Status.Inventory) != ml.Status.LockedObjects || ml.Status.DriftsDetected != 0 || len(ml.Status.NotLocked) != 0 {
+	// The chart's Gizmo CRD is shared with the other tests of the corpus:
+	// if one installed it first, this lock adopted it rather than create
+	// it. Every other object the lock created.
+	adopted := ml.Status.LockedObjects - len(ml.Status.Inventory)
+	for _, r := range ml.Status.Inventory {
+		if r.Name == "gizmos.webstack.example.com" {
+			adopted++
+		}
+	}
+	if ml.Status.LockedObjects < 31 || adopted != 1 || ml.Status.DriftsDetected != 0 || len(ml.Status.NotLocked) != 0 {
 		t.Errorf("status: %d objects locked, %d created, %d drifts (the last %+v), not locked %+v; want the whole chart created, no drift", ml.Status.LockedObjects, len(ml.Status.Inventory), ml.Status.DriftsDetected, ml.Status.LastDrift, ml.Status.NotLocked)
 	}
 	if res := env.CLI(t, "", "diff", "manifestlock/"+name); res.Code != 0 {

@@ -92,7 +92,7 @@ rules:
 	name := "inline-" + ns
 	createManifestLock(t, framework.RegistrationNamespace, name, map[string]any{"manifest": manifest, "namespace": ns})
 	ml := waitManifestLock(t, framework.RegistrationNamespace, name, mlv1.StateLocked)
-	if c := findCondition(&v1alpha1.HelmRelease{Status: v1alpha1.HelmReleaseStatus{Conditions: ml.Status.Conditions}}, v1alpha1.ConditionLocked); c == nil || c.Status != metav1.ConditionTrue {
+	if c := findCondition(&v1alpha1.HelmRelease{Status: v1alpha1.HelmReleaseStatus{LockStatus: ml.Status.LockStatus}}, v1alpha1.ConditionLocked); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Locked condition %+v", c)
 	}
 	if got, want := inventoryNames(ml), []string{"ClusterRole/" + role, "ConfigMap/a", "ConfigMap/b"}; !slices.Equal(got, want) {

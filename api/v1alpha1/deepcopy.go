@@ -13,14 +13,7 @@ func (s *HelmReleaseStatus) DeepCopy() *HelmReleaseStatus {
 		return nil
 	}
 	out := *s
-	if s.Conditions != nil {
-		out.Conditions = make([]metav1.Condition, len(s.Conditions))
-		for i := range s.Conditions {
-			s.Conditions[i].DeepCopyInto(&out.Conditions[i])
-		}
-	}
-	out.NotLocked = slices.Clone(s.NotLocked)
-	out.LastDrift = s.LastDrift.DeepCopy()
+	out.LockStatus = s.LockStatus.DeepCopy()
 	if s.Verified != nil {
 		v := *s.Verified
 		out.Verified = &v
@@ -71,5 +64,19 @@ func (r IgnoreRule) DeepCopy() IgnoreRule {
 		t := *r.Target
 		out.Target = &t
 	}
+	return out
+}
+
+// DeepCopy returns a copy of s that shares nothing with it.
+func (s LockStatus) DeepCopy() LockStatus {
+	out := s
+	if s.Conditions != nil {
+		out.Conditions = make([]metav1.Condition, len(s.Conditions))
+		for i := range s.Conditions {
+			s.Conditions[i].DeepCopyInto(&out.Conditions[i])
+		}
+	}
+	out.NotLocked = slices.Clone(s.NotLocked)
+	out.LastDrift = s.LastDrift.DeepCopy()
 	return out
 }

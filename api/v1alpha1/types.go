@@ -138,24 +138,32 @@ type HelmReleaseStatus struct {
 	// Description is the release's own description of its last action.
 	Description string `json:"description,omitempty"`
 	// Notes are the rendered NOTES.txt of the release.
-	Notes string `json:"notes,omitempty"`
+	Notes      string `json:"notes,omitempty"`
+	LockStatus `json:",inline"`
+	// Verified is the last revision the locker trusts (see
+	// VerifiedRevision).
+	Verified *VerifiedRevision `json:"verified,omitempty"`
+}
+
+// LockStatus is what every kind of lock reports of the objects it holds,
+// the same way: a HelmRelease of its release's revision, a ManifestLock of
+// its manifest.
+type LockStatus struct {
 	// ObservedGeneration is the generation of the spec this status is for.
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Conditions explain the state: Locked, Drifted, Fighting and Ready.
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
-	// LockedObjects is how many objects of the revision are held.
+	// LockedObjects is how many objects are held.
 	LockedObjects int `json:"lockedObjects,omitempty"`
-	// NotLocked lists objects of the revision that are not held, and why
-	// (at most MaxNotLocked of them).
+	// NotLocked lists objects that are not held, and why (at most
+	// MaxNotLocked of them).
 	NotLocked []ObjectProblem `json:"notLocked,omitempty"`
 	// LastDrift is the most recent drift seen.
 	LastDrift *Drift `json:"lastDrift,omitempty"`
-	// DriftsDetected and DriftsCorrected count drifts over the CR's life.
+	// DriftsDetected and DriftsCorrected count drifts over the lock's
+	// life.
 	DriftsDetected  int64 `json:"driftsDetected,omitempty"`
 	DriftsCorrected int64 `json:"driftsCorrected,omitempty"`
-	// Verified is the last revision the locker trusts (see
-	// VerifiedRevision).
-	Verified *VerifiedRevision `json:"verified,omitempty"`
 }
 
 // VerifiedRevision is a revision the locker trusts: it saw Helm apply every

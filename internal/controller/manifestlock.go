@@ -470,7 +470,7 @@ func (c *Controller) manifestError(ctx context.Context, key string, ml *mlv1.Man
 	}
 	s, err := c.syncManifestObjects(ctx, key, ml, st, r, nil)
 	s.State = mlv1.StateError
-	setManifestConditions(&s, ml, condition(v1alpha1.ConditionReady, false, reason, message+"; the objects of the last manifest read stay held"))
+	setConditions(&s.LockStatus, ml.Generation, condition(v1alpha1.ConditionReady, false, reason, message+"; the objects of the last manifest read stay held"))
 	return s, err
 }
 

@@ -28,15 +28,20 @@ func openStatus(hr *v1alpha1.HelmRelease, state v1alpha1.State, revision int, re
 	s.State = state
 	s.Version = revision
 	s.Description = message
-	s.ObservedGeneration = hr.Generation
+	openLock(&s.LockStatus, hr.Generation, reason, message)
+	return s
+}
+
+// openLock sets what every kind of lock reports while it holds nothing.
+func openLock(s *v1alpha1.LockStatus, generation int64, reason, message string) {
+	s.ObservedGeneration = generation
 	s.LockedObjects, s.NotLocked = 0, nil
-	setConditions(&s, hr,
+	setConditions(s, generation,
 		condition(v1alpha1.ConditionLocked, false, reason, message),
 		metav1.Condition{Type: v1alpha1.ConditionDrifted, Status: metav1.ConditionUnknown, Reason: "LockOpen", Message: "drift is not looked for while the lock is open"},
 		condition(v1alpha1.ConditionFighting, false, "LockOpen", ""),
 		condition(v1alpha1.ConditionReady, false, reason, message),
 	)
-	return s
 }
 
 // lockedStatus is the status of a CR whose release is deployed. It says
@@ -44,44 +49,11 @@ func openStatus(hr *v1alpha1.HelmRelease, state v1alpha1.State, revision int, re
 // the revision checked and in line. In Warn mode it says Deployed once
 // every object has been checked, and Locked stays False.
 func lockedStatus(hr *v1alpha1.HelmRelease, st *releaseState, res engine.Result, syncErr error) v1alpha1.HelmReleaseStatus {
-	warn := st.lock.Warn
 	s := *hr.Status.DeepCopy()
 	s.Version = st.rel.Version
 	if st.rel.Info != nil {
 		s.Description = st.rel.Info.Description
 		s.Notes = st.rel.Info.Notes
-	}
-	s.ObservedGeneration = hr.Generation
-	s.LockedObjects = res.Locked
-	s.NotLocked = notLocked(st.optedOut, st.rel.Version, res, syncErr)
-
-	var locked metav1.Condition
-	switch {
-	case len(res.Unverified) > 0:
-		locked = condition(v1alpha1.ConditionLocked, false, "NotAppliedByHelm",
-			limit(fmt.Sprintf("%d of %d objects of revision %d are not held: Helm was not seen to apply them. %s",
-				len(res.Unverified), res.Objects, st.rel.Version, unverifiedMessage(st.rel.Version, res.Unverified[0]))))
-	case len(res.Failed) > 0:
-		f := res.Failed[0]
-		locked = condition(v1alpha1.ConditionLocked, false, f.Reason,
-			limit(fmt.Sprintf("the API server refuses the correction of %s: %v; it is tried again at %s", objectName(f.Kind, f.Ref), f.Err, f.RetryAt.UTC().Format(time.RFC3339))))
-	case len(res.Unresolved) > 0:
-		locked = condition(v1alpha1.ConditionLocked, false, "WaitingForTypes", limit(joinErrors(res.Unresolved)))
-	case len(res.Unwatched) > 0:
-		locked = metav1.Condition{Type: v1alpha1.ConditionLocked, Status: metav1.ConditionUnknown, Reason: "WatchesNotSynced",
-			Message: limit(fmt.Sprintf("the watches of %s do not see changes as they happen (not listed yet, or failing); the objects of revision %d may have drifted unseen, and are checked again once the watches are back",
-				joinResources(res.Unwatched), st.rel.Version))}
-	case syncErr != nil:
-		locked = condition(v1alpha1.ConditionLocked, false, "CorrectionFailed", limit(syncErr.Error()))
-	case warn:
-		locked = condition(v1alpha1.ConditionLocked, false, "WarnMode",
-			fmt.Sprintf("spec.mode is Warn: the %d objects of revision %d are checked and drift is reported, never reverted", res.Objects, st.rel.Version))
-	case st.lock.Phase == lock.Locked:
-		locked = condition(v1alpha1.ConditionLocked, true, "Locked",
-			fmt.Sprintf("all %d objects of revision %d are held as the manifest declares", res.Objects, st.rel.Version))
-	default:
-		locked = condition(v1alpha1.ConditionLocked, false, "Reconciling",
-			fmt.Sprintf("checking the %d objects of revision %d", res.Objects, st.rel.Version))
 	}
 	s.State = v1alpha1.StateTransitioning
 	if st.lock.Holding() {
@@ -92,11 +64,55 @@ func lockedStatus(hr *v1alpha1.HelmRelease, st *releaseState, res engine.Result,
 		// lock can no longer tell.
 		s.State = v1alpha1.StateDeployed
 	}
+	unverified := ""
+	if len(res.Unverified) > 0 {
+		unverified = limit(fmt.Sprintf("%d of %d objects of revision %d are not held: Helm was not seen to apply them. %s",
+			len(res.Unverified), res.Objects, st.rel.Version, unverifiedMessage(st.rel.Version, res.Unverified[0])))
+	}
+	heldLock(&s.LockStatus, hr.Generation, st.lock, s.State == v1alpha1.StateDeployed, res, syncErr, fmt.Sprintf("of revision %d", st.rel.Version), unverified)
+	s.NotLocked = notLocked(st.optedOut, st.rel.Version, res, syncErr)
+	return s
+}
+
+// heldLock sets what every kind of lock reports of the objects it holds,
+// after a sync: the objects held, and the Locked, Drifted, Fighting and
+// Ready conditions. settled says the status reports the lock as settled;
+// of names the objects in messages ("of revision 3"); unverified, if set,
+// says why objects are held back (see engine.Verification).
+func heldLock(s *v1alpha1.LockStatus, generation int64, lk lock.Lock, settled bool, res engine.Result, syncErr error, of, unverified string) {
+	s.ObservedGeneration = generation
+	s.LockedObjects = res.Locked
+	var locked metav1.Condition
+	switch {
+	case unverified != "":
+		locked = condition(v1alpha1.ConditionLocked, false, "NotAppliedByHelm", unverified)
+	case len(res.Failed) > 0:
+		f := res.Failed[0]
+		locked = condition(v1alpha1.ConditionLocked, false, f.Reason,
+			limit(fmt.Sprintf("the API server refuses the correction of %s: %v; it is tried again at %s", objectName(f.Kind, f.Ref), f.Err, f.RetryAt.UTC().Format(time.RFC3339))))
+	case len(res.Unresolved) > 0:
+		locked = condition(v1alpha1.ConditionLocked, false, "WaitingForTypes", limit(joinErrors(res.Unresolved)))
+	case len(res.Unwatched) > 0:
+		locked = metav1.Condition{Type: v1alpha1.ConditionLocked, Status: metav1.ConditionUnknown, Reason: "WatchesNotSynced",
+			Message: limit(fmt.Sprintf("the watches of %s do not see changes as they happen (not listed yet, or failing); the objects %s may have drifted unseen, and are checked again once the watches are back",
+				joinResources(res.Unwatched), of))}
+	case syncErr != nil:
+		locked = condition(v1alpha1.ConditionLocked, false, "CorrectionFailed", limit(syncErr.Error()))
+	case lk.Warn:
+		locked = condition(v1alpha1.ConditionLocked, false, "WarnMode",
+			fmt.Sprintf("spec.mode is Warn: the %d objects %s are checked and drift is reported, never reverted", res.Objects, of))
+	case lk.Phase == lock.Locked:
+		locked = condition(v1alpha1.ConditionLocked, true, "Locked",
+			fmt.Sprintf("all %d objects %s are held as the manifest declares", res.Objects, of))
+	default:
+		locked = condition(v1alpha1.ConditionLocked, false, "Reconciling",
+			fmt.Sprintf("checking the %d objects %s", res.Objects, of))
+	}
 
 	drifted := condition(v1alpha1.ConditionDrifted, false, "InLine", "every checked object is as the manifest declares")
 	if res.Drifted > 0 {
 		why := "corrections are failing or held back"
-		if warn {
+		if lk.Warn {
 			why = "spec.mode is Warn, so drift is reported and not reverted"
 		}
 		drifted = condition(v1alpha1.ConditionDrifted, true, "Drift",
@@ -119,19 +135,18 @@ func lockedStatus(hr *v1alpha1.HelmRelease, st *releaseState, res engine.Result,
 	switch {
 	case len(res.Fights) > 0:
 		ready = condition(v1alpha1.ConditionReady, false, "Fighting", fighting.Message)
-	case s.State == v1alpha1.StateDeployed && locked.Status == metav1.ConditionUnknown:
+	case settled && locked.Status == metav1.ConditionUnknown:
 		ready = locked
 		ready.Type = v1alpha1.ConditionReady
-	case s.State == v1alpha1.StateDeployed && warn:
+	case settled && lk.Warn:
 		ready = condition(v1alpha1.ConditionReady, true, "Monitoring", locked.Message)
-	case s.State == v1alpha1.StateDeployed:
+	case settled:
 		ready = condition(v1alpha1.ConditionReady, true, "Locked", locked.Message)
 	default:
 		ready = locked
 		ready.Type = v1alpha1.ConditionReady
 	}
-	setConditions(&s, hr, locked, drifted, fighting, ready)
-	return s
+	setConditions(s, generation, locked, drifted, fighting, ready)
 }
 
 func condition(typ string, status bool, reason, message string) metav1.Condition {
@@ -142,9 +157,9 @@ func condition(typ string, status bool, reason, message string) metav1.Condition
 	return c
 }
 
-func setConditions(s *v1alpha1.HelmReleaseStatus, hr *v1alpha1.HelmRelease, conds ...metav1.Condition) {
+func setConditions(s *v1alpha1.LockStatus, generation int64, conds ...metav1.Condition) {
 	for _, c := range conds {
-		c.ObservedGeneration = hr.Generation
+		c.ObservedGeneration = generation
 		meta.SetStatusCondition(&s.Conditions, c)
 	}
 }

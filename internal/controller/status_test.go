@@ -74,12 +74,14 @@ func TestNotLocked(t *testing.T) {
 func TestSameStatusAfterARoundTrip(t *testing.T) {
 	now := metav1.Now().Rfc3339Copy()
 	written := v1alpha1.HelmReleaseStatus{
-		State:      v1alpha1.StateDeployed,
-		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionLocked, Status: metav1.ConditionTrue, Reason: "Locked", LastTransitionTime: now}},
-		LastDrift: &v1alpha1.Drift{Object: "ConfigMap ns/cm", Paths: []string{"/data/key"}, Time: now, Corrected: true,
-			Managers: []v1alpha1.FieldManager{{Manager: "kubectl-patch", Operation: "Update", Time: &now}}},
-		DriftsDetected: 1, DriftsCorrected: 1,
-		NotLocked: []v1alpha1.ObjectProblem{},
+		State: v1alpha1.StateDeployed,
+		LockStatus: v1alpha1.LockStatus{
+			Conditions: []metav1.Condition{{Type: v1alpha1.ConditionLocked, Status: metav1.ConditionTrue, Reason: "Locked", LastTransitionTime: now}},
+			LastDrift: &v1alpha1.Drift{Object: "ConfigMap ns/cm", Paths: []string{"/data/key"}, Time: now, Corrected: true,
+				Managers: []v1alpha1.FieldManager{{Manager: "kubectl-patch", Operation: "Update", Time: &now}}},
+			DriftsDetected: 1, DriftsCorrected: 1,
+			NotLocked: []v1alpha1.ObjectProblem{},
+		},
 	}
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&v1alpha1.HelmRelease{Status: written})
 	if err != nil {

@@ -3,8 +3,6 @@ package v1alpha1
 import (
 	"slices"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	helmv1 "github.com/helm-locker/helm-locker/api/v1alpha1"
 )
 
@@ -15,14 +13,7 @@ func (s *ManifestLockStatus) DeepCopy() *ManifestLockStatus {
 		return nil
 	}
 	out := *s
-	if s.Conditions != nil {
-		out.Conditions = make([]metav1.Condition, len(s.Conditions))
-		for i := range s.Conditions {
-			s.Conditions[i].DeepCopyInto(&out.Conditions[i])
-		}
-	}
-	out.NotLocked = slices.Clone(s.NotLocked)
-	out.LastDrift = s.LastDrift.DeepCopy()
+	out.LockStatus = s.LockStatus.DeepCopy()
 	out.Inventory = slices.Clone(s.Inventory)
 	return &out
 }

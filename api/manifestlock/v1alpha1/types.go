@@ -96,14 +96,8 @@ const (
 // ManifestLockStatus reports what the locker knows of the lock. Its
 // conditions and counters mean what HelmRelease's do.
 type ManifestLockStatus struct {
-	State              State                  `json:"state,omitempty"`
-	ObservedGeneration int64                  `json:"observedGeneration,omitempty"`
-	Conditions         []metav1.Condition     `json:"conditions,omitempty"`
-	LockedObjects      int                    `json:"lockedObjects,omitempty"`
-	NotLocked          []helmv1.ObjectProblem `json:"notLocked,omitempty"`
-	LastDrift          *helmv1.Drift          `json:"lastDrift,omitempty"`
-	DriftsDetected     int64                  `json:"driftsDetected,omitempty"`
-	DriftsCorrected    int64                  `json:"driftsCorrected,omitempty"`
+	State             State `json:"state,omitempty"`
+	helmv1.LockStatus `json:",inline"`
 	// ManifestDigest is the sha256 of the manifest held.
 	ManifestDigest string `json:"manifestDigest,omitempty"`
 	// Inventory lists the objects this lock created: the only ones
