@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
@@ -130,6 +131,20 @@ rules:
 		}
 		return nil
 	})
+
+	// Suspended, the lock opens; resumed, it reverts what drifted.
+	suspend := func(on bool) {
+		patch := fmt.Sprintf(`{"spec":{"suspend":%v}}`, on)
+		if _, err := env.Dynamic.Resource(mlv1.Resource).Namespace(framework.RegistrationNamespace).Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	suspend(true)
+	waitManifestLock(t, framework.RegistrationNamespace, name, mlv1.StateSuspended)
+	editStays(t, ns, "a", "while-suspended", "the lock is suspended")
+	suspend(false)
+	waitKey(t, ns, "a", "declared")
+	waitManifestLock(t, framework.RegistrationNamespace, name, mlv1.StateLocked)
 
 	// Deleting the lock deletes nothing.
 	if err := env.Dynamic.Resource(mlv1.Resource).Namespace(framework.RegistrationNamespace).Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {

@@ -720,7 +720,7 @@ func (c *Controller) report(ctx context.Context, key string, hr *v1alpha1.HelmRe
 	if wrote {
 		st.own.wroteStatus(hr, status)
 	}
-	c.flushEvents(hr, st)
+	c.flushEvents(crRef(hr), &st.bookkeeping)
 	st.flushAt = time.Time{}
 	return res, syncErr
 }
@@ -832,7 +832,7 @@ func (c *Controller) act(ctx context.Context, key string, hr *v1alpha1.HelmRelea
 	if err == nil && len(res.Unresolved) == 0 && len(res.Unverified) == 0 {
 		st.verified()
 	}
-	c.reportDrifts(ctx, hr, st, res)
+	c.reportDrifts(ctx, &hr.Spec.Release, &st.bookkeeping, res)
 	c.reportUnverified(hr, st, res)
 	r.requeueBy(res.RequeueAfter)
 	status := lockedStatus(hr, st, res, err)

@@ -67,9 +67,10 @@ func (c *Controller) reportUnverified(hr *v1alpha1.HelmRelease, st *releaseState
 // the counts the status keeps. A drift already reported (engine.Drift.Held)
 // is not reported again, so a fight costs a bounded number of events and
 // status writes too.
-func (c *Controller) reportDrifts(ctx context.Context, hr *v1alpha1.HelmRelease, st *releaseState, res engine.Result) {
+// The drift metrics are a release's; rk is nil for a lock of another
+// kind, which counts only in its status.
+func (c *Controller) reportDrifts(ctx context.Context, rk *v1alpha1.ReleaseKey, st *bookkeeping, res engine.Result) {
 	logger := klog.FromContext(ctx)
-	rk := hr.Spec.Release
 	now := time.Now()
 	for _, d := range res.Drifts {
 		var open *LockOpenError
@@ -77,7 +78,9 @@ func (c *Controller) reportDrifts(ctx context.Context, hr *v1alpha1.HelmRelease,
 			// Helm moving the release on is not drift.
 			continue
 		}
-		c.cfg.Metrics.Drift(rk.Namespace, rk.Name, d.Kind, d.Corrected, d.Latency)
+		if rk != nil {
+			c.cfg.Metrics.Drift(rk.Namespace, rk.Name, d.Kind, d.Corrected, d.Latency)
+		}
 		st.driftsDetected++
 		record := driftRecord(d, now)
 		st.lastDrift = record
@@ -122,7 +125,7 @@ const maxPendingEvents = 25
 
 // hold keeps an event until the release's next flush, which writes it
 // with the status.
-func (st *releaseState) hold(eventType, reason, message string) {
+func (st *bookkeeping) hold(eventType, reason, message string) {
 	k := pendingEvent{eventType: eventType, reason: reason}
 	held := 0
 	for _, e := range st.pending {
@@ -140,12 +143,11 @@ func (st *releaseState) hold(eventType, reason, message string) {
 	st.unheld[k]++
 }
 
-// flushEvents records the events held back for hr: one event per reason,
-// listing the drifts of that reason since the last flush, so that a cold
-// lock that corrects thousands of objects writes one event per release, not
-// one per object.
-func (c *Controller) flushEvents(hr *v1alpha1.HelmRelease, st *releaseState) {
-	ref := crRef(hr)
+// flushEvents records the events held back for the lock ref names: one
+// event per reason, listing the drifts of that reason since the last flush,
+// so that a cold lock that corrects thousands of objects writes one event
+// per lock, not one per object.
+func (c *Controller) flushEvents(ref *corev1.ObjectReference, st *bookkeeping) {
 	var order []pendingEvent
 	byReason := map[pendingEvent][]string{}
 	for _, e := range st.pending {

@@ -62,7 +62,7 @@ func TestHoldCountsPastTheBound(t *testing.T) {
 		st.hold(corev1.EventTypeNormal, EventDriftCorrected, fmt.Sprintf("ConfigMap ns/cm-%d", i))
 	}
 	st.hold(corev1.EventTypeWarning, EventFighting, "fight")
-	c.flushEvents(&v1alpha1.HelmRelease{}, st)
+	c.flushEvents(crRef(&v1alpha1.HelmRelease{}), &st.bookkeeping)
 	close(rec.Events)
 	var got []string
 	for e := range rec.Events {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,10 +44,7 @@ type manifestState struct {
 	missing map[mlv1.ObjectRef]bool
 	// inventory is status.inventory, kept here once read.
 	inventory []mlv1.ObjectRef
-	// counted is set once the counters were read from the status.
-	counted                   bool
-	driftsDetected, corrected int64
-	lastDrift                 *v1alpha1.Drift
+	bookkeeping
 }
 
 // manifestLocks is the controller's memory of ManifestLocks.
@@ -215,7 +211,7 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 // and reports it.
 func (c *Controller) syncManifestObjects(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, r *result, optedOut []v1alpha1.ObjectProblem) (mlv1.ManifestLockStatus, error) {
 	res, syncErr := c.engine.Sync(ctx, key)
-	c.recordManifestDrifts(ml, st, res)
+	c.recordManifestDrifts(ctx, ml, st, res)
 	complete := syncErr == nil && len(res.Unresolved) == 0 && len(res.Failed) == 0
 	st.lock = st.lock.Next(lock.Event{Type: lock.Checked, Revision: st.declarations, Complete: complete, InLine: res.InLine})
 	r.requeueBy(res.RequeueAfter)
@@ -420,38 +416,28 @@ func resourceClient(client dynamic.Interface, gvr schema.GroupVersionResource, n
 	return client.Resource(gvr).Namespace(namespace)
 }
 
-// recordManifestDrifts counts res's drifts, records them as events, and
-// adds the objects the lock created to its inventory. Creating what the
-// declaration names and the cluster lacked is the lock applying it, not
-// drift.
-func (c *Controller) recordManifestDrifts(ml *mlv1.ManifestLock, st *manifestState, res engine.Result) {
+// recordManifestDrifts adds the objects the lock created to its
+// inventory, and reports the rest of res's drifts as a HelmRelease's are:
+// creating what the declaration names and the cluster lacked is the lock
+// applying it, not drift.
+func (c *Controller) recordManifestDrifts(ctx context.Context, ml *mlv1.ManifestLock, st *manifestState, res engine.Result) {
+	drifts := res.Drifts[:0:0]
 	for _, d := range res.Drifts {
 		ref := mlv1.ObjectRef{APIVersion: d.Ref.GVR.GroupVersion().String(), Kind: d.Kind, Namespace: d.Ref.Namespace, Name: d.Ref.Name}
-		if d.Deleted && st.missing[ref] {
-			if d.Corrected {
-				delete(st.missing, ref)
-				if !slices.Contains(st.inventory, ref) {
-					st.inventory = append(st.inventory, ref)
-				}
+		if !d.Deleted || !st.missing[ref] {
+			drifts = append(drifts, d)
+			continue
+		}
+		if d.Corrected {
+			delete(st.missing, ref)
+			if !slices.Contains(st.inventory, ref) {
+				st.inventory = append(st.inventory, ref)
 			}
-			continue
-		}
-		if d.Held {
-			continue
-		}
-		st.driftsDetected++
-		record := driftRecord(d, time.Now())
-		st.lastDrift = record
-		switch {
-		case d.Corrected:
-			st.corrected++
-			c.cfg.Recorder.Event(manifestLockRef(ml), corev1.EventTypeNormal, EventDriftCorrected, describeRecord(record))
-		case d.Err != nil:
-			c.cfg.Recorder.Event(manifestLockRef(ml), corev1.EventTypeWarning, EventDriftCorrectionFailed, describeRecord(record)+": "+limit(d.Err.Error()))
-		default:
-			c.cfg.Recorder.Event(manifestLockRef(ml), corev1.EventTypeWarning, EventDriftDetected, describeRecord(record))
 		}
 	}
+	res.Drifts = drifts
+	c.reportDrifts(ctx, nil, &st.bookkeeping, res)
+	c.flushEvents(manifestLockRef(ml), &st.bookkeeping)
 }
 
 func (c *Controller) openManifestLock(key string, st *manifestState) {
