@@ -224,18 +224,8 @@ func New(cfg Config) *Controller {
 			watchMetadata = m
 		}
 	}
-	crs := watchDynamic.Resource(v1alpha1.Resource).Namespace(cfg.Namespace)
-	c.crs = cache.NewSharedIndexInformerWithOptions(
-		cache.ToListWatcherWithWatchListSemantics(informers.Guard(&cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return crs.List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return crs.Watch(ctx, o)
-			},
-		}, c.cfg.Readiness, c.crsHealth), watchDynamic),
-		&unstructured.Unstructured{},
-		cache.SharedIndexInformerOptions{Indexers: cache.Indexers{byRelease: crReleaseIndex}, ObjectDescription: v1alpha1.Resource.String()})
+	c.crs = c.crInformer(watchDynamic, watchDynamic.Resource(v1alpha1.Resource).Namespace(cfg.Namespace), c.crsHealth,
+		cache.Indexers{byRelease: crReleaseIndex}, v1alpha1.Resource.String())
 	_ = c.crs.SetTransform(compact[v1alpha1.HelmRelease])
 	_, _ = c.crs.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueCR,
@@ -248,17 +238,7 @@ func New(cfg Config) *Controller {
 	if !cfg.TenantManifestLocks {
 		locks = watchDynamic.Resource(mlv1.Resource).Namespace(cfg.Namespace)
 	}
-	c.locks = cache.NewSharedIndexInformerWithOptions(
-		cache.ToListWatcherWithWatchListSemantics(informers.Guard(&cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return locks.List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return locks.Watch(ctx, o)
-			},
-		}, c.cfg.Readiness, c.locksHealth), watchDynamic),
-		&unstructured.Unstructured{},
-		cache.SharedIndexInformerOptions{ObjectDescription: mlv1.Resource.String()})
+	c.locks = c.crInformer(watchDynamic, locks, c.locksHealth, nil, mlv1.Resource.String())
 	_ = c.locks.SetTransform(compact[mlv1.ManifestLock])
 	_, _ = c.locks.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueManifestLock,
@@ -572,6 +552,22 @@ func crReleaseIndex(obj any) ([]string, error) {
 		return []string{ns + "/" + name}, nil
 	}
 	return nil, nil
+}
+
+// crInformer is an informer of the CRs r lists, paced by informers.Guard,
+// which reports whether it sees changes as they happen to health.
+func (c *Controller) crInformer(client dynamic.Interface, r dynamic.ResourceInterface, health *informers.Health, indexers cache.Indexers, desc string) cache.SharedIndexInformer {
+	return cache.NewSharedIndexInformerWithOptions(
+		cache.ToListWatcherWithWatchListSemantics(informers.Guard(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return r.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return r.Watch(ctx, o)
+			},
+		}, c.cfg.Readiness, health), client),
+		&unstructured.Unstructured{},
+		cache.SharedIndexInformerOptions{Indexers: indexers, ObjectDescription: desc})
 }
 
 // compact is what the CR caches keep of a HelmRelease or a ManifestLock:

@@ -2,12 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"reflect"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
@@ -40,28 +34,6 @@ func manifestLockedStatus(ml *mlv1.ManifestLock, st *manifestState, res engine.R
 
 // writeManifestLockStatus patches the lock's status if it changed.
 func (c *Controller) writeManifestLockStatus(ctx context.Context, ml *mlv1.ManifestLock, status mlv1.ManifestLockStatus) error {
-	fields, err := toJSONMap(status)
-	if err != nil {
-		return err
-	}
-	old, err := toJSONMap(ml.Status)
-	if err != nil {
-		return err
-	}
-	if reflect.DeepEqual(fields, old) {
-		return nil
-	}
-	for k := range old {
-		if _, ok := fields[k]; !ok {
-			fields[k] = nil
-		}
-	}
-	patch, err := json.Marshal(map[string]any{"status": fields})
-	if err != nil {
-		return err
-	}
-	if _, err := c.cfg.Dynamic.Resource(mlv1.Resource).Namespace(ml.Namespace).Patch(ctx, ml.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		return fmt.Errorf("writing status of ManifestLock %s/%s: %w", ml.Namespace, ml.Name, err)
-	}
-	return nil
+	_, err := c.patchStatus(ctx, mlv1.Resource, mlv1.Kind, ml.Namespace, ml.Name, ml.Status, status)
+	return err
 }

@@ -312,12 +312,17 @@ func fightMessage(f engine.Fight) string {
 // are not written, so a correction does not cost a second write; it
 // reports whether it wrote.
 func (c *Controller) writeStatus(ctx context.Context, hr *v1alpha1.HelmRelease, status v1alpha1.HelmReleaseStatus) (bool, error) {
-	// Compared as written (see sameStatus).
+	return c.patchStatus(ctx, v1alpha1.Resource, v1alpha1.Kind, hr.Namespace, hr.Name, hr.Status, status)
+}
+
+// patchStatus patches the status of the CR namespace/name of resource
+// from written to status, if they differ as written (see sameStatus).
+func (c *Controller) patchStatus(ctx context.Context, resource schema.GroupVersionResource, kind, namespace, name string, written, status any) (bool, error) {
 	fields, err := toJSONMap(status)
 	if err != nil {
 		return false, err
 	}
-	old, err := toJSONMap(hr.Status)
+	old, err := toJSONMap(written)
 	if err != nil {
 		return false, err
 	}
@@ -335,9 +340,8 @@ func (c *Controller) writeStatus(ctx context.Context, hr *v1alpha1.HelmRelease, 
 	if err != nil {
 		return false, err
 	}
-	_, err = c.cfg.Dynamic.Resource(v1alpha1.Resource).Namespace(hr.Namespace).Patch(ctx, hr.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
-	if err != nil {
-		return false, fmt.Errorf("writing status of HelmRelease %s/%s: %w", hr.Namespace, hr.Name, err)
+	if _, err := c.cfg.Dynamic.Resource(resource).Namespace(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return false, fmt.Errorf("writing status of %s %s/%s: %w", kind, namespace, name, err)
 	}
 	return true, nil
 }
