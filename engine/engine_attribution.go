@@ -29,15 +29,14 @@ type Manager struct {
 const maxDriftPaths = 16
 
 // driftPaths lists, as JSON pointers, where live differs from desired. An
-// entry of a list r's schema keys (containers, env, Service ports) is named
+// entry of a list k's schema keys (containers, env, Service ports) is named
 // by its keys, as in /spec/ports/{"port":53,"protocol":"TCP"}/targetPort:
 // entries are matched by their keys, as the merge matches them, so another
 // actor's reordering or insertion does not make unchanged entries' key
 // fields look changed, and one entry's change is not put down to the owner
 // of another at its position. A keyed entry only one side has is named
 // whole; other lists of different lengths are named themselves.
-func (r mergeRules) driftPaths(live, desired map[string]any) []string {
-	k := r.kindOf(desired)
+func (k kindSchema) driftPaths(live, desired map[string]any) []string {
 	d := pathDiff{max: maxDriftPaths, schema: k.schema}
 	d.walk(nil, k.root, live, desired)
 	return d.out

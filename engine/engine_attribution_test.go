@@ -56,11 +56,11 @@ var noSchema = mergeRules{types: deducedTypes}
 func TestDriftPathsTakeIntAndFloatAsEqual(t *testing.T) {
 	live := map[string]any{"spec": map[string]any{"replicas": int64(1)}}
 	desired := map[string]any{"spec": map[string]any{"replicas": float64(1)}}
-	if got := noSchema.driftPaths(live, desired); got != nil {
+	if got := noSchema.kindOf(desired).driftPaths(live, desired); got != nil {
 		t.Errorf("driftPaths(1, 1.0) = %v, want none", got)
 	}
 	desired["spec"].(map[string]any)["replicas"] = float64(2)
-	if got := noSchema.driftPaths(live, desired); len(got) != 1 {
+	if got := noSchema.kindOf(desired).driftPaths(live, desired); len(got) != 1 {
 		t.Errorf("driftPaths(1, 2.0) = %v, want /spec/replicas", got)
 	}
 }
@@ -112,7 +112,7 @@ func TestDriftPaths(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			live, desired := doc(t, tt.live), doc(t, tt.desired)
-			got := rulesFor((&unstructured.Unstructured{Object: desired}).GroupVersionKind()).driftPaths(live, desired)
+			got := rulesFor((&unstructured.Unstructured{Object: desired}).GroupVersionKind()).kindOf(desired).driftPaths(live, desired)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("driftPaths (-want +got):\n%s", diff)
 			}

@@ -97,12 +97,13 @@ func (e *Engine) diffObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 	if err == nil && sameStored(stored, live) {
 		return nil, nil
 	}
-	paths := rules.driftPaths(live.Object, desired)
+	k := rules.kindOf(desired)
+	paths := k.driftPaths(live.Object, desired)
 	text, err := unifiedDiff(obj.ref.String(), live.Object, desired)
 	if err != nil {
 		return nil, err
 	}
-	return &ObjectDiff{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, rules.kindOf(desired), paths, e.fieldManager), Text: text}, nil
+	return &ObjectDiff{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, k, paths, e.fieldManager), Text: text}, nil
 }
 
 // unifiedDiff renders from and to as YAML, without managedFields, and

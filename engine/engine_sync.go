@@ -345,8 +345,9 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 			return nil, err
 		}
 	}
-	paths := rules.driftPaths(live.Object, desired)
-	drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, rules.kindOf(desired), paths, e.fieldManager)}
+	k := rules.kindOf(desired)
+	paths := k.driftPaths(live.Object, desired)
+	drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, k, paths, e.fieldManager)}
 	return drift, e.correct(ctx, spec, obj, drift, live.GetResourceVersion(), func() error {
 		if spec.BeforeWrite != nil {
 			if err := spec.BeforeWrite(ctx, Write{Ref: obj.ref, Live: live, Restores: restores(live.Object, desired, paths)}); err != nil {
