@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -60,6 +61,35 @@ type Result struct {
 	// from the API server meanwhile, and the set syncs again when the
 	// watch is back.
 	Unwatched []schema.GroupVersionResource
+	// Waiting lists declared objects that wait for a Namespace the set
+	// declares and that does not exist yet: they are created once it is.
+	// (Objects of a kind whose CRD the set declares wait in Unresolved.)
+	Waiting []Waiting
+	// Conflicts lists declared objects that another set holds (see
+	// Conflict): this set neither checks nor writes them until that set
+	// lets them go.
+	Conflicts []Conflict
+}
+
+// Waiting is a declared object held back until the Namespace it lives in,
+// which the same set declares, exists: creating it first would fail with
+// NamespaceNotFound, which is no failure while that Namespace is on its way.
+type Waiting struct {
+	Ref       ObjectRef
+	Kind      string
+	Namespace string
+}
+
+// Conflict is a declared object that another set holds. One object is held
+// by one set at a time, or two declarations would take turns writing it:
+// the set that declared it first holds it (see ObjectSet.Since), and the
+// next in line takes it over when that one forgets it or stops declaring
+// it.
+type Conflict struct {
+	Ref  ObjectRef
+	Kind string
+	// Holder is the key of the set that holds the object.
+	Holder string
 }
 
 // Drift is one object found not as declared.
@@ -85,7 +115,17 @@ type Drift struct {
 	// Latency is from the watch event that showed the drift to the
 	// correction's response.
 	Latency time.Duration
+	// Applying says the difference is the set's own doing: the object's
+	// declaration is new or changed since it was last in line (Lock,
+	// Update, a new revision), and this is its first correction under
+	// it, not someone else's change. A caller that reports only others'
+	// changes as drift, as Locker's OnDrift does, skips these.
+	Applying bool
 }
+
+// errNamespaceWaiting says a correction waits for a Namespace the set
+// declares (see Waiting).
+var errNamespaceWaiting = errors.New("waiting for the set's own namespace")
 
 // Fight is an object whose corrections another actor keeps undoing. The
 // engine backs off exponentially rather than join a write loop.
@@ -120,12 +160,13 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 		e.mu.Unlock()
 		return Result{}, nil
 	}
-	acquire := e.resolveLocked(key, s)
-	var todo []*lockedObject
-	var marked []int64
+	acquire, notify := e.resolveLocked(key, s, nil)
+	todo := make([]dirtyObject, 0, len(s.dirty))
 	for ref, at := range s.dirty {
-		todo = append(todo, s.objects[ref])
-		marked = append(marked, at)
+		// An object another set holds is that set's to check.
+		if e.holderLocked(ref) == key {
+			todo = append(todo, dirtyObject{s.objects[ref], at})
+		}
 	}
 	// A new map, not clear: a map keeps the room it grew to, and at the
 	// first Sync every object is dirty.
@@ -134,6 +175,15 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 	for _, gvr := range acquire {
 		e.informers.Acquire(gvr)
 	}
+	e.notifyAll(notify)
+	// In the order kubectl and Helm create objects: a Namespace and a
+	// CRD before what lives in them.
+	slices.SortFunc(todo, func(a, b dirtyObject) int {
+		if a.rank != b.rank {
+			return int(a.rank) - int(b.rank)
+		}
+		return strings.Compare(a.ref.String(), b.ref.String())
+	})
 
 	// Reading a type's objects from its informer beats a GET per object,
 	// so a type whose informer is still listing (it was just acquired) is
@@ -154,11 +204,18 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 		res.requeueBy(schemaRetry)
 	}
 	var errs []error
-	for i, obj := range todo {
-		drift, err := e.syncObject(ctx, s.spec, obj)
-		if drift != nil {
+	for _, obj := range todo {
+		drift, err := e.syncObject(ctx, s, obj.lockedObject)
+		switch {
+		case errors.Is(err, errNamespaceWaiting):
+			res.Waiting = append(res.Waiting, Waiting{Ref: obj.ref, Kind: drift.Kind, Namespace: obj.ref.Namespace})
+			// The Namespace's own event syncs the set again; this
+			// is in case its creation failed.
+			res.requeueBy(namespaceWait)
+			continue
+		case drift != nil:
 			if drift.Corrected {
-				drift.Latency = e.now().Sub(time.Unix(0, marked[i]))
+				drift.Latency = e.now().Sub(time.Unix(0, obj.marked))
 			}
 			if err != nil {
 				drift.Err = err
@@ -177,16 +234,26 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 	now := e.now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for i, obj := range todo {
+	for _, obj := range todo {
 		if !obj.inLine {
 			if _, again := s.dirty[obj.ref]; !again {
-				s.dirty[obj.ref] = marked[i]
+				s.dirty[obj.ref] = obj.marked
 			}
 		}
 	}
 	res.Objects = len(s.objects) + len(s.unresolved)
 	res.InLine = len(s.unresolved) == 0
 	for _, obj := range s.objects {
+		if holder := e.holderLocked(obj.ref); holder != key {
+			kind := ""
+			if d, err := obj.declaration(); err == nil {
+				kind = d.GetKind()
+			}
+			res.Conflicts = append(res.Conflicts, Conflict{Ref: obj.ref, Kind: kind, Holder: holder})
+			res.Objects--
+			res.InLine = false
+			continue
+		}
 		switch {
 		case obj.expired:
 			res.Finished = append(res.Finished, obj.ref)
@@ -220,6 +287,7 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 	sort.Slice(res.Fights, func(i, j int) bool { return res.Fights[i].Ref.String() < res.Fights[j].Ref.String() })
 	sort.Slice(res.Unverified, func(i, j int) bool { return res.Unverified[i].Ref.String() < res.Unverified[j].Ref.String() })
 	sort.Slice(res.Failed, func(i, j int) bool { return res.Failed[i].Ref.String() < res.Failed[j].Ref.String() })
+	sort.Slice(res.Conflicts, func(i, j int) bool { return res.Conflicts[i].Ref.String() < res.Conflicts[j].Ref.String() })
 	for _, u := range s.unresolved {
 		res.Unresolved = append(res.Unresolved, u.err)
 	}
@@ -246,10 +314,22 @@ func (r *Result) requeueBy(d time.Duration) {
 // list before reading objects one by one.
 const informerSyncWait = 5 * time.Second
 
+// namespaceWait is when a set with objects waiting for a Namespace it
+// declares (see Waiting) syncs again, unless that Namespace's event comes
+// first.
+const namespaceWait = time.Second
+
+// dirtyObject is an object a Sync checks, and when it was marked dirty.
+type dirtyObject struct {
+	*lockedObject
+	marked int64
+}
+
 // syncObject brings one object in line, and returns the drift it found, if
 // any. obj.inLine says whether the object is in line afterwards; only the
 // goroutine syncing obj's set writes obj.
-func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObject) (*Drift, error) {
+func (e *Engine) syncObject(ctx context.Context, s *objectSet, obj *lockedObject) (*Drift, error) {
+	spec := s.spec
 	obj.inLine = false
 	live, inLine, err := e.live(ctx, obj)
 	fresh := obj.fresh
@@ -289,8 +369,8 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 			obj.proof.missing()
 			return nil, nil
 		}
-		drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Deleted: true}
-		return drift, e.correct(ctx, spec, obj, drift, "", func() error { return e.create(ctx, spec, obj, declared) })
+		drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Deleted: true, Applying: obj.applying}
+		return drift, e.correct(ctx, s, obj, drift, "", func() error { return e.create(ctx, spec, obj, declared) })
 	}
 	rules, changes := e.schemas.rulesAt(obj.ref.GVR.GroupVersion())
 	if changes != obj.rulesSeen {
@@ -347,23 +427,24 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 	}
 	k := rules.kindOf(desired)
 	paths := k.driftPaths(live.Object, desired)
-	drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, k, paths, e.fieldManager)}
-	return drift, e.correct(ctx, spec, obj, drift, live.GetResourceVersion(), func() error {
+	drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, k, paths, e.fieldManager), Applying: obj.applying}
+	return drift, e.correct(ctx, s, obj, drift, live.GetResourceVersion(), func() error {
 		if spec.BeforeWrite != nil {
 			if err := spec.BeforeWrite(ctx, Write{Ref: obj.ref, Live: live, Restores: restores(live.Object, desired, paths)}); err != nil {
 				return err
 			}
 		}
 		if refused != nil {
-			return fmt.Errorf("patching: %w", refused)
+			return shortRefusal("patching", refused)
 		}
 		out, err := e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager})
 		if err != nil {
-			return fmt.Errorf("patching: %w", err)
+			return shortRefusal("patching", err)
 		}
 		if rv := live.GetResourceVersion(); rv != "" && out.GetResourceVersion() == rv {
 			obj.noop = &noopPatch{resourceVersion: live.GetResourceVersion(), data: string(patch.Data)}
 		}
+		drift.Paths = k.storedKeys(drift.Paths, out.Object)
 		obj.superseded = []string{live.GetResourceVersion()}
 		obj.fresh = true
 		return e.handOver(ctx, spec, obj, out)
@@ -374,7 +455,8 @@ func (e *Engine) syncObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 // holds the object back. version is the drifted resourceVersion ("" for a
 // deleted object): a drift already reported at that version, while it
 // stays uncorrected, is not reported again.
-func (e *Engine) correct(ctx context.Context, spec ObjectSet, obj *lockedObject, drift *Drift, version string, write func() error) error {
+func (e *Engine) correct(ctx context.Context, s *objectSet, obj *lockedObject, drift *Drift, version string, write func() error) error {
+	spec := s.spec
 	now := e.now()
 	if obj.drift == nil {
 		obj.drift = &driftState{}
@@ -400,6 +482,10 @@ func (e *Engine) correct(ctx context.Context, spec ObjectSet, obj *lockedObject,
 	}
 	if err := write(); err != nil {
 		reason := permanentReason(err)
+		if reason == ReasonNamespaceNotFound && s.namespaces[obj.ref.Namespace] {
+			// The set's own Namespace is on its way.
+			return errNamespaceWaiting
+		}
 		if reason == "" {
 			d.failure = nil
 			return err
@@ -471,7 +557,7 @@ func (e *Engine) create(ctx context.Context, spec ObjectSet, obj *lockedObject, 
 	if err != nil {
 		// AlreadyExists means the cache was behind; the event that
 		// brings it up to date marks the object dirty again.
-		return fmt.Errorf("creating: %w", err)
+		return shortRefusal("creating", err)
 	}
 	obj.fresh = true
 	return nil

@@ -38,6 +38,7 @@ func newTestEngine(t *testing.T) (*Engine, *dynamicfake.FakeDynamicClient, *[]st
 func newTestEngineWith(t *testing.T, opts Options) (*Engine, *dynamicfake.FakeDynamicClient, *[]string) {
 	t.Helper()
 	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, meta.RESTScopeRoot)
 	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
 	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "Service"}, meta.RESTScopeNamespace)
 	mapper.Add(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, meta.RESTScopeNamespace)
@@ -73,7 +74,7 @@ func TestSyncStepByStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Result{Objects: 1, Locked: 1, InLine: true, Drifts: []Drift{{Ref: ref, Kind: "ConfigMap", Deleted: true, Corrected: true}}}
+	want := Result{Objects: 1, Locked: 1, InLine: true, Drifts: []Drift{{Ref: ref, Kind: "ConfigMap", Deleted: true, Corrected: true, Applying: true}}}
 	if diff := cmp.Diff(want, res, cmpopts.IgnoreFields(Drift{}, "Latency")); diff != "" {
 		t.Errorf("first Sync (-want +got):\n%s", diff)
 	}

@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+// outOfOrder lists a Deployment, a Service and a ConfigMap in namespace
+// "new" before the Namespace itself, as hand-written manifests do.
+func outOfOrder(t *testing.T) []*unstructured.Unstructured {
+	return []*unstructured.Unstructured{
+		{Object: obj(t, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: new}\nspec: {replicas: 1}\n")},
+		{Object: obj(t, "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: new}\nspec: {ports: [{port: 80}]}\n")},
+		{Object: obj(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web, namespace: new}\ndata: {k: v}\n")},
+		{Object: obj(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: new}\n")},
+	}
+}
+
+// created lists the kinds of the objects client was asked to create, in
+// order.
+func created(actions []clienttesting.Action) []string {
+	var kinds []string
+	for _, a := range actions {
+		if c, ok := a.(clienttesting.CreateAction); ok {
+			kinds = append(kinds, c.GetObject().(*unstructured.Unstructured).GetKind())
+		}
+	}
+	return kinds
+}
+
+// TestCreationOrder: a Sync creates a set's objects in the order kubectl
+// and Helm do, whatever order they were declared in, and on every Sync.
+func TestCreationOrder(t *testing.T) {
+	for i := range 20 {
+		e, client, _ := newTestEngine(t)
+		e.Declare("k", ObjectSet{Objects: outOfOrder(t)})
+		if _, err := e.Sync(context.Background(), "k"); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"Namespace", "ConfigMap", "Service", "Deployment"}
+		if diff := cmp.Diff(want, created(client.Actions())); diff != "" {
+			t.Fatalf("run %d: kinds created, in order (-want +got):\n%s", i, diff)
+		}
+	}
+}
+
+func TestCreationOrderRanks(t *testing.T) {
+	order := []schema.GroupKind{
+		{Kind: "Namespace"},
+		{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"},
+		{Kind: "ServiceAccount"},
+		{Kind: "ConfigMap"},
+		{Group: "rbac.authorization.k8s.io", Kind: "RoleBinding"},
+		{Kind: "Service"},
+		{Group: "apps", Kind: "Deployment"},
+		{Group: "admissionregistration.k8s.io", Kind: "ValidatingWebhookConfiguration"},
+		{Group: "example.com", Kind: "Widget"},
+	}
+	for i := 1; i < len(order); i++ {
+		if a, b := CreationOrder(order[i-1]), CreationOrder(order[i]); a >= b {
+			t.Errorf("CreationOrder(%s) = %d, CreationOrder(%s) = %d; want %s created first", order[i-1], a, order[i], b, order[i-1])
+		}
+	}
+}
+
+// TestWaitingForTheSetsNamespace: while a Namespace the set declares does
+// not exist, its objects wait and say so; none is a Failure, and they are
+// created once it is. An object in a namespace the set does not declare
+// fails as before.
+func TestWaitingForTheSetsNamespace(t *testing.T) {
+	ctx := context.Background()
+	e, client, _ := newTestEngine(t)
+	namespaces := map[string]bool{}
+	nsDown := true
+	client.PrependReactor("create", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		c := a.(clienttesting.CreateAction)
+		if c.GetResource().Resource == "namespaces" {
+			if nsDown {
+				return true, nil, apierrors.NewServiceUnavailable("etcd is away")
+			}
+			namespaces[c.GetObject().(*unstructured.Unstructured).GetName()] = true
+			return false, nil, nil
+		}
+		if ns := c.GetNamespace(); !namespaces[ns] {
+			return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, ns)
+		}
+		return false, nil, nil
+	})
+	objs := append(outOfOrder(t), &unstructured.Unstructured{Object: obj(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: stray, namespace: elsewhere}\n")})
+	e.Declare("k", ObjectSet{Objects: objs})
+
+	res, err := e.Sync(ctx, "k")
+	if err == nil {
+		t.Fatal("Sync with the Namespace's creation failing returned no error")
+	}
+	ref := func(resource, group string) ObjectRef {
+		return ObjectRef{GVR: schema.GroupVersionResource{Group: group, Version: "v1", Resource: resource}, Namespace: "new", Name: "web"}
+	}
+	wantWaiting := []Waiting{
+		{Ref: ref("configmaps", ""), Kind: "ConfigMap", Namespace: "new"},
+		{Ref: ref("services", ""), Kind: "Service", Namespace: "new"},
+		{Ref: ref("deployments", "apps"), Kind: "Deployment", Namespace: "new"},
+	}
+	if diff := cmp.Diff(wantWaiting, res.Waiting); diff != "" {
+		t.Errorf("Waiting (-want +got):\n%s", diff)
+	}
+	var failed []string
+	for _, f := range res.Failed {
+		failed = append(failed, f.Ref.String()+": "+f.Reason)
+	}
+	if diff := cmp.Diff([]string{"configmaps/elsewhere/stray: NamespaceNotFound"}, failed); diff != "" {
+		t.Errorf("Failed (-want +got):\n%s", diff)
+	}
+	if res.InLine || res.RequeueAfter == 0 || res.RequeueAfter > namespaceWait {
+		t.Errorf("InLine %v, RequeueAfter %s; want not in line, and a requeue within %s", res.InLine, res.RequeueAfter, namespaceWait)
+	}
+	for _, d := range res.Drifts {
+		if d.Ref.Namespace == "new" && d.Kind != "Namespace" {
+			t.Errorf("a waiting object was reported as a drift: %+v", d)
+		}
+	}
+
+	nsDown = false
+	res, err = e.Sync(ctx, "k")
+	var oe *ObjectError
+	if err != nil && !(errors.As(err, &oe) && oe.Ref.Namespace == "elsewhere") {
+		t.Fatal(err)
+	}
+	if len(res.Waiting) != 0 || res.Locked != 4 {
+		t.Errorf("once the Namespace exists: Waiting %+v, %d of %d locked; want none waiting, and all but the stray ConfigMap locked", res.Waiting, res.Locked, res.Objects)
+	}
+	if _, err := client.Resource(cmGVR).Namespace("new").Get(ctx, "web", metav1.GetOptions{}); err != nil {
+		t.Errorf("ConfigMap new/web: %v", err)
+	}
+}
