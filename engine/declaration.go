@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/flate"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"sync"
 
@@ -65,4 +66,12 @@ func unpackDeclaration(data []byte) (*unstructured.Unstructured, error) {
 		return nil, fmt.Errorf("decoding the declared object: %w", err)
 	}
 	return u, nil
+}
+
+// digestOf identifies a packed declaration: equal declarations pack to equal
+// bytes.
+func digestOf(data []byte) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write(data)
+	return h.Sum64()
 }

@@ -4,7 +4,12 @@
 // patches that would change nothing. It knows nothing of Helm.
 //
 // Locker is the way in for an operator that locks its own objects: it
-// brings the informers, the workqueue and the RESTMapper along (see the
-// package example). Engine is the part beneath it, for a controller that
-// runs its own queue and reports each Sync itself.
+// brings the informers, the workqueue and the RESTMapper along. Build one
+// with NewLocker from a rest.Config (as clientcmd returns it), start Run in
+// a goroutine, parse a manifest with the manifest package, and call Lock
+// with the objects; Set.WaitLocked waits until they are as declared, and
+// OnDrift reports what others change. The README's "Use it as a library"
+// section and examples/lock-manifest show the whole program. Engine is the
+// part beneath Locker, for a controller that runs its own queue and
+// reports each Sync itself.
 package engine

@@ -77,6 +77,14 @@ type ObjectSet struct {
 	// Verify, if set, holds back every object its owner has not been seen
 	// to apply (see Verification). Nil takes the declaration on trust.
 	Verify *Verification
+	// Since is when the set's lock began, such as its CR's creation: of
+	// two sets that declare one object, the one with the earlier Since
+	// holds it (a tie goes to the key declared first), and the other
+	// reports a Conflict. Zero takes the time key was first declared. A
+	// Since that outlives the process, such as a creation timestamp,
+	// keeps the same holder across restarts whatever order the sets are
+	// declared in, unless two are equal.
+	Since time.Time
 	// Writer, if set, is the client every write for this set goes
 	// through, such as one impersonating an identity with no more power
 	// than the set's author; reads use the engine's own client. Nil
@@ -100,9 +108,9 @@ type Write struct {
 type Options struct {
 	// FieldManager names the engine's writes; DefaultFieldManager if empty.
 	FieldManager string
-	// FightThreshold drifts of one object within FightWindow make a fight
-	// (see Fight): the next correction waits FightBackoff, and each one
-	// after it twice as long, up to MaxFightBackoff.
+	// More than FightThreshold reverts of one object within FightWindow
+	// make a fight (see Fight): the next revert waits FightBackoff, and
+	// each one after it twice as long, up to MaxFightBackoff.
 	FightThreshold  int
 	FightWindow     time.Duration
 	FightBackoff    time.Duration
@@ -127,8 +135,9 @@ type Options struct {
 	Config *rest.Config
 }
 
-// The defaults of Options: more than 5 reverts of one object in a minute
-// is a fight, answered with waits of 10 s doubling up to 5 minutes.
+// The defaults of Options: more than 5 reverts of one object within a
+// minute make a fight; the next revert waits 10 s, and each one after it
+// twice as long, up to 5 minutes.
 const (
 	DefaultFightThreshold  = 5
 	DefaultFightWindow     = time.Minute
@@ -156,14 +165,26 @@ type Engine struct {
 
 	generations atomic.Uint64
 
-	mu     sync.Mutex
-	sets   map[string]*objectSet
-	owners map[ObjectRef][]string // which keys hold each object; almost always one
+	mu   sync.Mutex
+	sets map[string]*objectSet
+	// declared counts the keys declared, for objectSet.seq.
+	declared uint64
+	// owners are the keys of the sets that declare each object, the one
+	// that holds it first (see holderLocked); almost always one.
+	owners map[ObjectRef][]string
 }
 
 // objectSet is the engine's state for one key.
 type objectSet struct {
-	spec       ObjectSet
+	spec ObjectSet
+	// since, then seq, order the set among those that declare one object
+	// (see ObjectSet.Since); seq counts the keys in the order they were
+	// first declared.
+	since time.Time
+	seq   uint64
+	// namespaces are the Namespaces the set declares: its objects in one
+	// of them wait for it rather than fail (see Waiting).
+	namespaces map[string]bool
 	objects    map[ObjectRef]*lockedObject
 	unresolved []*unresolvedObject
 	dirty      map[ObjectRef]int64                 // when each was first marked, in Unix ns
@@ -219,6 +240,16 @@ type lockedObject struct {
 	// generation tells this declaration from earlier ones of the same
 	// object, for inLineStub.
 	generation uint64
+	// rank is the kind's CreationOrder: a Sync checks, and so creates,
+	// the set's objects in that order.
+	rank uint8
+	// digest identifies the declaration as the caller gave it, so that a
+	// new declaration of the same object can tell whether it changed.
+	digest uint64
+	// applying is set while the object has not been in line since its
+	// declaration was new or changed: its first correction is the set
+	// applying it (see Drift.Applying).
+	applying bool
 	// ignore are the declared fields the engine keeps as they are live.
 	ignore []Pointer
 	// drift is set once the object has drifted; most never do, and a
@@ -253,6 +284,7 @@ type driftState struct {
 // settle records that obj is in line.
 func (o *lockedObject) settle() {
 	o.inLine = true
+	o.applying = false
 	o.proof = nil
 	if o.drift != nil {
 		o.drift.drifted, o.drift.failure = false, nil
@@ -368,24 +400,44 @@ func (e *Engine) Unwatched() []schema.GroupVersionResource {
 // object is checked by the next Sync.
 func (e *Engine) Declare(key string, set ObjectSet) {
 	s := &objectSet{
-		spec:    set,
-		objects: map[ObjectRef]*lockedObject{},
-		dirty:   map[ObjectRef]int64{},
-		gvrs:    map[schema.GroupVersionResource]int{},
+		spec:       set,
+		since:      set.Since,
+		namespaces: map[string]bool{},
+		objects:    map[ObjectRef]*lockedObject{},
+		dirty:      map[ObjectRef]int64{},
+		gvrs:       map[schema.GroupVersionResource]int{},
 	}
 	for _, obj := range set.Objects {
 		s.unresolved = append(s.unresolved, &unresolvedObject{obj: obj})
+		if obj.GroupVersionKind().GroupKind() == namespaceKind {
+			s.namespaces[obj.GetName()] = true
+		}
 	}
 	// Resolved objects are kept normalized (see resolve); the caller's
 	// copies are not held on to.
 	s.spec.Objects = nil
 	e.mu.Lock()
 	old := e.sets[key]
-	e.sets[key] = s
-	if old != nil {
-		e.disownLocked(key, old)
+	switch {
+	case old != nil:
+		s.seq = old.seq
+		if s.since.IsZero() {
+			s.since = old.since
+		}
+	default:
+		e.declared++
+		s.seq = e.declared
+		if s.since.IsZero() {
+			s.since = e.now()
+		}
 	}
-	acquire := e.resolveLocked(key, s)
+	e.sets[key] = s
+	var released []ObjectRef
+	if old != nil {
+		released = e.disownLocked(key, old)
+	}
+	acquire, notify := e.resolveLocked(key, s, old)
+	notify = append(notify, e.handOffLocked(released)...)
 	e.mu.Unlock()
 	for _, gvr := range acquire {
 		e.informers.Acquire(gvr)
@@ -393,7 +445,10 @@ func (e *Engine) Declare(key string, set ObjectSet) {
 	if old != nil {
 		e.releaseInformers(old)
 	}
+	e.notifyAll(notify)
 }
+
+var namespaceKind = schema.GroupKind{Kind: "Namespace"}
 
 // Prepare reads the merge rules of every declared set's kinds and resolves
 // the objects waiting for them (see Sync), acquiring their informers. Called
@@ -414,13 +469,16 @@ func (e *Engine) Prepare(ctx context.Context) {
 	e.schemas.load(ctx, gvs)
 	e.mu.Lock()
 	var acquire []schema.GroupVersionResource
+	var notify []string
 	for key, s := range e.sets {
-		acquire = append(acquire, e.resolveLocked(key, s)...)
+		a, n := e.resolveLocked(key, s, nil)
+		acquire, notify = append(acquire, a...), append(notify, n...)
 	}
 	e.mu.Unlock()
 	for _, gvr := range acquire {
 		e.informers.Acquire(gvr)
 	}
+	e.notifyAll(notify)
 }
 
 // Forget stops holding key's objects and leaves them as they are.
@@ -432,19 +490,93 @@ func (e *Engine) Forget(key string) {
 		return
 	}
 	delete(e.sets, key)
-	e.disownLocked(key, s)
+	notify := e.handOffLocked(e.disownLocked(key, s))
 	e.mu.Unlock()
 	e.releaseInformers(s)
+	e.notifyAll(notify)
 }
 
-func (e *Engine) disownLocked(key string, s *objectSet) {
+// disownLocked takes key out of the owners of s's objects, and returns
+// the objects key held that another set declares too.
+func (e *Engine) disownLocked(key string, s *objectSet) []ObjectRef {
+	var released []ObjectRef
 	for ref := range s.objects {
-		keys := slices.DeleteFunc(e.owners[ref], func(k string) bool { return k == key })
+		keys := e.owners[ref]
+		if len(keys) > 1 && keys[0] == key {
+			released = append(released, ref)
+		}
+		keys = slices.DeleteFunc(keys, func(k string) bool { return k == key })
 		if len(keys) == 0 {
 			delete(e.owners, ref)
 		} else {
 			e.owners[ref] = keys
 		}
+	}
+	return released
+}
+
+// holderLocked returns the key of the set that holds ref, or "".
+func (e *Engine) holderLocked(ref ObjectRef) string {
+	if keys := e.owners[ref]; len(keys) > 0 {
+		return keys[0]
+	}
+	return ""
+}
+
+// holder returns the key of the set that holds ref, or "".
+func (e *Engine) holder(ref ObjectRef) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.holderLocked(ref)
+}
+
+// ownLocked adds key, whose set is s, to ref's owners in the order of
+// their sets' since and seq, and returns the key of the set it takes ref
+// over from, if any.
+func (e *Engine) ownLocked(key string, s *objectSet, ref ObjectRef) string {
+	keys := e.owners[ref]
+	if slices.Contains(keys, key) {
+		return ""
+	}
+	at := len(keys)
+	for i, k := range keys {
+		if o := e.sets[k]; o != nil && (s.since.Before(o.since) || (s.since.Equal(o.since) && s.seq < o.seq)) {
+			at = i
+			break
+		}
+	}
+	e.owners[ref] = slices.Insert(keys, at, key)
+	if at == 0 && len(keys) > 0 {
+		return keys[0]
+	}
+	return ""
+}
+
+// handOffLocked marks each of refs dirty in the set that holds it now, and
+// returns those sets' keys: they take over what another let go.
+func (e *Engine) handOffLocked(refs []ObjectRef) []string {
+	var keys []string
+	for _, ref := range refs {
+		key := e.holderLocked(ref)
+		s := e.sets[key]
+		if s == nil || s.objects[ref] == nil {
+			continue
+		}
+		if _, ok := s.dirty[ref]; !ok {
+			s.dirty[ref] = e.now().UnixNano()
+		}
+		if !slices.Contains(keys, key) {
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}
+
+// notifyAll calls notify with each key, without e.mu held.
+func (e *Engine) notifyAll(keys []string) {
+	slices.Sort(keys)
+	for _, key := range slices.Compact(keys) {
+		e.notify(key)
 	}
 }
 
@@ -460,9 +592,11 @@ func (e *Engine) releaseInformers(s *objectSet) {
 }
 
 // resolveLocked maps s's unresolved objects to resources, fills in their
-// namespace, and returns the informers to acquire for those now resolved.
-func (e *Engine) resolveLocked(key string, s *objectSet) []schema.GroupVersionResource {
-	var acquire []schema.GroupVersionResource
+// namespace, and returns the informers to acquire for those now resolved,
+// and the keys of the sets it took objects over from (see ObjectSet.Since).
+// old, if set, is the set key declared before: an object declared there
+// alike is not applied anew (see Drift.Applying).
+func (e *Engine) resolveLocked(key string, s *objectSet, old *objectSet) (acquire []schema.GroupVersionResource, notify []string) {
 	var still []*unresolvedObject
 	for _, u := range s.unresolved {
 		if gv := u.obj.GroupVersionKind().GroupVersion(); !e.schemas.known(gv) {
@@ -481,10 +615,15 @@ func (e *Engine) resolveLocked(key string, s *objectSet) []schema.GroupVersionRe
 			still = append(still, &unresolvedObject{obj: u.obj, err: fmt.Errorf("%s is declared twice", obj.ref)})
 			continue
 		}
+		if old != nil {
+			if prev := old.objects[obj.ref]; prev != nil && prev.digest == obj.digest {
+				obj.applying = prev.applying
+			}
+		}
 		s.objects[obj.ref] = obj
 		s.dirty[obj.ref] = e.now().UnixNano()
-		if !slices.Contains(e.owners[obj.ref], key) {
-			e.owners[obj.ref] = append(e.owners[obj.ref], key)
+		if from := e.ownLocked(key, s, obj.ref); from != "" {
+			notify = append(notify, from)
 		}
 		if s.gvrs[obj.ref.GVR] == 0 {
 			s.gvrs[obj.ref.GVR] = 1
@@ -492,7 +631,7 @@ func (e *Engine) resolveLocked(key string, s *objectSet) []schema.GroupVersionRe
 		}
 	}
 	s.unresolved = still
-	return acquire
+	return acquire, notify
 }
 
 // resolve finds obj's resource and scope through the RESTMapper.
@@ -528,6 +667,9 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 		ref:        ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()},
 		ignore:     ignore,
 		generation: e.generations.Add(1),
+		digest:     digestOf(data),
+		rank:       uint8(CreationOrder(gvk.GroupKind())),
+		applying:   true,
 		// The first check is fresh anyway; an object that check finds
 		// in line, from the cache, is in line by these rules.
 		rulesSeen: rulesSeen,
@@ -578,7 +720,7 @@ func controllerOwned(declared *unstructured.Unstructured) []Pointer {
 	return nil
 }
 
-// onEvent marks the object dirty in every set that holds it.
+// onEvent marks the object dirty in the set that holds it.
 func (e *Engine) onEvent(gvr schema.GroupVersionResource, obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -590,17 +732,15 @@ func (e *Engine) onEvent(gvr schema.GroupVersionResource, obj any) {
 	ref := ObjectRef{GVR: gvr, Namespace: m.GetNamespace(), Name: m.GetName()}
 	now := e.now().UnixNano()
 	e.mu.Lock()
-	var keys []string
-	for _, key := range e.owners[ref] {
-		if s := e.sets[key]; s != nil {
-			if _, ok := s.dirty[ref]; !ok {
-				s.dirty[ref] = now
-			}
-			keys = append(keys, key)
+	key := e.holderLocked(ref)
+	s := e.sets[key]
+	if s != nil {
+		if _, ok := s.dirty[ref]; !ok {
+			s.dirty[ref] = now
 		}
 	}
 	e.mu.Unlock()
-	for _, key := range keys {
+	if s != nil {
 		e.notify(key)
 	}
 }
@@ -616,24 +756,19 @@ type inLineStub struct {
 }
 
 // store decides what the informer cache keeps of a tracked object: an
-// inLineStub when it is as declared for the one set that holds it, else the
+// inLineStub when it is as declared for the set that holds it, else the
 // whole object: its managedFields name who made the drift.
 func (e *Engine) store(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) metav1.Object {
 	ref := ObjectRef{GVR: gvr, Namespace: obj.GetNamespace(), Name: obj.GetName()}
 	e.mu.Lock()
 	var locked *lockedObject
 	var spec ObjectSet
-	owners := 0
-	finished := finishedWithTTL(obj)
-	for _, key := range e.owners[ref] {
-		if s := e.sets[key]; s != nil && s.objects[ref] != nil {
-			locked, spec = s.objects[ref], s.spec
-			locked.finished.Store(finished)
-			owners++
-		}
+	if s := e.sets[e.holderLocked(ref)]; s != nil && s.objects[ref] != nil {
+		locked, spec = s.objects[ref], s.spec
+		locked.finished.Store(finishedWithTTL(obj))
 	}
 	e.mu.Unlock()
-	if owners == 1 && !(spec.ApplyManager != "" && hasUpdateEntry(obj, e.fieldManager)) {
+	if locked != nil && !(spec.ApplyManager != "" && hasUpdateEntry(obj, e.fieldManager)) {
 		if declared, err := locked.declaration(); err == nil {
 			if desired, err := locked.desired(e.schemas.rules(gvr.GroupVersion()), obj.Object, declared.Object); err == nil && reflect.DeepEqual(desired, obj.Object) {
 				return &inLineStub{Stub: informers.NewStub(obj), generation: locked.generation}

@@ -42,6 +42,23 @@ func (k kindSchema) driftPaths(live, desired map[string]any) []string {
 	return d.out
 }
 
+// storedKeys names the keyed list entries of paths by all the keys their
+// entry has in stored, the object as the API server stored it: a declared
+// entry that leaves a key to its default ({"port":80}, protocol unsaid) is
+// then named as the entry that replaced it is ({"port":81,"protocol":"TCP"}).
+// A path stored has no entry of stays as it is.
+func (k kindSchema) storedKeys(paths []string, stored map[string]any) []string {
+	if k.schema == nil {
+		return paths
+	}
+	for i, text := range paths {
+		if p, err := ParsePointer(text); err == nil {
+			paths[i] = keyedPointer(k.schema, k.root, stored, p).String()
+		}
+	}
+	return paths
+}
+
 // kindSchema is the schema of one kind under some rules, for walking its
 // objects' fields; its schema is nil when the rules know none.
 type kindSchema struct {

@@ -674,3 +674,27 @@ func managedFieldsJSON(obj *unstructured.Unstructured) string {
 	data, _ := json.Marshal(obj.GetManagedFields())
 	return string(data)
 }
+
+// TestStoredKeys: a keyed entry is named by all the keys the API server
+// stored for it, whether the manifest said them or left them to their
+// defaults, so that the entry a drift replaced and the one it added read
+// alike.
+func TestStoredKeys(t *testing.T) {
+	stored := doc(t, "apiVersion: v1\nkind: Service\nspec: {ports: [{port: 80, protocol: TCP, targetPort: 8080}]}")
+	k := rulesFor((&unstructured.Unstructured{Object: stored}).GroupVersionKind()).kindOf(stored)
+	got := k.storedKeys([]string{
+		`/spec/ports/{"port":80}`,
+		`/spec/ports/{"port":80}/targetPort`,
+		`/spec/ports/{"port":81,"protocol":"TCP"}`,
+		"/spec/type",
+	}, stored)
+	want := []string{
+		`/spec/ports/{"port":80,"protocol":"TCP"}`,
+		`/spec/ports/{"port":80,"protocol":"TCP"}/targetPort`,
+		`/spec/ports/{"port":81,"protocol":"TCP"}`,
+		"/spec/type",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("storedKeys (-want +got):\n%s", diff)
+	}
+}

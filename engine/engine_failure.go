@@ -2,6 +2,8 @@ package engine
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,6 +82,50 @@ func permanentReason(err error) string {
 		return ReasonMethodNotAllowed
 	}
 	return ""
+}
+
+// refusal is an Invalid or Immutable refusal told in one line: each field
+// and what is wrong with it. The API server's message repeats the value it
+// refused, and for a Job's template that is a struct dump of kilobytes.
+// Unwrap gives the API server's error whole.
+type refusal struct {
+	summary string
+	err     error
+}
+
+func (r *refusal) Error() string { return r.summary }
+func (r *refusal) Unwrap() error { return r.err }
+
+// shortRefusal returns the error of write op: err told in one line if the
+// API server refused it as invalid, naming each field and the reason
+// without the value.
+func shortRefusal(op string, err error) error {
+	var status apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &status) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	d := status.Status().Details
+	if d == nil || len(d.Causes) == 0 {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	var parts []string
+	for _, c := range d.Causes {
+		msg := c.Message
+		if rest, ok := strings.CutPrefix(msg, "Invalid value: "); ok {
+			// "Invalid value: <value>: <reason>"; the value is what the
+			// request said.
+			if i := strings.LastIndex(rest, ": "); i >= 0 {
+				msg = rest[i+2:]
+			}
+		}
+		if c.Field != "" {
+			msg = c.Field + ": " + msg
+		}
+		if !slices.Contains(parts, msg) {
+			parts = append(parts, msg)
+		}
+	}
+	return &refusal{summary: fmt.Sprintf("%s: %s %s is invalid: %s", op, d.Kind, d.Name, strings.Join(parts, "; ")), err: err}
 }
 
 // immutable reports whether a 422 names a field that may not change: the

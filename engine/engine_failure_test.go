@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,5 +108,41 @@ func TestFailureClearsOnceInLine(t *testing.T) {
 	e.onEvent(cmGVR, live)
 	if res, err := e.Sync(ctx, "k"); err != nil || !res.InLine || len(res.Failed) != 0 {
 		t.Errorf("Sync after the fix = %+v, %v; want in line, nothing failing", res, err)
+	}
+}
+
+// TestShortRefusal: an Invalid or Immutable refusal is told in one line,
+// each field with its reason and without the value the API server
+// repeats; the API server's error stays within.
+func TestShortRefusal(t *testing.T) {
+	template := strings.Repeat(`core.PodTemplateSpec{ObjectMeta:v1.ObjectMeta{Name:"", Labels:map[string]string{"a": "b"}}} `, 30)
+	immutable := apierrors.NewInvalid(schema.GroupKind{Group: "batch", Kind: "Job"}, "migrate", field.ErrorList{
+		field.Invalid(field.NewPath("spec", "template"), template, "field is immutable"),
+		field.Invalid(field.NewPath("spec", "template"), template, "field is immutable"),
+		field.Required(field.NewPath("spec", "selector"), ""),
+	})
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{name: "immutable", err: immutable,
+			want: "patching: Job migrate is invalid: spec.template: field is immutable; spec.selector: Required value"},
+		{name: "not a refusal", err: apierrors.NewConflict(schema.GroupResource{Resource: "jobs"}, "migrate", errors.New("changed")),
+			want: `patching: Operation cannot be fulfilled on jobs "migrate": changed`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := shortRefusal("patching", tt.err)
+			if got.Error() != tt.want {
+				t.Errorf("shortRefusal = %q\nwant %q", got, tt.want)
+			}
+			if !errors.Is(got, tt.err) {
+				t.Errorf("shortRefusal does not wrap the API server's error")
+			}
+			if permanentReason(got) != permanentReason(tt.err) {
+				t.Errorf("permanentReason changed from %q to %q", permanentReason(tt.err), permanentReason(got))
+			}
+		})
 	}
 }

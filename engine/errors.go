@@ -30,3 +30,15 @@ func (e *TypeError) Error() string {
 }
 
 func (e *TypeError) Unwrap() error { return e.Err }
+
+// ConflictError says Locker.Lock or Set.Update was refused because another
+// set of the same Locker holds one of the objects: one object is held by one
+// set, or the two would take turns writing it.
+type ConflictError struct {
+	Ref    ObjectRef
+	Holder string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%s: already held by set %s; one object is held by one set", e.Ref, e.Holder)
+}

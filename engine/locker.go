@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,7 +49,18 @@ type Locker struct {
 
 // NewLocker returns a Locker that talks to the API server cfg names. It does
 // no I/O; Run starts the work.
+//
+// A cfg that sets no rate limit of its own (QPS and Burst zero and no
+// RateLimiter, as clientcmd returns it) is not throttled on the client:
+// client-go would hold it to 5 requests a second, and locking 50 objects
+// would take seconds. The API server's priority and fairness paces it
+// instead, as it paces the helm-locker binary. Set cfg.QPS and cfg.Burst
+// to throttle it on the client.
 func NewLocker(cfg *rest.Config, opts Options) (*Locker, error) {
+	if cfg.QPS == 0 && cfg.Burst == 0 && cfg.RateLimiter == nil {
+		cfg = rest.CopyConfig(cfg)
+		cfg.QPS = -1
+	}
 	client, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)
@@ -111,7 +124,7 @@ func (l *Locker) Lock(ctx context.Context, name string, objs []*unstructured.Uns
 	for _, o := range opts {
 		o(&s.opts)
 	}
-	if err := l.check(ctx, objs, s.opts); err != nil {
+	if err := l.check(ctx, name, objs, s.opts); err != nil {
 		return nil, fmt.Errorf("set %s: %w", name, err)
 	}
 	l.mu.Lock()
@@ -139,11 +152,17 @@ func (l *Locker) Diff(ctx context.Context, objs []*unstructured.Unstructured, op
 	}
 	// No name of Lock's starts with a NUL.
 	key := fmt.Sprintf("\x00diff-%d", l.diffs.Add(1))
-	l.engine.Declare(key, o.objectSet(objs, true))
+	set := o.objectSet(objs, true)
+	// Last in line for every object, a diff never holds one a set holds.
+	set.Since = never
+	l.engine.Declare(key, set)
 	defer l.engine.Forget(key)
 	l.engine.Prepare(ctx)
 	return l.engine.Diff(ctx, key)
 }
+
+// never is later than any set's Since.
+var never = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // set returns the set locked under name, or nil.
 func (l *Locker) set(name string) *Set {
@@ -188,12 +207,12 @@ func (l *Locker) sync(ctx context.Context, key string) (res Result, err error) {
 	return l.engine.Sync(ctx, key)
 }
 
-// check refuses objects a set cannot hold (see Lock): each is resolved and
-// dry-run as a server-side apply, with strict field validation, as kubectl
-// apply validates. A kind whose CRD the set declares, and an object whose
-// namespace the set declares, are left for the sync that follows their
-// creation.
-func (l *Locker) check(ctx context.Context, objs []*unstructured.Unstructured, o setOptions) error {
+// check refuses objects the set name cannot hold (see Lock): each is
+// resolved and dry-run as a server-side apply, with strict field
+// validation, as kubectl apply validates, and none may be held by another
+// set. A kind whose CRD the set declares, and an object whose namespace the
+// set declares, are left for the sync that follows their creation.
+func (l *Locker) check(ctx context.Context, name string, objs []*unstructured.Unstructured, o setOptions) error {
 	var errs []error
 	if err := checkIgnore(o.ignore); err != nil {
 		errs = append(errs, err)
@@ -202,8 +221,12 @@ func (l *Locker) check(ctx context.Context, objs []*unstructured.Unstructured, o
 	seen := map[ObjectRef]bool{}
 	for _, obj := range objs {
 		gvk := obj.GroupVersionKind()
-		if obj.GetName() == "" {
+		switch {
+		case obj.GetName() == "" && obj.GetGenerateName() != "":
 			errs = append(errs, fmt.Errorf("%s %s*: named by metadata.generateName alone, so each apply creates a new object; a lock holds objects by name", gvk.Kind, obj.GetGenerateName()))
+			continue
+		case obj.GetName() == "":
+			errs = append(errs, fmt.Errorf("a %s has no metadata.name; a lock holds objects by name", gvk.Kind))
 			continue
 		}
 		mapping, err := l.engine.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -230,6 +253,10 @@ func (l *Locker) check(ctx context.Context, objs []*unstructured.Unstructured, o
 			continue
 		}
 		seen[ref] = true
+		if holder := l.engine.holder(ref); holder != "" && holder != name && !strings.HasPrefix(holder, "\x00") {
+			errs = append(errs, &ConflictError{Ref: ref, Holder: holder})
+			continue
+		}
 		declared.SetNamespace(ns)
 		data, err := declared.MarshalJSON()
 		if err == nil {

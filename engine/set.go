@@ -29,10 +29,12 @@ func DefaultNamespace(namespace string) SetOption {
 	return func(o *setOptions) { o.namespace = namespace }
 }
 
-// OnDrift calls f with every drift found, corrected or not, from the
-// goroutine that synced the set: f must not block for long. Objects the
-// set creates before it is first in line, after Lock or Update, are the
-// lock applying its declaration, not drift, and are not reported.
+// OnDrift calls f once for each drift someone else made, corrected or not,
+// from the goroutine that synced the set: f must not block for long. The
+// set's own writes are not drift and are not reported: what Lock and
+// Update create or change to apply a new declaration (see Drift.Applying).
+// A drift that stays (WarnOnly, a fight, a refused correction) is reported
+// when found, and again only once it changes.
 func OnDrift(f func(Drift)) SetOption {
 	return func(o *setOptions) { o.onDrift = f }
 }
@@ -100,8 +102,6 @@ type Set struct {
 	// gen counts declarations: a Sync that began under an older one says
 	// nothing about the current one.
 	gen uint64
-	// applied is set once the current declaration was in line.
-	applied bool
 	// created are the objects the set created while applying a
 	// declaration (see Created).
 	created  []ObjectRef
@@ -129,7 +129,7 @@ func (s *Set) Result() (Result, bool) {
 // Update makes objs the set's declaration, checked as Lock checks it.
 // Objects no longer declared are left as they are.
 func (s *Set) Update(ctx context.Context, objs []*unstructured.Unstructured) error {
-	if err := s.locker.check(ctx, objs, s.opts); err != nil {
+	if err := s.locker.check(ctx, s.name, objs, s.opts); err != nil {
 		return fmt.Errorf("set %s: %w", s.name, err)
 	}
 	s.mu.Lock()
@@ -201,7 +201,7 @@ func (s *Set) generation() uint64 {
 func (s *Set) declare(objs []*unstructured.Unstructured) {
 	s.mu.Lock()
 	s.gen++
-	s.applied, s.last, s.lastErr = false, nil, nil
+	s.last, s.lastErr = nil, nil
 	s.mu.Unlock()
 	s.locker.engine.Declare(s.name, s.opts.objectSet(objs, false))
 	s.locker.queue.Add(s.name)
@@ -211,22 +211,20 @@ func (s *Set) declare(objs []*unstructured.Unstructured) {
 // calls OnDrift for its drifts.
 func (s *Set) observe(gen uint64, res Result, err error) {
 	s.mu.Lock()
-	applying := !s.applied
 	if gen == s.gen {
-		s.applied = s.applied || (res.InLine && err == nil)
 		s.last, s.lastErr = &res, err
 		close(s.changed)
 		s.changed = make(chan struct{})
 	}
 	for _, d := range res.Drifts {
-		if applying && d.Deleted && d.Corrected && !slices.Contains(s.created, d.Ref) {
+		if d.Applying && d.Deleted && d.Corrected && !slices.Contains(s.created, d.Ref) {
 			s.created = append(s.created, d.Ref)
 		}
 	}
 	s.mu.Unlock()
 	if f := s.opts.onDrift; f != nil {
 		for _, d := range res.Drifts {
-			if !(applying && d.Deleted) {
+			if !d.Applying && !d.Held {
 				f(d)
 			}
 		}
@@ -245,10 +243,12 @@ func (s *Set) Created() []ObjectRef {
 
 // NotLockedError says a set cannot be held as declared until its
 // declaration or the cluster changes: the API server refuses an object's
-// correction for good (see Failure), or an object cannot be placed.
+// correction for good (see Failure), an object cannot be placed, or
+// another set holds it.
 type NotLockedError struct {
-	Set    string
-	Failed []Failure
+	Set       string
+	Failed    []Failure
+	Conflicts []Conflict
 	// Invalid are objects that could not be resolved for a reason other
 	// than a kind not yet served.
 	Invalid []error
@@ -259,6 +259,9 @@ func (e *NotLockedError) Error() string {
 	for _, f := range e.Failed {
 		parts = append(parts, fmt.Sprintf("%s: %s: %v", f.Ref, f.Reason, f.Err))
 	}
+	for _, c := range e.Conflicts {
+		parts = append(parts, fmt.Sprintf("%s: held by set %s", c.Ref, c.Holder))
+	}
 	for _, err := range e.Invalid {
 		parts = append(parts, err.Error())
 	}
@@ -267,14 +270,14 @@ func (e *NotLockedError) Error() string {
 
 // notLocked returns the NotLockedError res shows, or nil.
 func notLocked(set string, res Result) error {
-	e := &NotLockedError{Set: set, Failed: res.Failed}
+	e := &NotLockedError{Set: set, Failed: res.Failed, Conflicts: res.Conflicts}
 	for _, err := range res.Unresolved {
 		var te *TypeError
 		if !errors.As(err, &te) {
 			e.Invalid = append(e.Invalid, err)
 		}
 	}
-	if len(e.Failed) == 0 && len(e.Invalid) == 0 {
+	if len(e.Failed) == 0 && len(e.Conflicts) == 0 && len(e.Invalid) == 0 {
 		return nil
 	}
 	return e
@@ -295,6 +298,9 @@ func pending(last *Result, err error) string {
 	}
 	for _, f := range last.Fights {
 		parts = append(parts, fmt.Sprintf("%s: in a fight with %s", f.Ref, managerNames(f.Managers)))
+	}
+	for _, w := range last.Waiting {
+		parts = append(parts, fmt.Sprintf("%s: waiting for namespace %s", w.Ref, w.Namespace))
 	}
 	for _, gvr := range last.Unwatched {
 		parts = append(parts, fmt.Sprintf("%s not watched yet", gvr.Resource))

@@ -30,6 +30,10 @@ func TestWaitLocked(t *testing.T) {
 			want: "is not locked yet: 0 of 1 objects in line; x/v1, Kind=Y y: kind not served"},
 		{name: "transient error", res: Result{Objects: 1, InLine: true}, err: errors.New("connection refused"),
 			want: "is not locked yet: connection refused"},
+		{name: "held by another set", res: Result{Objects: 1, Conflicts: []Conflict{{Ref: ref, Kind: "ConfigMap", Holder: "other"}}},
+			want: "cannot be locked: configmaps/ns/c: held by set other"},
+		{name: "waiting for its namespace", res: Result{Objects: 1, Waiting: []Waiting{{Ref: ref, Kind: "ConfigMap", Namespace: "ns"}}},
+			want: "is not locked yet: 0 of 1 objects in line; configmaps/ns/c: waiting for namespace ns"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,16 +60,21 @@ func TestWaitLocked(t *testing.T) {
 }
 
 // TestSetObserve: a sync that began under an older declaration says
-// nothing of the current one, a waiter wakes at each sync, and objects
-// created while the set is first brought in line are not drift.
+// nothing of the current one, a waiter wakes at each sync, and OnDrift
+// hears of others' changes alone, once each: not the set's own creations
+// and changes (Applying), nor a drift held since it was reported.
 func TestSetObserve(t *testing.T) {
 	var reported []string
 	s := &Set{name: "s", changed: make(chan struct{}), opts: setOptions{onDrift: func(d Drift) {
 		reported = append(reported, d.Ref.Name)
 	}}}
 	s.gen = 2
-	created := Drift{Ref: ObjectRef{Name: "created"}, Deleted: true, Corrected: true}
+	created := Drift{Ref: ObjectRef{Name: "created"}, Deleted: true, Corrected: true, Applying: true}
+	updated := Drift{Ref: ObjectRef{Name: "updated"}, Paths: []string{"/data/key"}, Corrected: true, Applying: true}
 	edited := Drift{Ref: ObjectRef{Name: "edited"}, Paths: []string{"/data/key"}, Corrected: true}
+	recreated := Drift{Ref: ObjectRef{Name: "created"}, Deleted: true, Corrected: true}
+	refused := Drift{Ref: ObjectRef{Name: "job"}, Paths: []string{"/spec/template"}, Err: errors.New("immutable")}
+	held := Drift{Ref: ObjectRef{Name: "job"}, Paths: []string{"/spec/template"}, Held: true}
 
 	waiting := make(chan error, 1)
 	go func() { waiting <- s.WaitLocked(t.Context()) }()
@@ -73,13 +82,17 @@ func TestSetObserve(t *testing.T) {
 	if r, ok := s.Result(); ok {
 		t.Fatalf("a stale sync was recorded: %+v", r)
 	}
-	s.observe(2, Result{Drifts: []Drift{created, edited}}, errors.New("conflict"))
-	s.observe(2, Result{InLine: true, Drifts: []Drift{created}}, nil)
+	s.observe(2, Result{Drifts: []Drift{created, updated, edited}}, errors.New("conflict"))
+	s.observe(2, Result{InLine: true}, nil)
 	if err := <-waiting; err != nil {
 		t.Fatalf("WaitLocked = %v", err)
 	}
-	s.observe(2, Result{InLine: true, Drifts: []Drift{created}}, nil)
-	if diff := cmp.Diff([]string{"edited", "created"}, reported); diff != "" {
+	s.observe(2, Result{InLine: true, Drifts: []Drift{recreated}}, nil)
+	s.observe(2, Result{Drifts: []Drift{refused}}, nil)
+	for range 4 {
+		s.observe(2, Result{Drifts: []Drift{held}}, nil)
+	}
+	if diff := cmp.Diff([]string{"edited", "created", "job"}, reported); diff != "" {
 		t.Errorf("reported drifts (-want +got):\n%s", diff)
 	}
 	// Created while applying, once; recreated after, it was already.
