@@ -795,6 +795,7 @@ func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRe
 			Ignore:           ignore,
 			Verify:           verify,
 			Writer:           writer,
+			Since:            hr.CreationTimestamp.Time,
 		})
 		// The engine holds the parsed objects; the manifest text
 		// would only double them.

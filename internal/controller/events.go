@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -93,6 +94,12 @@ func (c *Controller) reportDrifts(ctx context.Context, rk *v1alpha1.ReleaseKey, 
 			st.hold(corev1.EventTypeWarning, EventDriftDetected, desc)
 			st.hold(corev1.EventTypeWarning, EventDriftCorrectionFailed, fmt.Sprintf("%s: correcting it failed: %v", desc, d.Err))
 			logger.V(2).Info("Drift correction failed", "drift", desc, "err", d.Err)
+			// The error names each refused field in a line; the API
+			// server's message may add a dump of the refused value.
+			var refused apierrors.APIStatus
+			if errors.As(d.Err, &refused) {
+				logger.V(4).Info("Drift correction refused", "drift", desc, "apiServerMessage", refused.Status().Message)
+			}
 		case d.Corrected:
 			st.corrected++
 			st.hold(corev1.EventTypeNormal, EventDriftCorrected, fmt.Sprintf("%s: reverted in %s", desc, d.Latency.Round(time.Microsecond)))

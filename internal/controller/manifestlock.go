@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,15 @@ import (
 // manifestLockPrefix marks the queue and engine keys of ManifestLocks;
 // those of HelmReleases are namespace/name.
 const manifestLockPrefix = "ManifestLock:"
+
+// lockName names the lock of an engine key for a person: "HelmRelease
+// ns/name" or "ManifestLock ns/name".
+func lockName(key string) string {
+	if ref, ok := strings.CutPrefix(key, manifestLockPrefix); ok {
+		return mlv1.Kind + " " + ref
+	}
+	return v1alpha1.Kind + " " + key
+}
 
 // manifestState is what the controller remembers of one ManifestLock
 // between syncs. Only the worker syncing its key touches it.
@@ -199,6 +209,7 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 			ReportOnly:       st.lock.Warn,
 			Ignore:           ignore,
 			Writer:           writer,
+			Since:            ml.CreationTimestamp.Time,
 		})
 		logger.V(2).Info("ManifestLock engaged", "objects", len(objs), "created", len(missing), "mode", ml.Spec.Mode)
 	}
@@ -376,12 +387,21 @@ func (c *Controller) prune(ctx context.Context, ml *mlv1.ManifestLock, st *manif
 		writer = c.cfg.Dynamic
 	}
 	kept := st.inventory[:0:0]
-	var errs []error
+	var gone []mlv1.ObjectRef
 	for _, ref := range st.inventory {
 		if refs[ref] {
 			kept = append(kept, ref)
-			continue
+		} else {
+			gone = append(gone, ref)
 		}
+	}
+	// The reverse of the order they are created in: what lives in a
+	// namespace, or is of a custom kind, before its Namespace or CRD.
+	slices.SortStableFunc(gone, func(a, b mlv1.ObjectRef) int {
+		return cmp.Compare(creationOrder(b), creationOrder(a))
+	})
+	var errs []error
+	for _, ref := range gone {
 		gvr, err := c.resourceOf(ref)
 		if err == nil {
 			err = resourceClient(writer, gvr, ref.Namespace).Delete(ctx, ref.Name, metav1.DeleteOptions{})
@@ -395,6 +415,11 @@ func (c *Controller) prune(ctx context.Context, ml *mlv1.ManifestLock, st *manif
 	}
 	st.inventory = kept
 	return errors.Join(errs...)
+}
+
+func creationOrder(ref mlv1.ObjectRef) int {
+	gv, _ := schema.ParseGroupVersion(ref.APIVersion)
+	return engine.CreationOrder(schema.GroupKind{Group: gv.Group, Kind: ref.Kind})
 }
 
 func (c *Controller) resourceOf(ref mlv1.ObjectRef) (schema.GroupVersionResource, error) {
@@ -417,18 +442,18 @@ func resourceClient(client dynamic.Interface, gvr schema.GroupVersionResource, n
 }
 
 // recordManifestDrifts adds the objects the lock created to its
-// inventory, and reports the rest of res's drifts as a HelmRelease's are:
-// creating what the declaration names and the cluster lacked is the lock
-// applying it, not drift.
+// inventory, and reports the rest of res's drifts as a HelmRelease's are.
+// What the lock writes to apply a new or changed manifest (see
+// engine.Drift.Applying) is not drift.
 func (c *Controller) recordManifestDrifts(ctx context.Context, ml *mlv1.ManifestLock, st *manifestState, res engine.Result) {
 	drifts := res.Drifts[:0:0]
 	for _, d := range res.Drifts {
-		ref := mlv1.ObjectRef{APIVersion: d.Ref.GVR.GroupVersion().String(), Kind: d.Kind, Namespace: d.Ref.Namespace, Name: d.Ref.Name}
-		if !d.Deleted || !st.missing[ref] {
+		if !d.Applying {
 			drifts = append(drifts, d)
 			continue
 		}
-		if d.Corrected {
+		ref := mlv1.ObjectRef{APIVersion: d.Ref.GVR.GroupVersion().String(), Kind: d.Kind, Namespace: d.Ref.Namespace, Name: d.Ref.Name}
+		if d.Deleted && d.Corrected && st.missing[ref] {
 			delete(st.missing, ref)
 			if !slices.Contains(st.inventory, ref) {
 				st.inventory = append(st.inventory, ref)

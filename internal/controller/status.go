@@ -90,8 +90,18 @@ func heldLock(s *v1alpha1.LockStatus, generation int64, lk lock.Lock, settled bo
 		f := res.Failed[0]
 		locked = condition(v1alpha1.ConditionLocked, false, f.Reason,
 			limit(fmt.Sprintf("the API server refuses the correction of %s: %v; it is tried again at %s", objectName(f.Kind, f.Ref), f.Err, f.RetryAt.UTC().Format(time.RFC3339))))
+	case len(res.Conflicts) > 0:
+		msg := conflictMessage(res.Conflicts[0])
+		if n := len(res.Conflicts) - 1; n > 0 {
+			msg += fmt.Sprintf(" (and %d more objects)", n)
+		}
+		locked = condition(v1alpha1.ConditionLocked, false, "Conflict", limit(msg))
 	case len(res.Unresolved) > 0:
 		locked = condition(v1alpha1.ConditionLocked, false, "WaitingForTypes", limit(joinErrors(res.Unresolved)))
+	case len(res.Waiting) > 0:
+		w := res.Waiting[0]
+		locked = condition(v1alpha1.ConditionLocked, false, "WaitingForNamespace",
+			fmt.Sprintf("%d objects wait for namespace %s, which this lock declares too, to exist", len(res.Waiting), w.Namespace))
 	case len(res.Unwatched) > 0:
 		locked = metav1.Condition{Type: v1alpha1.ConditionLocked, Status: metav1.ConditionUnknown, Reason: "WatchesNotSynced",
 			Message: limit(fmt.Sprintf("the watches of %s do not see changes as they happen (not listed yet, or failing); the objects %s may have drifted unseen, and are checked again once the watches are back",
@@ -174,6 +184,13 @@ func notLocked(optedOut []v1alpha1.ObjectProblem, revision int, res engine.Resul
 	for _, f := range res.Failed {
 		out = append(out, v1alpha1.ObjectProblem{Object: objectName(f.Kind, f.Ref), Reason: f.Reason, Message: limit(f.Err.Error())})
 	}
+	for _, c := range res.Conflicts {
+		out = append(out, v1alpha1.ObjectProblem{Object: objectName(c.Kind, c.Ref), Reason: "Conflict", Message: conflictMessage(c)})
+	}
+	for _, w := range res.Waiting {
+		out = append(out, v1alpha1.ObjectProblem{Object: objectName(w.Kind, w.Ref), Reason: "WaitingForNamespace",
+			Message: fmt.Sprintf("namespace %s, which this lock declares too, does not exist yet; the object is created once it does", w.Namespace)})
+	}
 	for _, ref := range res.Finished {
 		out = append(out, v1alpha1.ObjectProblem{Object: objectName("Job", ref), Reason: "Finished",
 			Message: "the Job finished and its ttlSecondsAfterFinished deleted it; it is not recreated, which would run it again"})
@@ -208,6 +225,12 @@ func notLocked(optedOut []v1alpha1.ObjectProblem, revision int, res engine.Resul
 		return nil
 	}
 	return out
+}
+
+// conflictMessage says which lock holds an object another lock declares.
+func conflictMessage(c engine.Conflict) string {
+	return fmt.Sprintf("%s holds %s, and one object is held by one lock: this lock writes nothing to it, and takes it over once %s no longer declares it",
+		lockName(c.Holder), objectName(c.Kind, c.Ref), lockName(c.Holder))
 }
 
 // flatten undoes errors.Join.

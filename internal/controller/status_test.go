@@ -54,13 +54,22 @@ func TestNotLocked(t *testing.T) {
 		Unresolved: unresolved,
 		Unverified: []engine.Unverified{{Ref: cm, Kind: "ConfigMap", Missing: true}},
 		Failed:     []engine.Failure{{Ref: cm, Kind: "ConfigMap", Reason: engine.ReasonTooLarge, Err: errors.New("too large")}},
+		Conflicts:  []engine.Conflict{{Ref: cm, Kind: "ConfigMap", Holder: "cattle-helm-system/web"}},
+		Waiting:    []engine.Waiting{{Ref: cm, Kind: "ConfigMap", Namespace: "apps"}},
 	}
 	var reasons []string
-	for _, p := range notLocked(optedOut, 2, res, syncErr) {
+	problems := notLocked(optedOut, 2, res, syncErr)
+	for _, p := range problems {
 		reasons = append(reasons, p.Reason)
 	}
-	if diff := cmp.Diff([]string{"OptedOut", "NotAppliedByHelm", "TooLarge", "TypeNotServed", "Conflict", "HelmOperationInProgress", "APIError"}, reasons); diff != "" {
+	if diff := cmp.Diff([]string{"OptedOut", "NotAppliedByHelm", "TooLarge", "Conflict", "WaitingForNamespace", "TypeNotServed", "Conflict", "HelmOperationInProgress", "APIError"}, reasons); diff != "" {
 		t.Errorf("reasons (-want +got):\n%s", diff)
+	}
+	if got, want := problems[3], "HelmRelease cattle-helm-system/web holds ConfigMap apps/cm"; got.Object != "ConfigMap apps/cm" || !strings.HasPrefix(got.Message, want) {
+		t.Errorf("the conflict: %+v; want it to name the object and begin %q", got, want)
+	}
+	if got := lockName(manifestLockPrefix + "team/cms"); got != "ManifestLock team/cms" {
+		t.Errorf("lockName of a ManifestLock's key = %q", got)
 	}
 	many := make([]v1alpha1.ObjectProblem, 50)
 	if got := len(notLocked(many, 1, engine.Result{}, nil)); got != v1alpha1.MaxNotLocked {
@@ -127,6 +136,34 @@ func TestStatusWithoutWatches(t *testing.T) {
 				if c == nil || c.Status != metav1.ConditionUnknown || c.Reason != "WatchesNotSynced" || !strings.Contains(c.Message, "configmaps, deployments.apps") {
 					t.Errorf("%s = %+v, want Unknown, WatchesNotSynced, naming configmaps and deployments.apps", typ, c)
 				}
+			}
+		})
+	}
+}
+
+// TestLockedConditionWhileWaiting: an object another lock holds, or one
+// waiting for the lock's own namespace, keeps Locked False with a reason
+// that says so, never a permanent failure's.
+func TestLockedConditionWhileWaiting(t *testing.T) {
+	cm := engine.ObjectRef{GVR: cmGVR, Namespace: "apps", Name: "cm"}
+	tests := []struct {
+		name       string
+		res        engine.Result
+		wantReason string
+		wantIn     string
+	}{
+		{name: "conflict", res: engine.Result{Objects: 1, Conflicts: []engine.Conflict{{Ref: cm, Kind: "ConfigMap", Holder: manifestLockPrefix + "team/cms"}}},
+			wantReason: "Conflict", wantIn: "ManifestLock team/cms holds ConfigMap apps/cm"},
+		{name: "waiting for the namespace", res: engine.Result{Objects: 1, Waiting: []engine.Waiting{{Ref: cm, Kind: "ConfigMap", Namespace: "apps"}}},
+			wantReason: "WaitingForNamespace", wantIn: "namespace apps"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s v1alpha1.LockStatus
+			heldLock(&s, 1, lock.Lock{Phase: lock.Reconciling, Revision: 1}, false, tt.res, nil, "in the manifest", "")
+			c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionLocked)
+			if c == nil || c.Status != metav1.ConditionFalse || c.Reason != tt.wantReason || !strings.Contains(c.Message, tt.wantIn) {
+				t.Errorf("Locked = %+v; want False, %s, its message containing %q", c, tt.wantReason, tt.wantIn)
 			}
 		})
 	}
