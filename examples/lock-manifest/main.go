@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -36,6 +37,9 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// A config from clientcmd sets no rate limit, and NewLocker leaves
+	// pacing to the API server's priority and fairness. Set cfg.QPS and
+	// cfg.Burst to throttle the locker on the client instead.
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
 		return err
@@ -68,11 +72,20 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if err := set.WaitLocked(ctx); err != nil {
+	// An object the API server refuses for good (a NotLockedError) does
+	// not stop the lock: the others stay held, and the refused one is
+	// tried again once a minute. Say so, and keep running.
+	err = set.WaitLocked(ctx)
+	var notLocked *engine.NotLockedError
+	switch {
+	case errors.As(err, &notLocked):
+		_ = out.Encode(map[string]any{"event": "notLocked", "error": err.Error()})
+	case err != nil:
 		return err
+	default:
+		res, _ := set.Result()
+		_ = out.Encode(map[string]any{"event": "locked", "objects": res.Objects})
 	}
-	res, _ := set.Result()
-	_ = out.Encode(map[string]any{"event": "locked", "objects": res.Objects})
 	<-done
 	return nil
 }
