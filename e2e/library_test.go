@@ -135,11 +135,15 @@ metadata: {name: nothing}
 	if err != nil {
 		t.Fatal(err)
 	}
+	// manifest.Parse refuses an object with no name; a caller that
+	// builds its own may still pass one.
+	bad = append(bad, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{}}})
 	_, err = l.Lock(ctx, "bad", bad, engine.DefaultNamespace(ns))
 	var typeErr *engine.TypeError
 	if err == nil || !strings.Contains(err.Error(), "configmaps/"+ns+"/Not_A_Name") || !strings.Contains(err.Error(), "services/"+ns+"/typo") ||
-		!strings.Contains(err.Error(), "selectr") || !errors.As(err, &typeErr) || typeErr.Name != "nothing" {
-		t.Fatalf("Lock of bad objects = %v; want one error naming Not_A_Name, the typo and the unknown kind", err)
+		!strings.Contains(err.Error(), "selectr") || !errors.As(err, &typeErr) || typeErr.Name != "nothing" ||
+		!strings.Contains(err.Error(), "a Secret has no metadata.name") {
+		t.Fatalf("Lock of bad objects = %v; want one error naming Not_A_Name, the typo, the unknown kind and the Secret with no name", err)
 	}
 	if env.Get(t, "v1", "configmaps", ns, "fine") != nil {
 		t.Fatal("a Lock that failed created an object")
@@ -164,6 +168,11 @@ metadata: {name: nothing}
 	}
 	if created := set.Created(); len(created) != 4 {
 		t.Errorf("Created() = %v; want the 4 objects the lock applied", created)
+	}
+	// One object, one set: another set of the Locker may not hold it.
+	var conflict *engine.ConflictError
+	if _, err := l.Lock(ctx, "second", objs[:1], engine.DefaultNamespace(ns)); !errors.As(err, &conflict) || conflict.Holder != "app" {
+		t.Errorf("Lock of an object set app holds = %v; want a ConflictError naming app", err)
 	}
 	// Created as declared; held as stored, so the normalized quantities
 	// and the empty nodeSelector are no difference.

@@ -219,6 +219,7 @@ func (l *Locker) check(ctx context.Context, name string, objs []*unstructured.Un
 	}
 	crds, namespaces := declaredTypes(objs)
 	seen := map[ObjectRef]bool{}
+	var dryRuns []dryRun
 	for _, obj := range objs {
 		gvk := obj.GroupVersionKind()
 		switch {
@@ -258,17 +259,48 @@ func (l *Locker) check(ctx context.Context, name string, objs []*unstructured.Un
 			continue
 		}
 		declared.SetNamespace(ns)
-		data, err := declared.MarshalJSON()
-		if err == nil {
-			force := true
-			_, err = resourceOf(l.client, ref).Patch(ctx, ref.Name, types.ApplyPatchType, data, metav1.PatchOptions{
-				FieldManager: l.engine.fieldManager, Force: &force, DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"})
-		}
-		if err != nil && !(permanentReason(err) == ReasonNamespaceNotFound && namespaces[ns]) {
-			errs = append(errs, &ObjectError{Ref: ref, Err: fmt.Errorf("a dry run of applying it failed: %w", err)})
+		dryRuns = append(dryRuns, dryRun{ref: ref, obj: declared})
+	}
+	l.dryRun(ctx, dryRuns)
+	for _, d := range dryRuns {
+		if d.err != nil && !(permanentReason(d.err) == ReasonNamespaceNotFound && namespaces[d.ref.Namespace]) {
+			errs = append(errs, &ObjectError{Ref: d.ref, Err: fmt.Errorf("a dry run of applying it failed: %w", d.err)})
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// dryRun is one object check dry-runs, and its outcome.
+type dryRun struct {
+	ref ObjectRef
+	obj *unstructured.Unstructured
+	err error
+}
+
+// dryRunConcurrency bounds the dry runs check has in flight: one after
+// the other, 50 objects would take 50 round trips.
+const dryRunConcurrency = 16
+
+// dryRun applies each of runs' objects as a strict server-side dry run, a
+// few at a time, and records each outcome.
+func (l *Locker) dryRun(ctx context.Context, runs []dryRun) {
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, dryRunConcurrency)
+	for i := range runs {
+		d := &runs[i]
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			data, err := d.obj.MarshalJSON()
+			if err == nil {
+				force := true
+				_, err = resourceOf(l.client, d.ref).Patch(ctx, d.ref.Name, types.ApplyPatchType, data, metav1.PatchOptions{
+					FieldManager: l.engine.fieldManager, Force: &force, DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"})
+			}
+			d.err = err
+		})
+	}
+	wg.Wait()
 }
 
 // declaredTypes returns the kinds whose CRDs objs declare, and the

@@ -338,8 +338,9 @@ func (c *Controller) writeStatus(ctx context.Context, hr *v1alpha1.HelmRelease, 
 	return c.patchStatus(ctx, v1alpha1.Resource, v1alpha1.Kind, hr.Namespace, hr.Name, hr.Status, status)
 }
 
-// patchStatus patches the status of the CR namespace/name of resource
-// from written to status, if they differ as written (see sameStatus).
+// patchStatus writes status as the status of the CR namespace/name of
+// resource, if it differs from written, the status the cache shows, as
+// written (see sameStatus).
 func (c *Controller) patchStatus(ctx context.Context, resource schema.GroupVersionResource, kind, namespace, name string, written, status any) (bool, error) {
 	fields, err := toJSONMap(status)
 	if err != nil {
@@ -352,18 +353,15 @@ func (c *Controller) patchStatus(ctx context.Context, resource schema.GroupVersi
 	if reflect.DeepEqual(fields, old) {
 		return false, nil
 	}
-	// A merge patch keeps fields it does not name: name the ones that
-	// went away, as null.
-	for k := range old {
-		if _, ok := fields[k]; !ok {
-			fields[k] = nil
-		}
-	}
-	patch, err := json.Marshal(map[string]any{"status": fields})
+	// The whole status, not a merge patch from written: the cache may not
+	// show the last write yet, and a merge patch computed from an older
+	// status would leave what that write added and this one drops (a
+	// notLocked entry beside state Locked).
+	patch, err := json.Marshal([]map[string]any{{"op": "add", "path": "/status", "value": fields}})
 	if err != nil {
 		return false, err
 	}
-	if _, err := c.cfg.Dynamic.Resource(resource).Namespace(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+	if _, err := c.cfg.Dynamic.Resource(resource).Namespace(namespace).Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		return false, fmt.Errorf("writing status of %s %s/%s: %w", kind, namespace, name, err)
 	}
 	return true, nil

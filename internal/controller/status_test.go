@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -166,5 +167,27 @@ func TestLockedConditionWhileWaiting(t *testing.T) {
 				t.Errorf("Locked = %+v; want False, %s, its message containing %q", c, tt.wantReason, tt.wantIn)
 			}
 		})
+	}
+}
+
+// TestStatusWriteOverAStaleCache: a status written while the cache still
+// shows an older one replaces the status whole: what the write in between
+// added, and this one drops, goes.
+func TestStatusWriteOverAStaleCache(t *testing.T) {
+	c, dyn := newTestController(t, helmRelease(nil), nil, nil)
+	ctx := context.Background()
+	cached := v1alpha1.HelmReleaseStatus{State: v1alpha1.StateTransitioning}
+	between := v1alpha1.HelmReleaseStatus{State: v1alpha1.StateTransitioning,
+		LockStatus: v1alpha1.LockStatus{NotLocked: []v1alpha1.ObjectProblem{{Object: "Widget one", Reason: "TypeNotServed"}}}}
+	final := v1alpha1.HelmReleaseStatus{State: v1alpha1.StateDeployed, Version: 1}
+	hr := &v1alpha1.HelmRelease{ObjectMeta: metav1.ObjectMeta{Namespace: "cattle-helm-system", Name: "hr"}, Status: cached}
+	if _, err := c.writeStatus(ctx, hr, between); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.writeStatus(ctx, hr, final); err != nil {
+		t.Fatal(err)
+	}
+	if got := statusOf(t, dyn); !sameStatus(got, final) {
+		t.Errorf("status after two writes over a stale cache = %+v; want %+v", got, final)
 	}
 }
