@@ -145,6 +145,14 @@ rules:
 	suspend(false)
 	waitKey(t, ns, "a", "declared")
 	waitManifestLock(t, framework.RegistrationNamespace, name, mlv1.StateLocked)
+	// The manifest is the one held before: the edit is someone else's,
+	// and counts as a drift.
+	env.Eventually(t, 10*time.Second, func() error {
+		if ml := getManifestLock(t, framework.RegistrationNamespace, name); ml.Status.DriftsCorrected != 3 {
+			return fmt.Errorf("status counts %d corrected drifts after the lock resumed; want 3, the edit made while suspended among them", ml.Status.DriftsCorrected)
+		}
+		return nil
+	})
 
 	// Deleting the lock deletes nothing.
 	if err := env.Dynamic.Resource(mlv1.Resource).Namespace(framework.RegistrationNamespace).Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {

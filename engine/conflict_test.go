@@ -152,4 +152,16 @@ func TestApplyingIsTheSetsOwnChange(t *testing.T) {
 	if diff := cmp.Diff(map[string]bool{"b": false}, applying(sync())); diff != "" {
 		t.Errorf("another's edit: Applying of each drift (-want +got):\n%s", diff)
 	}
+
+	// A declaration applied before, by an earlier process: a difference
+	// found now is someone else's.
+	edited, err = client.Resource(cmGVR).Namespace("ns").Patch(ctx, "a", types.MergePatchType, []byte(`{"data":{"key":"edited"}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Forget("k")
+	e.Declare("k", ObjectSet{Objects: []*unstructured.Unstructured{cm("a", "two"), cm("b", "one")}, DefaultNamespace: "ns", Applied: true})
+	if diff := cmp.Diff(map[string]bool{"a": false}, applying(sync())); diff != "" {
+		t.Errorf("a restart: Applying of each drift (-want +got):\n%s", diff)
+	}
 }

@@ -67,6 +67,10 @@ type ObjectSet struct {
 	// confirm that the lock still holds, for example that Helm has not
 	// started an upgrade whose writes the engine would otherwise revert.
 	BeforeWrite func(ctx context.Context, w Write) error
+	// Applied says the declaration was applied and in line before, such
+	// as before the caller restarted: an object that differs from it now
+	// was changed by someone else, and its correction is not Applying.
+	Applied bool
 	// ReportOnly makes the engine detect and report drift (see
 	// Result.Drifts) and never write.
 	ReportOnly bool
@@ -669,7 +673,7 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 		generation: e.generations.Add(1),
 		digest:     digestOf(data),
 		rank:       uint8(CreationOrder(gvk.GroupKind())),
-		applying:   true,
+		applying:   !spec.Applied,
 		// The first check is fresh anyway; an object that check finds
 		// in line, from the cache, is in line by these rules.
 		rulesSeen: rulesSeen,

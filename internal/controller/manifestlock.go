@@ -189,7 +189,8 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 
 	// Act: prune what the last declaration created and this one drops,
 	// declare, and sync.
-	declared := manifestDigest(text) + fmt.Sprintf("/%d", ml.Generation)
+	digest := manifestDigest(text)
+	declared := digest + fmt.Sprintf("/%d", ml.Generation)
 	if declared != st.declared {
 		if ml.Spec.Prune {
 			if err := c.prune(ctx, ml, st, refs, writer); err != nil {
@@ -200,6 +201,10 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 		if err != nil {
 			return ml.Status, err
 		}
+		// After a restart or a suspension, the manifest the status says
+		// was held is not new: what differs from it now, someone else
+		// changed.
+		applied := st.declared == "" && ml.Status.ManifestDigest == digest
 		st.declarations++
 		st.declared, st.missing = declared, missing
 		st.lock = st.lock.Next(lock.Event{Type: lock.Engage, Revision: st.declarations, Warn: ml.Spec.Mode == v1alpha1.ModeWarn})
@@ -210,11 +215,12 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 			Ignore:           ignore,
 			Writer:           writer,
 			Since:            ml.CreationTimestamp.Time,
+			Applied:          applied,
 		})
 		logger.V(2).Info("ManifestLock engaged", "objects", len(objs), "created", len(missing), "mode", ml.Spec.Mode)
 	}
 	status, syncErr := c.syncManifestObjects(ctx, key, ml, st, r, optedOut)
-	status.ManifestDigest = manifestDigest(text)
+	status.ManifestDigest = digest
 	return status, syncErr
 }
 
@@ -443,21 +449,22 @@ func resourceClient(client dynamic.Interface, gvr schema.GroupVersionResource, n
 
 // recordManifestDrifts adds the objects the lock created to its
 // inventory, and reports the rest of res's drifts as a HelmRelease's are.
-// What the lock writes to apply a new or changed manifest (see
-// engine.Drift.Applying) is not drift.
+// Creating what the manifest names and the cluster lacked, and changing an
+// object to a new manifest (see engine.Drift.Applying), is the lock
+// applying its manifest, not drift.
 func (c *Controller) recordManifestDrifts(ctx context.Context, ml *mlv1.ManifestLock, st *manifestState, res engine.Result) {
 	drifts := res.Drifts[:0:0]
 	for _, d := range res.Drifts {
-		if !d.Applying {
-			drifts = append(drifts, d)
-			continue
-		}
 		ref := mlv1.ObjectRef{APIVersion: d.Ref.GVR.GroupVersion().String(), Kind: d.Kind, Namespace: d.Ref.Namespace, Name: d.Ref.Name}
-		if d.Deleted && d.Corrected && st.missing[ref] {
+		created := d.Deleted && st.missing[ref]
+		if created && d.Corrected {
 			delete(st.missing, ref)
 			if !slices.Contains(st.inventory, ref) {
 				st.inventory = append(st.inventory, ref)
 			}
+		}
+		if !created && !d.Applying {
+			drifts = append(drifts, d)
 		}
 	}
 	res.Drifts = drifts
