@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
@@ -60,27 +59,6 @@ func freshName(t *testing.T, part string) string {
 		name = name[:30]
 	}
 	return strings.Trim(name, "-") + "-" + part + "-" + randomHex(t)
-}
-
-// startLibraryLockerWith is startLibraryLocker with a rest.Config of the
-// test's own.
-func startLibraryLockerWith(t *testing.T, cfg *rest.Config, manager string) *engine.Locker {
-	t.Helper()
-	l, err := engine.NewLocker(cfg, engine.Options{FieldManager: manager})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = l.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return l
 }
 
 // outOfOrderManifest lists a Deployment, a Service and a custom resource

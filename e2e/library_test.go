@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 
 	"github.com/helm-locker/helm-locker/e2e/controlplane"
 	"github.com/helm-locker/helm-locker/engine"
@@ -84,7 +85,14 @@ rules:
 // control plane, until the test ends.
 func startLibraryLocker(t *testing.T, manager string) *engine.Locker {
 	t.Helper()
-	l, err := engine.NewLocker(env.CP.Config, engine.Options{FieldManager: manager})
+	return startLibraryLockerWith(t, env.CP.Config, manager)
+}
+
+// startLibraryLockerWith is startLibraryLocker with a rest.Config of the
+// test's own.
+func startLibraryLockerWith(t *testing.T, cfg *rest.Config, manager string) *engine.Locker {
+	t.Helper()
+	l, err := engine.NewLocker(cfg, engine.Options{FieldManager: manager})
 	if err != nil {
 		t.Fatal(err)
 	}

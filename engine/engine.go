@@ -790,14 +790,18 @@ func (e *Engine) tracked(gvr schema.GroupVersionResource, namespace, name string
 }
 
 // typesChanged runs when a CRD changes: the RESTMapper forgets what it
-// knew, and sets with objects of unknown kinds try again.
+// knew, and sets with objects of unknown kinds, or objects still to be
+// brought in line, try again. A custom resource whose CRD was deleted and
+// is being recreated fails to be created until the CRD is Established, an
+// event of its own; without it, the set would wait out the caller's
+// backoff.
 func (e *Engine) typesChanged() {
 	e.mapper.Reset()
 	e.schemas.forget()
 	e.mu.Lock()
 	var keys []string
 	for key, s := range e.sets {
-		if len(s.unresolved) > 0 {
+		if len(s.unresolved) > 0 || len(s.dirty) > 0 {
 			keys = append(keys, key)
 		}
 	}

@@ -142,3 +142,32 @@ func TestWaitingForTheSetsNamespace(t *testing.T) {
 		t.Errorf("ConfigMap new/web: %v", err)
 	}
 }
+
+// TestTypesChangedRetriesWhatIsNotInLine: a CRD event syncs again every
+// set with an object still to be brought in line, such as a custom
+// resource whose creation failed while its CRD was not yet Established,
+// and leaves the sets that are in line alone.
+func TestTypesChangedRetriesWhatIsNotInLine(t *testing.T) {
+	ctx := context.Background()
+	e, client, notified := newTestEngine(t)
+	down := true
+	client.PrependReactor("create", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if down && a.GetNamespace() == "pending" {
+			return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, "")
+		}
+		return false, nil, nil
+	})
+	declare := func(key, ns string) {
+		u := configMap(t, "declared")
+		u.SetNamespace(ns)
+		e.Declare(key, ObjectSet{Objects: []*unstructured.Unstructured{u}})
+		_, _ = e.Sync(ctx, key)
+	}
+	declare("in-line", "fine")
+	declare("pending", "pending")
+	*notified = nil
+	e.typesChanged()
+	if diff := cmp.Diff([]string{"pending"}, *notified); diff != "" {
+		t.Errorf("sets notified of a CRD event (-want +got):\n%s", diff)
+	}
+}
