@@ -67,6 +67,10 @@ type ObjectSet struct {
 	// confirm that the lock still holds, for example that Helm has not
 	// started an upgrade whose writes the engine would otherwise revert.
 	BeforeWrite func(ctx context.Context, w Write) error
+	// Prevent says the caller denies, at admission, requests that would
+	// drift the set's objects (see Engine.Judge). The engine still
+	// reverts what gets past admission.
+	Prevent bool
 	// Applied says the declaration was applied and in line before, such
 	// as before the caller restarted: an object that differs from it now
 	// was changed by someone else, and its correction is not Applying.

@@ -1,0 +1,161 @@
+package engine
+
+import (
+	"cmp"
+	"reflect"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Judgement is the engine's answer to a request that would write an object:
+// whether a set that prevents changes (see ObjectSet.Prevent) holds it, and
+// what of its declaration the request would undo.
+type Judgement struct {
+	// Key is the set that holds the object and prevents changes to it;
+	// empty when none does, and the request goes through.
+	Key  string
+	Ref  ObjectRef
+	Kind string
+	// Deleted says the request deletes the object.
+	Deleted bool
+	// Fields are the declared fields the request would change, each
+	// with its declared value.
+	Fields []DeniedField
+}
+
+// DeniedField is a declared field a request would change.
+type DeniedField struct {
+	// Path is a JSON pointer, named as Drift.Paths are.
+	Path string
+	// Declared is the declared value; nil if the request adds the field
+	// where the declaration removes it (a map list entry, say).
+	Declared any
+}
+
+// Denied reports whether the request would change what the set holds.
+func (j Judgement) Denied() bool { return j.Key != "" && (j.Deleted || len(j.Fields) > 0) }
+
+// Judge says whether a request to write an object, or to delete it (obj
+// nil), would drift it from what a set that prevents changes declares. old
+// is the object before the request, nil for a creation.
+//
+// It uses the revert's comparison on the request's object: a field is
+// denied exactly when the revert would correct it, so a value the API
+// server normalizes, an ignored path, an added label or a status write
+// never is. A field the request leaves as old had it is not denied either,
+// though it may differ from the declaration: the request did not make that
+// drift, and it may be a declaration the API server stores in another form.
+// Judge reads only what the engine holds in memory.
+func (e *Engine) Judge(gvr schema.GroupVersionResource, old, obj *unstructured.Unstructured) (Judgement, error) {
+	target := obj
+	if target == nil {
+		target = old
+	}
+	if target == nil {
+		return Judgement{}, nil
+	}
+	ref := ObjectRef{GVR: gvr, Namespace: target.GetNamespace(), Name: target.GetName()}
+	key, locked := e.prevented(ref)
+	if locked == nil {
+		return Judgement{}, nil
+	}
+	declared, err := locked.declaration()
+	if err != nil {
+		return Judgement{}, err
+	}
+	j := Judgement{Key: key, Ref: ref, Kind: declared.GetKind()}
+	if obj == nil {
+		j.Deleted = true
+		return j, nil
+	}
+	rules := e.schemas.rules(gvr.GroupVersion())
+	desired, err := locked.desired(rules, obj.Object, declared.Object)
+	if err != nil {
+		return Judgement{}, err
+	}
+	if patch, err := computePatch(obj.Object, desired); err != nil || patch == nil {
+		return Judgement{}, err
+	}
+	for _, text := range rules.kindOf(desired).driftPaths(obj.Object, desired) {
+		p, err := ParsePointer(text)
+		if err != nil {
+			return Judgement{}, err
+		}
+		if old != nil && samePath(p, old.Object, obj.Object) {
+			continue
+		}
+		value, _ := p.get(desired)
+		j.Fields = append(j.Fields, DeniedField{Path: text, Declared: value})
+	}
+	if len(j.Fields) == 0 {
+		return Judgement{}, nil
+	}
+	return j, nil
+}
+
+// JudgeScale says whether a request to the scale subresource of an object,
+// setting replicas, would drift it from what a set that prevents changes
+// declares at /spec/replicas. The request carries an autoscaling Scale,
+// not the object, so the one field it can change is compared by hand.
+func (e *Engine) JudgeScale(gvr schema.GroupVersionResource, namespace, name string, oldReplicas, replicas int64) (Judgement, error) {
+	ref := ObjectRef{GVR: gvr, Namespace: namespace, Name: name}
+	key, locked := e.prevented(ref)
+	if locked == nil || oldReplicas == replicas {
+		return Judgement{}, nil
+	}
+	declared, err := locked.declaration()
+	if err != nil {
+		return Judgement{}, err
+	}
+	path := Pointer{"spec", "replicas"}
+	value, ok := path.get(declared.Object)
+	if !ok || slices.ContainsFunc(locked.ignore, func(p Pointer) bool { return len(p) <= len(path) && slices.Equal(p, path[:len(p)]) }) || scalarEqual(value, replicas) {
+		return Judgement{}, nil
+	}
+	return Judgement{Key: key, Ref: ref, Kind: declared.GetKind(), Fields: []DeniedField{{Path: path.String(), Declared: value}}}, nil
+}
+
+// prevented returns the set that holds ref and prevents changes to it, and
+// its object; nil if there is none.
+func (e *Engine) prevented(ref ObjectRef) (string, *lockedObject) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := e.holderLocked(ref)
+	s := e.sets[key]
+	if s == nil || !s.spec.Prevent || s.spec.ReportOnly {
+		return "", nil
+	}
+	return key, s.objects[ref]
+}
+
+// PreventedTypes lists the resource types of the objects held by sets that
+// prevent changes, for an admission webhook's rules.
+func (e *Engine) PreventedTypes() []schema.GroupVersionResource {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	seen := map[schema.GroupVersionResource]bool{}
+	for _, s := range e.sets {
+		if !s.spec.Prevent || s.spec.ReportOnly {
+			continue
+		}
+		for gvr := range s.gvrs {
+			seen[gvr] = true
+		}
+	}
+	out := make([]schema.GroupVersionResource, 0, len(seen))
+	for gvr := range seen {
+		out = append(out, gvr)
+	}
+	slices.SortFunc(out, func(a, b schema.GroupVersionResource) int { return cmp.Compare(a.String(), b.String()) })
+	return out
+}
+
+// samePath reports whether p has the same value, or the same absence, in a
+// and b.
+func samePath(p Pointer, a, b map[string]any) bool {
+	va, inA := p.get(a)
+	vb, inB := p.get(b)
+	return inA == inB && reflect.DeepEqual(va, vb)
+}

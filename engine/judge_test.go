@@ -1,0 +1,126 @@
+package engine
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// TestJudge: a request is denied exactly where the revert would correct
+// what it changed, and only for a set that prevents changes.
+func TestJudge(t *testing.T) {
+	ctx := context.Background()
+	deployGVR := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	deployment := &unstructured.Unstructured{Object: obj(t, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {replicas: 2}\n")}
+	newEngine := func(t *testing.T, set ObjectSet) (*Engine, *unstructured.Unstructured) {
+		e, client, _ := newTestEngine(t)
+		set.Objects = []*unstructured.Unstructured{configMap(t, "declared"), deployment.DeepCopy()}
+		set.DefaultNamespace = "ns"
+		e.Declare("k", set)
+		if _, err := e.Sync(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if set.ReportOnly {
+			// A set that only reports creates nothing.
+			return e, withNamespace(configMap(t, "declared"), "ns")
+		}
+		live, err := client.Resource(cmGVR).Namespace("ns").Get(ctx, "c", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e, live
+	}
+	with := func(u *unstructured.Unstructured, change func(map[string]any)) *unstructured.Unstructured {
+		c := u.DeepCopy()
+		change(c.Object)
+		return c
+	}
+	setKey := func(v string) func(map[string]any) {
+		return func(o map[string]any) { o["data"].(map[string]any)["key"] = v }
+	}
+	ref := ObjectRef{GVR: cmGVR, Namespace: "ns", Name: "c"}
+	tests := []struct {
+		name     string
+		set      ObjectSet
+		old, obj func(live *unstructured.Unstructured) *unstructured.Unstructured
+		want     Judgement
+	}{
+		{name: "a held field changed", set: ObjectSet{Prevent: true},
+			old: identity, obj: func(l *unstructured.Unstructured) *unstructured.Unstructured { return with(l, setKey("edited")) },
+			want: Judgement{Key: "k", Ref: ref, Kind: "ConfigMap", Fields: []DeniedField{{Path: "/data/key", Declared: "declared"}}}},
+		{name: "deleted", set: ObjectSet{Prevent: true},
+			old: identity, obj: func(*unstructured.Unstructured) *unstructured.Unstructured { return nil },
+			want: Judgement{Key: "k", Ref: ref, Kind: "ConfigMap", Deleted: true}},
+		{name: "created otherwise", set: ObjectSet{Prevent: true},
+			old: func(*unstructured.Unstructured) *unstructured.Unstructured { return nil }, obj: func(l *unstructured.Unstructured) *unstructured.Unstructured { return with(l, setKey("mine")) },
+			want: Judgement{Key: "k", Ref: ref, Kind: "ConfigMap", Fields: []DeniedField{{Path: "/data/key", Declared: "declared"}}}},
+		{name: "a label added", set: ObjectSet{Prevent: true},
+			old: identity, obj: func(l *unstructured.Unstructured) *unstructured.Unstructured {
+				return with(l, func(o map[string]any) { o["metadata"].(map[string]any)["labels"] = map[string]any{"team": "a"} })
+			}},
+		{name: "a key the declaration does not hold", set: ObjectSet{Prevent: true},
+			old: identity, obj: func(l *unstructured.Unstructured) *unstructured.Unstructured {
+				return with(l, func(o map[string]any) { o["data"].(map[string]any)["other"] = "x" })
+			}},
+		{name: "an ignored path", set: ObjectSet{Prevent: true, Ignore: func(*unstructured.Unstructured) []Pointer { return []Pointer{{"data", "key"}} }},
+			old: identity, obj: func(l *unstructured.Unstructured) *unstructured.Unstructured { return with(l, setKey("edited")) }},
+		{name: "a drift the request leaves as it was", set: ObjectSet{Prevent: true},
+			old: func(l *unstructured.Unstructured) *unstructured.Unstructured { return with(l, setKey("drifted")) },
+			obj: func(l *unstructured.Unstructured) *unstructured.Unstructured {
+				return with(l, func(o map[string]any) { setKey("drifted")(o); o["data"].(map[string]any)["other"] = "x" })
+			}},
+		{name: "a drift put right", set: ObjectSet{Prevent: true},
+			old: func(l *unstructured.Unstructured) *unstructured.Unstructured { return with(l, setKey("drifted")) }, obj: identity},
+		{name: "Enforce", set: ObjectSet{},
+			old: identity, obj: func(l *unstructured.Unstructured) *unstructured.Unstructured { return with(l, setKey("edited")) }},
+		{name: "Warn", set: ObjectSet{Prevent: true, ReportOnly: true},
+			old: identity, obj: func(l *unstructured.Unstructured) *unstructured.Unstructured { return with(l, setKey("edited")) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, live := newEngine(t, tt.set)
+			got, err := e.Judge(cmGVR, tt.old(live), tt.obj(live))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Judge (-want +got):\n%s", diff)
+			}
+			if got.Denied() != (tt.want.Key != "") {
+				t.Errorf("Denied() = %v", got.Denied())
+			}
+		})
+	}
+
+	t.Run("scale", func(t *testing.T) {
+		e, _ := newEngine(t, ObjectSet{Prevent: true})
+		got, err := e.JudgeScale(deployGVR, "ns", "web", 2, 5)
+		want := Judgement{Key: "k", Ref: ObjectRef{GVR: deployGVR, Namespace: "ns", Name: "web"}, Kind: "Deployment", Fields: []DeniedField{{Path: "/spec/replicas", Declared: int64(2)}}}
+		if diff := cmp.Diff(want, got); err != nil || diff != "" {
+			t.Errorf("JudgeScale 2 -> 5 = %v (-want +got):\n%s", err, diff)
+		}
+		if got, _ := e.JudgeScale(deployGVR, "ns", "web", 5, 2); got.Denied() {
+			t.Errorf("JudgeScale back to the declared 2 = %+v; want allowed", got)
+		}
+		e, _ = newEngine(t, ObjectSet{Prevent: true, Ignore: func(*unstructured.Unstructured) []Pointer { return []Pointer{{"spec", "replicas"}} }})
+		if got, _ := e.JudgeScale(deployGVR, "ns", "web", 2, 5); got.Denied() {
+			t.Errorf("JudgeScale with /spec/replicas ignored = %+v; want allowed", got)
+		}
+	})
+	t.Run("prevented types", func(t *testing.T) {
+		e, _ := newEngine(t, ObjectSet{Prevent: true})
+		if diff := cmp.Diff([]schema.GroupVersionResource{cmGVR, deployGVR}, e.PreventedTypes()); diff != "" {
+			t.Errorf("PreventedTypes (-want +got):\n%s", diff)
+		}
+		e, _ = newEngine(t, ObjectSet{})
+		if got := e.PreventedTypes(); len(got) != 0 {
+			t.Errorf("PreventedTypes of an Enforce set = %v; want none", got)
+		}
+	})
+}
+
+func identity(u *unstructured.Unstructured) *unstructured.Unstructured { return u.DeepCopy() }
