@@ -43,12 +43,21 @@ func TestCRDIdentity(t *testing.T) {
 	if crd.Spec.Versions[0].Subresources == nil || crd.Spec.Versions[0].Subresources.Status == nil {
 		t.Error("CRD has no status subresource")
 	}
-	var columns []string
+	// kubectl get prints rancher/helm-locker's columns; -o wide adds
+	// the mode.
+	var columns, wide []string
 	for _, c := range crd.Spec.Versions[0].AdditionalPrinterColumns {
-		columns = append(columns, c.Name)
+		if c.Priority == 0 {
+			columns = append(columns, c.Name)
+		} else {
+			wide = append(wide, c.Name)
+		}
 	}
 	if diff := cmp.Diff([]string{"Release Name", "Release Namespace", "Version", "State", "Age"}, columns); diff != "" {
 		t.Errorf("printer columns (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"Mode"}, wide); diff != "" {
+		t.Errorf("wide printer columns (-want +got):\n%s", diff)
 	}
 }
 
@@ -206,7 +215,7 @@ func TestManifestLockCRD(t *testing.T) {
 	for _, c := range v.AdditionalPrinterColumns {
 		columns = append(columns, c.Name)
 	}
-	if diff := cmp.Diff([]string{"State", "Objects", "Drifts", "Prune", "Age"}, columns); diff != "" {
+	if diff := cmp.Diff([]string{"State", "Objects", "Drifts", "Prune", "Mode", "Age"}, columns); diff != "" {
 		t.Errorf("printer columns (-want +got):\n%s", diff)
 	}
 	root := v.Schema.OpenAPIV3Schema

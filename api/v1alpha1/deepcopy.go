@@ -78,5 +78,16 @@ func (s LockStatus) DeepCopy() LockStatus {
 	}
 	out.NotLocked = slices.Clone(s.NotLocked)
 	out.LastDrift = s.LastDrift.DeepCopy()
+	out.LastDenied = s.LastDenied.DeepCopy()
 	return out
+}
+
+// DeepCopy returns a copy of d that shares nothing with it.
+func (d *Denial) DeepCopy() *Denial {
+	if d == nil {
+		return nil
+	}
+	out := *d
+	out.Paths = slices.Clone(d.Paths)
+	return &out
 }

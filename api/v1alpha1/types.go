@@ -37,8 +37,9 @@ type HelmRelease struct {
 // their meaning: enforce, not suspended, nothing ignored.
 type HelmReleaseSpec struct {
 	Release ReleaseKey `json:"release"`
-	// Mode is Enforce (the default), which reverts drift, or Warn, which
-	// reports drift and never writes.
+	// Mode is Enforce (the default), which reverts drift; Warn, which
+	// reports drift and never writes; or Prevent, which is Enforce and
+	// also denies, at admission, a write that would drift an object.
 	Mode Mode `json:"mode,omitempty"`
 	// Suspend opens the lock while true; setting it back re-locks at once.
 	Suspend bool `json:"suspend,omitempty"`
@@ -58,6 +59,7 @@ type Mode string
 const (
 	ModeEnforce Mode = "Enforce"
 	ModeWarn    Mode = "Warn"
+	ModePrevent Mode = "Prevent"
 )
 
 // IgnoreRule exempts fields from the lock, for the objects Target selects
@@ -164,6 +166,23 @@ type LockStatus struct {
 	// life.
 	DriftsDetected  int64 `json:"driftsDetected,omitempty"`
 	DriftsCorrected int64 `json:"driftsCorrected,omitempty"`
+	// LastDenied is the most recent request Prevent mode denied.
+	LastDenied *Denial `json:"lastDenied,omitempty"`
+}
+
+// Denial records a request that Prevent mode denied at admission, and who
+// sent it: the API server names the requesting user, which a drift found
+// afterwards cannot.
+type Denial struct {
+	// User is the requesting user, as the API server authenticated it.
+	User string `json:"user"`
+	// Operation is UPDATE, DELETE or CREATE, with /scale for the
+	// subresource.
+	Operation string `json:"operation"`
+	Object    string `json:"object"`
+	// Paths are the declared fields the request would have changed.
+	Paths []string    `json:"paths,omitempty"`
+	Time  metav1.Time `json:"time"`
 }
 
 // VerifiedRevision is a revision the locker trusts: it saw Helm apply every

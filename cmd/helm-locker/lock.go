@@ -35,6 +35,7 @@ func newLockCommand() *cobra.Command {
 		name          string
 		lockNamespace string
 		prune, warn   bool
+		prevent       bool
 		waitLocked    bool
 		timeout       time.Duration
 		output        string
@@ -84,8 +85,13 @@ its status.`,
 				docs = append(docs, string(data))
 			}
 			spec := map[string]any{"manifest": strings.Join(docs, "---\n"), "namespace": namespace, "prune": prune}
-			if warn {
+			switch {
+			case warn && prevent:
+				return errors.New("--warn and --prevent ask for opposite modes: choose one")
+			case warn:
 				spec["mode"] = string(v1alpha1.ModeWarn)
+			case prevent:
+				spec["mode"] = string(v1alpha1.ModePrevent)
 			}
 			lockObj := &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": mlv1.SchemeGroupVersion.String(), "kind": mlv1.Kind,
@@ -124,6 +130,7 @@ its status.`,
 	f.StringVar(&lockNamespace, "lock-namespace", "cattle-helm-system", "namespace of the ManifestLock: the registration namespace may hold anything; any other, its own objects only")
 	f.BoolVar(&prune, "prune", false, "delete objects this lock created that the files no longer declare")
 	f.BoolVar(&warn, "warn", false, "report drift and never revert it")
+	f.BoolVar(&prevent, "prevent", false, "also deny, at admission, a write that would drift a locked object")
 	f.BoolVar(&waitLocked, "wait", true, "wait until the lock says Locked")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait")
 	f.StringVarP(&output, "output", "o", "", "print the ManifestLock as yaml or json instead of a summary")

@@ -792,6 +792,7 @@ func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRe
 			ApplyManager:     rel.ApplyManager(),
 			BeforeWrite:      c.confirmLocked(rk, rel.Version, time.Now()),
 			ReportOnly:       st.lock.Warn,
+			Prevent:          hr.Spec.Mode == v1alpha1.ModePrevent,
 			Ignore:           ignore,
 			Verify:           verify,
 			Writer:           writer,

@@ -212,6 +212,7 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 			Objects:          objs,
 			DefaultNamespace: namespace,
 			ReportOnly:       st.lock.Warn,
+			Prevent:          ml.Spec.Mode == v1alpha1.ModePrevent,
 			Ignore:           ignore,
 			Writer:           writer,
 			Since:            ml.CreationTimestamp.Time,
