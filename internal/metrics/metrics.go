@@ -25,6 +25,7 @@ type Metrics struct {
 	driftCorrected *prometheus.CounterVec
 	revertLatency  prometheus.Histogram
 	reconcileErrs  *prometheus.CounterVec
+	denied         *prometheus.CounterVec
 	workqueue      *workqueueProvider
 	client         *clientRequests
 
@@ -67,10 +68,14 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 			Namespace: namespace, Name: "reconcile_errors_total",
 			Help: "Syncs of a HelmRelease that ended in an error and were retried.",
 		}, []string{"namespace", "name"}),
+		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "admission_denied_total",
+			Help: "Requests Prevent mode denied at admission, dry runs aside; release is the release's name or the ManifestLock's.",
+		}, []string{"namespace", "release", "kind"}),
 		releases: map[string]releaseFigures{},
 	}
 	m.registry.MustRegister(
-		m.lockedReleases, m.lockedObjects, m.driftDetected, m.driftCorrected, m.revertLatency, m.reconcileErrs,
+		m.lockedReleases, m.lockedObjects, m.driftDetected, m.driftCorrected, m.revertLatency, m.reconcileErrs, m.denied,
 		&informerCollector{list: informers, desc: prometheus.NewDesc(namespace+"_informers",
 			"Informers running, per resource type (1 while it runs).", []string{"group", "version", "resource"}, nil)},
 		collectors.NewGoCollector(),
@@ -139,6 +144,15 @@ func (m *Metrics) ReconcileError(namespace, name string) {
 		return
 	}
 	m.reconcileErrs.WithLabelValues(namespace, name).Inc()
+}
+
+// Denied counts a request Prevent mode denied, to an object of kind held
+// by release (a ManifestLock's name for such a lock) in namespace.
+func (m *Metrics) Denied(namespace, release, kind string) {
+	if m == nil {
+		return
+	}
+	m.denied.WithLabelValues(namespace, release, kind).Inc()
 }
 
 // WorkqueueProvider reports client-go workqueue metrics into the registry;
