@@ -99,6 +99,9 @@ type Controller struct {
 	// see changes as they happen (see informers.Health).
 	crsHealth, secretsHealth, locksHealth *informers.Health
 
+	// denials are the last requests Prevent mode denied, by key.
+	denials denials
+
 	mu     sync.Mutex
 	states map[string]*releaseState // by CR key
 	synced atomic.Bool
@@ -690,6 +693,7 @@ func (c *Controller) report(ctx context.Context, key string, hr *v1alpha1.HelmRe
 	if st.lastDrift != nil {
 		status.LastDrift = st.lastDrift
 	}
+	status.LastDenied = c.denials.get(key, hr.Status.LastDenied)
 	if st.trust.verified != nil {
 		status.Verified = st.trust.verified
 	}
@@ -881,6 +885,7 @@ func (c *Controller) state(key string) *releaseState {
 
 func (c *Controller) dropState(key string) {
 	c.cfg.Metrics.ForgetRelease(key)
+	c.denials.drop(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.states, key)

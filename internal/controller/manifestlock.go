@@ -110,6 +110,7 @@ func (c *Controller) syncManifestLock(ctx context.Context, key string) (result, 
 		// Deleting the lock deletes nothing it held.
 		c.open(key)
 		c.mls.drop(key)
+		c.denials.drop(key)
 		c.sources.watch(key, nil)
 		return result{}, nil
 	}
@@ -135,6 +136,7 @@ func (c *Controller) syncManifestLock(ctx context.Context, key string) (result, 
 	status, syncErr := c.reconcileManifestLock(ctx, key, ml, st, &res)
 	status.ObservedGeneration = ml.Generation
 	status.DriftsDetected, status.DriftsCorrected, status.LastDrift = st.driftsDetected, st.corrected, st.lastDrift
+	status.LastDenied = c.denials.get(key, ml.Status.LastDenied)
 	status.Inventory = st.inventory
 	return res, errors.Join(syncErr, c.writeManifestLockStatus(ctx, ml, status))
 }

@@ -1,0 +1,160 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/engine"
+	"github.com/helm-locker/helm-locker/internal/admission"
+	"github.com/helm-locker/helm-locker/internal/storage"
+)
+
+// The controller answers the admission webhook for the locks it holds.
+var _ admission.Locks = (*Controller)(nil)
+
+// EventDenied is recorded on a lock for each request Prevent mode denied.
+const EventDenied = "Denied"
+
+// Judge asks the engine (see engine.Engine.Judge).
+func (c *Controller) Judge(gvr schema.GroupVersionResource, old, obj *unstructured.Unstructured) (engine.Judgement, error) {
+	return c.engine.Judge(gvr, old, obj)
+}
+
+// JudgeScale asks the engine (see engine.Engine.JudgeScale).
+func (c *Controller) JudgeScale(gvr schema.GroupVersionResource, namespace, name string, oldReplicas, replicas int64) (engine.Judgement, error) {
+	return c.engine.JudgeScale(gvr, namespace, name, oldReplicas, replicas)
+}
+
+// Confirm reads the release's Secrets afresh, one list by label, and
+// denies only while the revision the CR locks is still the latest and
+// deployed. Helm marks a revision pending before it writes an object, but
+// the Secret's watch event can reach the lock after Helm's first write;
+// a newer revision deployed is about to be locked instead. Who sent the
+// request, or its field manager, never counts: anyone can send
+// fieldManager=helm.
+func (c *Controller) Confirm(ctx context.Context, key string) (bool, error) {
+	if strings.HasPrefix(key, manifestLockPrefix) {
+		return true, nil
+	}
+	obj, exists, err := c.crs.GetIndexer().GetByKey(key)
+	if err != nil || !exists {
+		return false, err
+	}
+	hr, ok := obj.(*v1alpha1.HelmRelease)
+	if !ok {
+		return false, nil
+	}
+	rk := hr.Spec.Release
+	list, err := c.cfg.Metadata.Resource(secretsResource).Namespace(rk.Namespace).List(ctx, metav1.ListOptions{LabelSelector: storage.Selector(rk.Name)})
+	if err != nil {
+		return false, err
+	}
+	metas := make([]*metav1.PartialObjectMetadata, len(list.Items))
+	for i := range list.Items {
+		metas[i] = &list.Items[i]
+	}
+	latest, ok := storage.Latest(metas)
+	if !ok {
+		return false, nil
+	}
+	revision, _ := storage.Revision(latest)
+	return storage.Deployed(latest.GetLabels()[storage.LabelStatus]) && revision == hr.Status.Version, nil
+}
+
+// Describe names the lock of key and how to change what it holds.
+func (c *Controller) Describe(key string) (string, string) {
+	if ref, ok := strings.CutPrefix(key, manifestLockPrefix); ok {
+		ns, name, _ := strings.Cut(ref, "/")
+		return lockName(key), fmt.Sprintf("kubectl -n %s edit ManifestLock %s", ns, name)
+	}
+	if obj, exists, _ := c.crs.GetIndexer().GetByKey(key); exists {
+		if hr, ok := obj.(*v1alpha1.HelmRelease); ok {
+			rk := hr.Spec.Release
+			return fmt.Sprintf("%s (release %s/%s)", lockName(key), rk.Namespace, rk.Name), fmt.Sprintf("helm upgrade %s -n %s", rk.Name, rk.Namespace)
+		}
+	}
+	return lockName(key), "helm upgrade"
+}
+
+// Record reports a denial on the lock: an event naming the user, the
+// metric, and status.lastDenied, which the lock's next sync writes.
+func (c *Controller) Record(key string, d admission.Denial) {
+	j := d.Judgement
+	record := &v1alpha1.Denial{User: d.User, Operation: d.Operation, Object: objectName(j.Kind, j.Ref), Time: metav1.NewTime(d.Time).Rfc3339Copy()}
+	for _, f := range j.Fields {
+		record.Paths = append(record.Paths, f.Path)
+	}
+	what := "a change of " + strings.Join(record.Paths, ", ")
+	if j.Deleted {
+		what = "its deletion"
+	}
+	msg := truncate(fmt.Sprintf("Denied %s of %s by %s: %s", d.Operation, record.Object, d.User, what), maxEventMessage)
+	ref, ns, name := c.lockRef(key)
+	if ref != nil {
+		c.cfg.Recorder.Event(ref, corev1.EventTypeWarning, EventDenied, msg)
+	}
+	c.cfg.Metrics.Denied(ns, name, j.Kind)
+	c.denials.set(key, record)
+	c.queue.Add(key)
+}
+
+// lockRef returns the object reference of key's CR for events, and the
+// namespace and name the metrics give it: a release's, or the
+// ManifestLock's own.
+func (c *Controller) lockRef(key string) (*corev1.ObjectReference, string, string) {
+	if ref, ok := strings.CutPrefix(key, manifestLockPrefix); ok {
+		obj, exists, _ := c.locks.GetIndexer().GetByKey(ref)
+		ml, _ := obj.(*mlv1.ManifestLock)
+		if !exists || ml == nil {
+			return nil, "", ""
+		}
+		return manifestLockRef(ml), ml.Namespace, ml.Name
+	}
+	obj, exists, _ := c.crs.GetIndexer().GetByKey(key)
+	hr, _ := obj.(*v1alpha1.HelmRelease)
+	if !exists || hr == nil {
+		return nil, "", ""
+	}
+	return crRef(hr), hr.Spec.Release.Namespace, hr.Spec.Release.Name
+}
+
+// denials are the last denial of each lock, from the webhook's goroutines
+// to the worker that writes the lock's status.
+type denials struct {
+	mu   sync.Mutex
+	last map[string]*v1alpha1.Denial
+}
+
+func (d *denials) set(key string, record *v1alpha1.Denial) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.last == nil {
+		d.last = map[string]*v1alpha1.Denial{}
+	}
+	d.last[key] = record
+}
+
+// get returns key's last denial, or written, the one its status shows.
+func (d *denials) get(key string, written *v1alpha1.Denial) *v1alpha1.Denial {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if r := d.last[key]; r != nil {
+		return r.DeepCopy()
+	}
+	return written
+}
+
+func (d *denials) drop(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.last, key)
+}
