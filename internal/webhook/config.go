@@ -77,7 +77,7 @@ func Build(name string, client admissionregistrationv1.WebhookClientConfig, type
 			// configuration read back compares equal.
 			NamespaceSelector: &metav1.LabelSelector{},
 			ObjectSelector:    &metav1.LabelSelector{},
-			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "lockable", Expression: MatchCondition}},
+			MatchConditions:   []admissionregistrationv1.MatchCondition{{Name: "lockable", Expression: MatchCondition}},
 		}},
 	}
 }
