@@ -30,6 +30,10 @@ type options struct {
 	profiling      bool
 	healthAddr     string
 	logFormat      string
+	webhookAddr    string
+	webhookURL     string
+	webhookCertDir string
+	exemptGroups   []string
 }
 
 // newRootCommand builds the command tree. Run with no subcommand, it runs
@@ -81,6 +85,10 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.BoolVar(&opts.profiling, "profiling", false, "also serve Go's profiles on the metrics address, under /debug/pprof/ (heap?gc=1 collects garbage first)")
 	f.StringVar(&opts.healthAddr, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 turns them off")
 	f.StringVar(&opts.logFormat, "log-format", "text", "log format: text (klog) or json")
+	f.StringVar(&opts.webhookAddr, "webhook-bind-address", ":9443", "address serving the admission webhook of Prevent mode, over TLS; 0 turns admission off")
+	f.StringVar(&opts.webhookURL, "webhook-url", "", "URL the API server calls the webhook at, for a locker outside the cluster (https://127.0.0.1:9443/validate); empty calls the Service helm-locker-webhook in the registration namespace")
+	f.StringVar(&opts.webhookCertDir, "webhook-cert-dir", "", "folder with the webhook's ca.crt, tls.crt and tls.key, such as a cert-manager Secret; empty keeps a self-signed CA and certificate in the Secret <controller-name>-webhook in the registration namespace")
+	f.StringSliceVar(&opts.exemptGroups, "prevent-exempt-groups", nil, "groups whose members may change objects Prevent locks hold (break glass); Kubernetes' garbage collector and namespace controller always may")
 	f.AddGoFlag(klogFlags.Lookup("v"))
 	root.AddCommand(newVersionCommand(), newInspectCommand(), newDiffCommand(), newLockCommand())
 	return root

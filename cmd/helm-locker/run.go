@@ -6,9 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/utils/ptr"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -30,9 +35,11 @@ import (
 
 	"github.com/helm-locker/helm-locker/api"
 	"github.com/helm-locker/helm-locker/informers"
+	"github.com/helm-locker/helm-locker/internal/admission"
 	"github.com/helm-locker/helm-locker/internal/controller"
 	"github.com/helm-locker/helm-locker/internal/leader"
 	"github.com/helm-locker/helm-locker/internal/metrics"
+	"github.com/helm-locker/helm-locker/internal/webhook"
 )
 
 // runOperator installs the CRD, then runs the controller until ctx is done.
@@ -117,10 +124,24 @@ func runOperator(ctx context.Context, opts *options) error {
 			Readiness:             probe,
 		})
 	}
+	certs, err := webhookCerts(kube, opts)
+	if err != nil {
+		return err
+	}
 	run := func(ctx context.Context) error {
 		c := newController()
 		current.Store(c)
 		defer current.Store(nil)
+		if certs == nil {
+			return c.Run(ctx)
+		}
+		// The leader keeps the webhook configuration; every replica
+		// answers it (see below).
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		var term sync.WaitGroup
+		defer term.Wait()
+		term.Go(func() { _ = webhookConfiguration(kube, opts, certs, c.PreventedTypes).Run(ctx) })
 		return c.Run(ctx)
 	}
 
@@ -152,10 +173,59 @@ func runOperator(ctx context.Context, opts *options) error {
 	if err := serveHTTP(ctx, &wg, "health probes", opts.healthAddr, healthHandler(ready)); err != nil {
 		return err
 	}
+	if certs != nil {
+		// A replica standing by holds no declarations and lets every
+		// request through; the leader's answers (see admission).
+		locks := func() admission.Locks {
+			if c := current.Load(); c != nil {
+				return c
+			}
+			return nil
+		}
+		server := &webhook.Server{Addr: opts.webhookAddr, Certs: certs, Refresh: time.Hour,
+			Handler: admission.NewHandler(locks, admission.Options{ExemptGroups: opts.exemptGroups})}
+		if err := server.Start(ctx, &wg); err != nil {
+			return err
+		}
+	}
 	if !opts.leaderElect {
 		return run(ctx)
 	}
 	return runAsLeader(ctx, kube, opts, probe, run)
+}
+
+// webhookService is the Service the API server calls the webhook through
+// in a cluster.
+const webhookService = "helm-locker-webhook"
+
+// webhookCerts returns where the webhook's certificate comes from, or nil
+// with admission off.
+func webhookCerts(kube kubernetes.Interface, opts *options) (webhook.CertSource, error) {
+	if opts.webhookAddr == "" || opts.webhookAddr == "0" {
+		return nil, nil
+	}
+	if opts.webhookCertDir != "" {
+		return webhook.DirCerts{Dir: opts.webhookCertDir}, nil
+	}
+	hosts := []string{webhookService + "." + opts.namespace + ".svc", webhookService + "." + opts.namespace + ".svc.cluster.local"}
+	if opts.webhookURL != "" {
+		u, err := url.Parse(opts.webhookURL)
+		if err != nil || u.Scheme != "https" || u.Hostname() == "" {
+			return nil, fmt.Errorf("--webhook-url %q: want an https URL, such as https://127.0.0.1:9443%s", opts.webhookURL, webhook.Path)
+		}
+		hosts = append([]string{u.Hostname()}, hosts...)
+	}
+	return &webhook.SecretCerts{Kube: kube, Namespace: opts.namespace, Name: opts.controllerName + "-webhook", Hosts: hosts}, nil
+}
+
+// webhookConfiguration keeps the ValidatingWebhookConfiguration named
+// after the controller and its registration namespace.
+func webhookConfiguration(kube kubernetes.Interface, opts *options, certs webhook.CertSource, types func() []schema.GroupVersionResource) *webhook.Configuration {
+	return &webhook.Configuration{
+		Kube: kube, Name: opts.controllerName + "." + opts.namespace, URL: opts.webhookURL,
+		Service: &admissionregistrationv1.ServiceReference{Namespace: opts.namespace, Name: webhookService, Path: ptr.To(webhook.Path), Port: ptr.To[int32](443)},
+		Types:   types, Certs: certs, Every: time.Second,
+	}
 }
 
 // metricsMux serves /metrics and, with profiling, Go's profiles. They are

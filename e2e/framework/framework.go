@@ -111,7 +111,17 @@ func run(m *testing.M, envp **Env, opts Options) int {
 		return 1
 	}
 	if !opts.NoSharedLocker {
-		if env.Locker, err = env.StartLocker("locker", "--namespace", RegistrationNamespace, "--tenant-manifest-locks"); err != nil {
+		// The shared locker answers Prevent mode's webhook, which the
+		// API server calls back over loopback TLS.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+		webhookAddr := ln.Addr().String()
+		_ = ln.Close()
+		if env.Locker, err = env.StartLocker("locker", "--namespace", RegistrationNamespace, "--tenant-manifest-locks",
+			"--webhook-bind-address="+webhookAddr, "--webhook-url=https://"+webhookAddr+"/validate", "--prevent-exempt-groups="+ExemptGroup); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e:", err)
 			return 1
 		}
@@ -202,12 +212,23 @@ func (e *Env) HelmWithEnv(t testing.TB, v HelmVersion, extraEnv []string, args .
 // if it fails. It returns stdout.
 func (e *Env) Kubectl(t testing.TB, args ...string) string {
 	t.Helper()
-	out, err := e.run(t, e.Tools.Kubectl, append([]string{"--kubeconfig", e.CP.Kubeconfig}, args...), nil)
+	out, err := e.KubectlE(t, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
+
+// KubectlE is Kubectl for a command that may fail; the error holds its
+// output.
+func (e *Env) KubectlE(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	return e.run(t, e.Tools.Kubectl, append([]string{"--kubeconfig", e.CP.Kubeconfig}, args...), nil)
+}
+
+// ExemptGroup is the shared locker's break-glass group
+// (--prevent-exempt-groups).
+const ExemptGroup = "e2e:break-glass"
 
 // CreateChart runs `helm create`, the chart most real charts start from,
 // and returns its path.

@@ -60,7 +60,9 @@ func (e *Env) StartLockerWith(name, kubeconfig string, args ...string) (*Locker,
 	// registration namespace: several lockers serving the same tenant
 	// locks would each write them.
 	args = append([]string{"--kubeconfig", kubeconfig, "--v=4",
-		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--tenant-manifest-locks=false"}, args...)
+		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--tenant-manifest-locks=false",
+		// Only a locker a test gives a webhook address serves one.
+		"--webhook-bind-address=0"}, args...)
 	return controlplane.StartProcess(name, e.lockerBin, args, filepath.Join(e.CP.Dir, name+".log"))
 }
 

@@ -34,6 +34,10 @@ func (c *Controller) JudgeScale(gvr schema.GroupVersionResource, namespace, name
 	return c.engine.JudgeScale(gvr, namespace, name, oldReplicas, replicas)
 }
 
+// PreventedTypes lists the types Prevent locks hold, for the webhook's
+// rules.
+func (c *Controller) PreventedTypes() []schema.GroupVersionResource { return c.engine.PreventedTypes() }
+
 // Confirm reads the release's Secrets afresh, one list by label, and
 // denies only while the revision the CR locks is still the latest and
 // deployed. Helm marks a revision pending before it writes an object, but

@@ -207,6 +207,16 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 		// was held is not new: what differs from it now, someone else
 		// changed.
 		applied := st.declared == "" && ml.Status.ManifestDigest == digest
+		if ml.Spec.Mode == v1alpha1.ModePrevent {
+			for _, obj := range objs {
+				annotations := obj.GetAnnotations()
+				if annotations == nil {
+					annotations = map[string]string{}
+				}
+				annotations[mlv1.MarkerAnnotation] = ml.Namespace + "/" + ml.Name
+				obj.SetAnnotations(annotations)
+			}
+		}
 		st.declarations++
 		st.declared, st.missing = declared, missing
 		st.lock = st.lock.Next(lock.Event{Type: lock.Engage, Revision: st.declarations, Warn: ml.Spec.Mode == v1alpha1.ModeWarn})

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -67,18 +68,35 @@ type SecretCerts struct {
 	// Hosts are the names the API server dials: DNS names and IPs.
 	Hosts []string
 	Now   func() time.Time
+
+	mu   sync.Mutex
+	last *Bundle
 }
 
 var _ CertSource = (*SecretCerts)(nil)
 
-// Current reads the Secret, and writes a new bundle there when it lacks
-// one, names other hosts, or expires within renewBefore. The CA is kept
-// while it lasts, so a renewal needs no new caBundle.
+// Current returns the bundle it last read while that lasts; then it reads
+// the Secret, and writes a new bundle there when it lacks one, names other
+// hosts, or expires within renewBefore. The CA is kept while it lasts, so
+// a renewal needs no new caBundle.
 func (s *SecretCerts) Current(ctx context.Context) (*Bundle, error) {
 	now := time.Now
 	if s.Now != nil {
 		now = s.Now
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b := s.last; b != nil && b.NotAfter.Sub(now()) > renewBefore && covers(b.Cert.Leaf, s.Hosts) {
+		return b, nil
+	}
+	b, err := s.read(ctx, now)
+	if err == nil {
+		s.last = b
+	}
+	return b, err
+}
+
+func (s *SecretCerts) read(ctx context.Context, now func() time.Time) (*Bundle, error) {
 	secret, err := s.Kube.CoreV1().Secrets(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("reading Secret %s/%s: %w", s.Namespace, s.Name, err)

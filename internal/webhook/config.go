@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 )
 
 // Markers are the annotations that mark an object a Prevent lock may hold;
@@ -26,7 +28,7 @@ import (
 // ManifestLock in Prevent mode declares the second on its objects.
 const (
 	HelmReleaseMarker  = "meta.helm.sh/release-name"
-	ManifestLockMarker = "helm-locker.io/manifest-lock"
+	ManifestLockMarker = mlv1.MarkerAnnotation
 )
 
 // MatchCondition is the CEL expression the API server evaluates before it

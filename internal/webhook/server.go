@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,14 +23,23 @@ type Server struct {
 	Refresh time.Duration
 }
 
-// Run listens at once, so that a port in use is an error at startup, and
-// serves until ctx is done. Until a certificate is read, handshakes fail
-// and the API server lets requests through.
-func (s *Server) Run(ctx context.Context) error {
+// Start listens at once, so that a port in use is an error at startup,
+// and serves in a goroutine of wg until ctx is done. Until a certificate
+// is read, handshakes fail and the API server lets requests through.
+func (s *Server) Start(ctx context.Context, wg *sync.WaitGroup) error {
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return fmt.Errorf("serving the webhook on %s: %w", s.Addr, err)
 	}
+	wg.Go(func() {
+		if err := s.serve(ctx, ln); err != nil {
+			klog.FromContext(ctx).Error(err, "The webhook server stopped")
+		}
+	})
+	return nil
+}
+
+func (s *Server) serve(ctx context.Context, ln net.Listener) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Serving the admission webhook", "address", ln.Addr().String())
 	var current atomic.Pointer[tls.Certificate]

@@ -27,6 +27,12 @@ var Resource = SchemeGroupVersion.WithResource("manifestlocks")
 // any other namespace by lockers run with --tenant-manifest-locks.
 const ManagedByAnnotation = "helm-locker.io/managed-by"
 
+// MarkerAnnotation, namespace/name of the lock, is declared on every object
+// of a ManifestLock in Prevent mode, so that it is on each object the lock
+// creates or adopts: the admission webhook is sent requests only for
+// objects that carry it or Helm's release annotation.
+const MarkerAnnotation = "helm-locker.io/manifest-lock"
+
 // ManifestLock holds the objects of a raw manifest as it declares them:
 // what is missing is applied, edits are reverted and deleted objects are
 // recreated. The manifest may come from any tool: kubectl, kustomize build,

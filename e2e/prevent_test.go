@@ -1,0 +1,193 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/e2e/framework"
+	"github.com/helm-locker/helm-locker/internal/admission"
+)
+
+// webhookConfigName is the shared locker's ValidatingWebhookConfiguration.
+const webhookConfigName = "helm-locker." + framework.RegistrationNamespace
+
+// waitForRules waits until the shared locker's webhook configuration sends
+// the resources to the webhook.
+func waitForRules(t *testing.T, resources ...string) {
+	t.Helper()
+	env.Eventually(t, 30*time.Second, func() error {
+		cfg, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(t.Context(), webhookConfigName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		var have []string
+		for _, w := range cfg.Webhooks {
+			for _, r := range w.Rules {
+				have = append(have, r.Resources...)
+			}
+		}
+		for _, r := range resources {
+			if !slices.Contains(have, r) {
+				return fmt.Errorf("webhook configuration %s sends %v; want %s among them", webhookConfigName, have, r)
+			}
+		}
+		return nil
+	})
+}
+
+// denied runs kubectl and wants it refused with a message containing each
+// of want.
+func denied(t *testing.T, want []string, args ...string) {
+	t.Helper()
+	out, err := env.KubectlE(t, args...)
+	if err == nil {
+		t.Errorf("kubectl %s was allowed (%s); want it denied", strings.Join(args, " "), out)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("kubectl %s: %v\nwant the denial to say %q", strings.Join(args, " "), err, w)
+		}
+	}
+}
+
+// TestPreventMode: with spec.mode Prevent, kubectl's patch, scale, delete
+// and a server-side dry run of a locked object are denied, naming the lock,
+// the field and how to change it; a label, an ignored path and Kubernetes'
+// own deleters go through; Helm upgrades, rolls back and uninstalls with no
+// force flag. The denied user is in an event and status.lastDenied.
+func TestPreventMode(t *testing.T) {
+	t.Parallel()
+	for _, v := range framework.HelmVersions {
+		t.Run(v.String(), func(t *testing.T) {
+			t.Parallel()
+			ns := env.Namespace(t)
+			release := "prev"
+			env.Helm(t, v, "install", release, framework.Chart(t, "configmaps"), "-n", ns, "--set", "count=3")
+			cr := env.RegisterWith(t, framework.RegistrationNamespace, ns, release, map[string]any{
+				"mode":   "Prevent",
+				"ignore": []any{map[string]any{"paths": []any{"/data/fixed"}, "target": map[string]any{"name": release + "-2"}}},
+			})
+			env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)
+			waitForRules(t, "configmaps")
+			cm := release + "-0"
+			lockWords := []string{"ConfigMap " + ns + "/" + cm + " is locked by HelmRelease " + framework.RegistrationNamespace + "/" + cr, "helm upgrade " + release + " -n " + ns}
+
+			// Refused, the object stays as it was.
+			denied(t, append(lockWords, `/data/key must stay "declared"`), "-n", ns, "patch", "configmap", cm, "--type=merge", "-p", `{"data":{"key":"edited"}}`)
+			denied(t, append(lockWords, "may not be deleted"), "-n", ns, "delete", "configmap", cm)
+			if v, ok := keyOf(t, ns, cm); !ok || v != "declared" {
+				t.Errorf("ConfigMap %s/%s data.key = %q (exists %v) after denied requests; want declared", ns, cm, v, ok)
+			}
+			env.Eventually(t, 10*time.Second, func() error {
+				hr := env.HelmRelease(t, cr)
+				d := hr.Status.LastDenied
+				if d == nil || d.User != "admin" || d.Operation != "DELETE" || d.Object != "ConfigMap "+ns+"/"+cm {
+					return fmt.Errorf("status.lastDenied = %+v; want admin's DELETE of ConfigMap %s/%s", d, ns, cm)
+				}
+				return nil
+			})
+			env.Eventually(t, 10*time.Second, func() error {
+				for _, e := range env.Events(t, framework.RegistrationNamespace, cr) {
+					if e.Reason == "Denied" && strings.Contains(e.Message, "UPDATE of ConfigMap "+ns+"/"+cm+" by admin") {
+						return nil
+					}
+				}
+				return fmt.Errorf("no Denied event naming admin's UPDATE of ConfigMap %s/%s", ns, cm)
+			})
+
+			// A dry run is judged alike, and records nothing.
+			before := env.HelmRelease(t, cr).Status.LastDenied
+			denied(t, lockWords, "-n", ns, "patch", "configmap", cm, "--dry-run=server", "--type=merge", "-p", `{"data":{"key":"dry"}}`)
+			env.Consistently(t, 2*time.Second, func() error {
+				if d := env.HelmRelease(t, cr).Status.LastDenied; d == nil || !d.Time.Equal(&before.Time) || d.Operation != before.Operation {
+					return fmt.Errorf("status.lastDenied = %+v after a dry run; want it unchanged from %+v", d, before)
+				}
+				return nil
+			})
+
+			// What the lock does not hold goes through.
+			env.Kubectl(t, "-n", ns, "label", "configmap", cm, "team=a")
+			env.Kubectl(t, "-n", ns, "patch", "configmap", cm, "--type=merge", "-p", `{"data":{"added":"x"}}`)
+			env.Kubectl(t, "-n", ns, "patch", "configmap", release+"-2", "--type=merge", "-p", `{"data":{"fixed":"mine"}}`)
+			env.Consistently(t, time.Second, func() error {
+				if got := env.Kubectl(t, "-n", ns, "get", "configmap", release+"-2", "-o", "jsonpath={.data.fixed}"); got != "mine" {
+					return fmt.Errorf("ignored data.fixed = %q; want mine, kept", got)
+				}
+				return nil
+			})
+			// Put back, or Helm 4's apply would meet kubectl's value
+			// there as a conflict, as it would without a lock.
+			env.Kubectl(t, "-n", ns, "patch", "configmap", release+"-2", "--type=merge", "-p", `{"data":{"fixed":"unchanged"}}`)
+			// So do Kubernetes' own deleters, and the break-glass group.
+			env.Kubectl(t, "-n", ns, "delete", "configmap", release+"-1", "--as="+admission.GarbageCollector)
+			env.Kubectl(t, "-n", ns, "patch", "configmap", release+"-2", "--type=merge", "-p", `{"data":{"key":"glass"}}`,
+				"--as=oncall", "--as-group="+framework.ExemptGroup, "--as-group=system:masters")
+			// The lock recreates and reverts what got through.
+			waitForKey(t, ns, release+"-1", "declared")
+			waitForKey(t, ns, release+"-2", "declared")
+
+			// Helm is never fought.
+			env.Helm(t, v, "upgrade", release, framework.Chart(t, "configmaps"), "-n", ns, "--set", "count=3,value=upgraded")
+			env.WaitForState(t, cr, v1alpha1.StateDeployed, 2)
+			waitForKey(t, ns, cm, "upgraded")
+			denied(t, []string{`/data/key must stay "upgraded"`}, "-n", ns, "patch", "configmap", cm, "--type=merge", "-p", `{"data":{"key":"edited"}}`)
+			env.Helm(t, v, "rollback", release, "1", "-n", ns)
+			env.WaitForState(t, cr, v1alpha1.StateDeployed, 3)
+			waitForKey(t, ns, cm, "declared")
+			env.Helm(t, v, "uninstall", release, "-n", ns)
+			env.Eventually(t, 30*time.Second, func() error {
+				if _, ok := keyOf(t, ns, cm); ok {
+					return fmt.Errorf("ConfigMap %s/%s still there after helm uninstall", ns, cm)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestPreventModeScale: kubectl scale of a locked Deployment is denied at
+// its scale subresource.
+func TestPreventModeScale(t *testing.T) {
+	t.Parallel()
+	ns := env.Namespace(t)
+	release := "scaled"
+	env.Helm(t, framework.Helm4, "install", release, framework.Chart(t, "webstack"), "-n", ns)
+	cr := env.RegisterWith(t, framework.RegistrationNamespace, ns, release, map[string]any{"mode": "Prevent"})
+	env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)
+	waitForRules(t, "deployments", "deployments/scale")
+	deployment := release + "-webstack"
+	denied(t, []string{"Deployment " + ns + "/" + deployment + " is locked by HelmRelease", "/spec/replicas must stay 2"},
+		"-n", ns, "scale", "deployment", deployment, "--replicas=5")
+	if replicas := env.Kubectl(t, "-n", ns, "get", "deployment", deployment, "-o", "jsonpath={.spec.replicas}"); replicas != "2" {
+		t.Errorf("Deployment %s/%s has %s replicas after a denied scale; want 2", ns, deployment, replicas)
+	}
+
+	// The configuration, once current, is not written again for nothing:
+	// what the locker writes compares equal to what the API server
+	// stores. (Other tests' locks may change its rules meanwhile.)
+	read := func() (string, string) {
+		cfg, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(t.Context(), webhookConfigName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := json.Marshal(cfg.Webhooks)
+		return cfg.ResourceVersion, string(data)
+	}
+	version, webhooks := read()
+	env.Consistently(t, 3*time.Second, func() error {
+		v, w := read()
+		if v != version && w == webhooks {
+			return fmt.Errorf("webhook configuration %s written again (resourceVersion %s to %s) with the same webhooks", webhookConfigName, version, v)
+		}
+		version, webhooks = v, w
+		return nil
+	})
+}
