@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -408,10 +409,15 @@ func TestHelmReleaseAndManifestLockConflict(t *testing.T) {
 	var mu sync.Mutex
 	var modified []string // data.key of each MODIFIED event
 	var other []string    // any other event, which there should be none of
+	var stopping atomic.Bool
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
 		for ev := range w.ResultChan() {
+			if stopping.Load() {
+				// Stopping the watch may end it with an error.
+				continue
+			}
 			mu.Lock()
 			if obj, ok := ev.Object.(*unstructured.Unstructured); ok && ev.Type == watch.Modified {
 				v, _, _ := unstructured.NestedString(obj.Object, "data", "key")
@@ -488,6 +494,7 @@ func TestHelmReleaseAndManifestLockConflict(t *testing.T) {
 		t.Errorf("the watch of ConfigMap %s/%s ended before the test did: writes after that were not counted", ns, cmName)
 	default:
 	}
+	stopping.Store(true)
 	w.Stop()
 	<-watchDone
 	mu.Lock()

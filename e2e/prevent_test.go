@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,7 +11,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/e2e/framework"
 	"github.com/helm-locker/helm-locker/internal/admission"
@@ -190,4 +194,140 @@ func TestPreventModeScale(t *testing.T) {
 		version, webhooks = v, w
 		return nil
 	})
+}
+
+// TestPreventModeManifestLock: a ManifestLock in Prevent mode marks its
+// objects, denies an edit naming how to change the lock, and lets its own
+// change through.
+func TestPreventModeManifestLock(t *testing.T) {
+	t.Parallel()
+	ns := env.Namespace(t)
+	name := "prevent-" + ns
+	createManifestLock(t, framework.RegistrationNamespace, name, map[string]any{"manifest": configMapYAML("a", "declared"), "namespace": ns, "mode": "Prevent"})
+	waitManifestLock(t, framework.RegistrationNamespace, name, mlv1.StateLocked)
+	waitForRules(t, "configmaps")
+	if marker := env.Kubectl(t, "-n", ns, "get", "configmap", "a", "-o", `jsonpath={.metadata.annotations.helm-locker\.io/manifest-lock}`); marker != framework.RegistrationNamespace+"/"+name {
+		t.Errorf("ConfigMap %s/a marker annotation = %q; want %s/%s", ns, marker, framework.RegistrationNamespace, name)
+	}
+	denied(t, []string{"ConfigMap " + ns + "/a is locked by ManifestLock " + framework.RegistrationNamespace + "/" + name, `/data/key must stay "declared"`,
+		"kubectl -n " + framework.RegistrationNamespace + " edit ManifestLock " + name}, "-n", ns, "patch", "configmap", "a", "--type=merge", "-p", `{"data":{"key":"edited"}}`)
+
+	// A change through the lock itself is the lock's own write.
+	if _, err := env.Dynamic.Resource(mlv1.Resource).Namespace(framework.RegistrationNamespace).Patch(t.Context(), name, types.MergePatchType,
+		[]byte(fmt.Sprintf(`{"spec":{"manifest":%q}}`, configMapYAML("a", "changed"))), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitKey(t, ns, "a", "changed")
+	waitManifestLock(t, framework.RegistrationNamespace, name, mlv1.StateLocked)
+	if d := getManifestLock(t, framework.RegistrationNamespace, name).Status.LastDenied; d == nil || d.User != "admin" || d.Operation != "UPDATE" {
+		t.Errorf("status.lastDenied = %+v; want admin's UPDATE", d)
+	}
+}
+
+// TestWarnAndEnforceAreNeverDenied: the webhook sees writes to objects of
+// Warn and Enforce locks, since a Prevent lock holds their type, and lets
+// every one through.
+func TestWarnAndEnforceAreNeverDenied(t *testing.T) {
+	t.Parallel()
+	ns := env.Namespace(t)
+	env.Helm(t, framework.Helm4, "install", "prevented", framework.Chart(t, "configmaps"), "-n", ns)
+	env.WaitForState(t, env.RegisterWith(t, framework.RegistrationNamespace, ns, "prevented", map[string]any{"mode": "Prevent"}), v1alpha1.StateDeployed, 1)
+	waitForRules(t, "configmaps")
+	for _, mode := range []string{"Warn", "Enforce"} {
+		release := strings.ToLower(mode)
+		env.Helm(t, framework.Helm4, "install", release, framework.Chart(t, "configmaps"), "-n", ns)
+		env.WaitForState(t, env.RegisterWith(t, framework.RegistrationNamespace, ns, release, map[string]any{"mode": mode}), v1alpha1.StateDeployed, 1)
+		if _, err := env.KubectlE(t, "-n", ns, "patch", "configmap", release+"-0", "--type=merge", "-p", `{"data":{"key":"edited"}}`); err != nil {
+			t.Errorf("an edit of a %s lock's object was refused: %v", mode, err)
+		}
+		if _, err := env.KubectlE(t, "-n", ns, "delete", "configmap", release+"-0"); err != nil {
+			t.Errorf("a deletion of a %s lock's object was refused: %v", mode, err)
+		}
+	}
+	waitForKey(t, ns, "enforce-0", "declared")
+}
+
+// TestPreventModeWithTheLockerDown: with no locker to answer, the API
+// server lets an edit through (failurePolicy Ignore), and the locker
+// reverts it once it is back.
+func TestPreventModeWithTheLockerDown(t *testing.T) {
+	t.Parallel()
+	ns := env.Namespace(t)
+	registration := env.Namespace(t)
+	controller := "down-prevent"
+	addr := framework.FreeAddress(t)
+	flags := []string{"--namespace", registration, "--controller-name", controller, "--leader-elect=false",
+		"--webhook-bind-address=" + addr, "--webhook-url=https://" + addr + "/validate"}
+	locker, err := env.StartLocker(controller, flags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), controller+"."+registration, metav1.DeleteOptions{})
+	})
+	env.Helm(t, framework.Helm3, "install", "down", framework.Chart(t, "configmaps"), "-n", ns)
+	cr := env.RegisterWith(t, registration, ns, "down", map[string]any{"mode": "Prevent"})
+	env.WaitForStateIn(t, registration, cr, v1alpha1.StateDeployed, 1)
+	env.Eventually(t, 30*time.Second, func() error {
+		if _, err := env.KubectlE(t, "-n", ns, "patch", "configmap", "down-0", "--type=merge", "-p", `{"data":{"key":"edited"}}`); err == nil {
+			return errors.New("an edit went through while the locker answers the webhook")
+		}
+		return nil
+	})
+
+	if err := locker.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	env.Kubectl(t, "-n", ns, "patch", "configmap", "down-0", "--type=merge", "-p", `{"data":{"key":"while-down"}}`)
+	if v, _ := keyOf(t, ns, "down-0"); v != "while-down" {
+		t.Fatalf("data.key = %q with the locker down; want the edit, while-down", v)
+	}
+	locker, err = env.StartLocker(controller+"-again", flags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = locker.Stop(10 * time.Second) }()
+	waitForKey(t, ns, "down-0", "declared")
+}
+
+// TestStuckHelmOperationHoldsTheVerifiedRevision: a revision left
+// pending-upgrade (by a Helm killed mid-way, or by anyone who may write
+// Secrets) opens the lock only until the Helm operation timeout; then the
+// last verified revision is held again, the CR says HelmOperationStuck,
+// and an edit is reverted.
+func TestStuckHelmOperationHoldsTheVerifiedRevision(t *testing.T) {
+	t.Parallel()
+	ns := env.Namespace(t)
+	registration := env.Namespace(t)
+	locker, err := env.StartLocker("stuck-locker", "--namespace", registration, "--controller-name", "stuck-locker", "--leader-elect=false", "--helm-operation-timeout=4s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = locker.Stop(10 * time.Second) }()
+	env.Helm(t, framework.Helm3, "install", "stuck", framework.Chart(t, "configmaps"), "-n", ns)
+	cr := env.RegisterIn(t, registration, ns, "stuck")
+	env.WaitForStateIn(t, registration, cr, v1alpha1.StateDeployed, 1)
+
+	// Revision 2, pending-upgrade, as a killed `helm upgrade` leaves it.
+	v1, err := env.Kube.CoreV1().Secrets(ns).Get(t.Context(), "sh.helm.release.v1.stuck.v1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2 := v1.DeepCopy()
+	v2.ObjectMeta = metav1.ObjectMeta{Name: "sh.helm.release.v1.stuck.v2", Namespace: ns, Labels: map[string]string{"owner": "helm", "name": "stuck", "version": "2", "status": "pending-upgrade"}}
+	if _, err := env.Kube.CoreV1().Secrets(ns).Create(t.Context(), v2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	env.WaitForStateIn(t, registration, cr, v1alpha1.StateTransitioning, 2)
+
+	env.Eventually(t, 30*time.Second, func() error {
+		hr := env.HelmReleaseIn(t, registration, cr)
+		c := findCondition(hr, v1alpha1.ConditionReady)
+		if hr.Status.Version != 1 || c == nil || c.Reason != "HelmOperationStuck" || !strings.Contains(c.Message, "revision 2 has been pending-upgrade") {
+			return fmt.Errorf("HelmRelease %s: version %d, Ready %+v; want revision 1 held again, HelmOperationStuck naming revision 2", cr, hr.Status.Version, c)
+		}
+		return nil
+	})
+	setKey(t, ns, "stuck-0", "edited")
+	waitForKey(t, ns, "stuck-0", "declared")
 }

@@ -39,7 +39,9 @@ step "Installing the chart 'helm create' makes, with Helm 4 (server-side apply),
 "$HELM" install web "$WORK/web" -n "$NS" | sed -n '1,6p'
 
 step "Starting helm-locker (log: $WORK/locker.log)"
-bin/helm-locker --kubeconfig "$KUBECONFIG" --v=4 >"$WORK/locker.log" 2>&1 &
+# The API server calls Prevent mode's webhook back over loopback TLS.
+bin/helm-locker --kubeconfig "$KUBECONFIG" --v=4 \
+  --webhook-bind-address=127.0.0.1:9443 --webhook-url=https://127.0.0.1:9443/validate >"$WORK/locker.log" 2>&1 &
 locker_pid=$!
 
 step "Registering the release with a HelmRelease"
@@ -71,6 +73,19 @@ kill %% 2>/dev/null || true
 echo
 echo "  The locker's view:"
 grep -E 'Reverted drift|Lock state changed' "$WORK/locker.log" | sed 's/^/    /' | tail -n 3
+
+step "Prevent mode: the same edit denied before it is stored"
+"$KUBECTL" patch helmrelease web -n cattle-helm-system --type merge -p '{"spec":{"mode":"Prevent"}}' >/dev/null
+for _ in $(seq 1 100); do
+  "$KUBECTL" get validatingwebhookconfiguration helm-locker.cattle-helm-system -o jsonpath='{.webhooks[0].rules[*].resources}' 2>/dev/null | grep -qw services && break
+  sleep 0.2
+done
+if out=$("$KUBECTL" patch service web -n "$NS" --type merge \
+  -p '{"spec":{"ports":[{"port":81,"targetPort":"http","protocol":"TCP","name":"http"}]}}' 2>&1); then
+  echo "demo: the edit was allowed in Prevent mode: $out" >&2; exit 1
+fi
+echo "$out" | sed 's/^/  /'
+echo "  Service ports: $("$KUBECTL" get service web -n "$NS" -o jsonpath='{.spec.ports[*].port}')"
 
 step "Helm stays in charge: helm upgrade --set service.port=8080, no force flags"
 "$HELM" upgrade web "$WORK/web" -n "$NS" --set service.port=8080 | sed -n '1,2p'

@@ -119,6 +119,7 @@ func runOperator(ctx context.Context, opts *options) error {
 			Kube:                  kube,
 			Mapper:                mapper,
 			Workers:               opts.workers,
+			HelmOperationTimeout:  opts.helmTimeout,
 			Recorder:              broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: opts.controllerName, Host: opts.nodeName}),
 			Metrics:               m,
 			Readiness:             probe,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,7 +16,6 @@ import (
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
 	"github.com/helm-locker/helm-locker/internal/admission"
-	"github.com/helm-locker/helm-locker/internal/storage"
 )
 
 // The controller answers the admission webhook for the locks it holds.
@@ -39,8 +39,9 @@ func (c *Controller) JudgeScale(gvr schema.GroupVersionResource, namespace, name
 func (c *Controller) PreventedTypes() []schema.GroupVersionResource { return c.engine.PreventedTypes() }
 
 // Confirm reads the release's Secrets afresh, one list by label, and
-// denies only while the revision the CR locks is still the latest and
-// deployed. Helm marks a revision pending before it writes an object, but
+// denies only while the lock may still hold the revision the CR reports
+// (see mayHold): the latest, deployed, or the last verified one while a
+// Helm operation is stuck. Helm marks a revision pending before it writes an object, but
 // the Secret's watch event can reach the lock after Helm's first write;
 // a newer revision deployed is about to be locked instead. Who sent the
 // request, or its field manager, never counts: anyone can send
@@ -57,21 +58,11 @@ func (c *Controller) Confirm(ctx context.Context, key string) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	rk := hr.Spec.Release
-	list, err := c.cfg.Metadata.Resource(secretsResource).Namespace(rk.Namespace).List(ctx, metav1.ListOptions{LabelSelector: storage.Selector(rk.Name)})
+	latest, err := c.readLatest(ctx, hr.Spec.Release)
 	if err != nil {
 		return false, err
 	}
-	metas := make([]*metav1.PartialObjectMetadata, len(list.Items))
-	for i := range list.Items {
-		metas[i] = &list.Items[i]
-	}
-	latest, ok := storage.Latest(metas)
-	if !ok {
-		return false, nil
-	}
-	revision, _ := storage.Revision(latest)
-	return storage.Deployed(latest.GetLabels()[storage.LabelStatus]) && revision == hr.Status.Version, nil
+	return c.mayHold(latest, hr.Status.Version, time.Now()), nil
 }
 
 // Describe names the lock of key and how to change what it holds.

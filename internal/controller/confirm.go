@@ -42,24 +42,52 @@ func (c *Controller) confirmLocked(rk v1alpha1.ReleaseKey, revision int, engaged
 		if w.Live != nil && !w.Restores && !c.helmChangedSince(w.Live, since) {
 			return nil
 		}
-		list, err := c.cfg.Metadata.Resource(secretsResource).Namespace(rk.Namespace).List(ctx, metav1.ListOptions{
-			LabelSelector: storage.Selector(rk.Name),
-		})
+		latest, err := c.readLatest(ctx, rk)
 		if err != nil {
 			return fmt.Errorf("confirming release %s/%s is still deployed: %w", rk.Namespace, rk.Name, err)
 		}
-		latest, status := 0, ""
-		for i := range list.Items {
-			m := &list.Items[i]
-			if v, ok := storage.Revision(m); ok && v > latest {
-				latest, status = v, m.Labels[storage.LabelStatus]
-			}
-		}
-		if latest != revision || !storage.Deployed(status) {
-			return &LockOpenError{Release: rk, Revision: revision, Latest: latest, Status: status}
+		if !c.mayHold(latest, revision, time.Now()) {
+			return &LockOpenError{Release: rk, Revision: revision, Latest: latest.revision, Status: latest.status}
 		}
 		return nil
 	}
+}
+
+// latestRevision is a release's highest revision, as its Secret says.
+type latestRevision struct {
+	revision  int
+	status    string
+	lastWrite time.Time
+}
+
+// readLatest lists the release's Secrets afresh, one request by label.
+func (c *Controller) readLatest(ctx context.Context, rk v1alpha1.ReleaseKey) (latestRevision, error) {
+	list, err := c.cfg.Metadata.Resource(secretsResource).Namespace(rk.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: storage.Selector(rk.Name),
+	})
+	if err != nil {
+		return latestRevision{}, err
+	}
+	var l latestRevision
+	for i := range list.Items {
+		m := &list.Items[i]
+		if v, ok := storage.Revision(m); ok && v > l.revision {
+			l = latestRevision{revision: v, status: m.Labels[storage.LabelStatus], lastWrite: storage.LastWrite(m)}
+		}
+	}
+	return l, nil
+}
+
+// mayHold reports whether the lock may hold revision while latest is the
+// release's highest: it is that revision, deployed; or latest is a Helm
+// operation stuck past the timeout (an upgrade's new revision, or the held
+// one marked uninstalling; see stuckOn).
+func (c *Controller) mayHold(latest latestRevision, revision int, now time.Time) bool {
+	if latest.revision == revision && storage.Deployed(latest.status) {
+		return true
+	}
+	return revision <= latest.revision && storage.Decide(latest.status).Reason == storage.ReasonHelmWorking &&
+		!latest.lastWrite.IsZero() && now.Sub(latest.lastWrite) >= c.cfg.HelmOperationTimeout
 }
 
 func (c *Controller) helmChangedSince(obj *unstructured.Unstructured, since time.Time) bool {

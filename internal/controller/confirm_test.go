@@ -41,3 +41,34 @@ func TestConfirmLockedBeforeRestoring(t *testing.T) {
 		t.Errorf("a write restoring a removed field during an upgrade: %v, want LockOpenError at revision 2", err)
 	}
 }
+
+// TestMayHold: the lock holds a revision while it is the latest and
+// deployed, and the last verified one once a Helm operation has outlasted
+// the timeout; never while Helm may still be working.
+func TestMayHold(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	c := &Controller{cfg: Config{HelmOperationTimeout: 15 * time.Minute}}
+	tests := []struct {
+		name     string
+		latest   latestRevision
+		revision int
+		want     bool
+	}{
+		{name: "the latest, deployed", latest: latestRevision{revision: 3, status: "deployed", lastWrite: now}, revision: 3, want: true},
+		{name: "a newer one deployed", latest: latestRevision{revision: 4, status: "deployed", lastWrite: now.Add(-time.Hour)}, revision: 3},
+		{name: "Helm at work", latest: latestRevision{revision: 4, status: "pending-upgrade", lastWrite: now.Add(-time.Minute)}, revision: 3},
+		{name: "uninstalling", latest: latestRevision{revision: 3, status: "uninstalling", lastWrite: now.Add(-time.Minute)}, revision: 3},
+		{name: "stuck past the timeout", latest: latestRevision{revision: 4, status: "pending-upgrade", lastWrite: now.Add(-16 * time.Minute)}, revision: 3, want: true},
+		{name: "stuck uninstalling", latest: latestRevision{revision: 3, status: "uninstalling", lastWrite: now.Add(-16 * time.Minute)}, revision: 3, want: true},
+		{name: "an older revision", latest: latestRevision{revision: 3, status: "pending-rollback", lastWrite: now.Add(-16 * time.Minute)}, revision: 4},
+		{name: "no write time", latest: latestRevision{revision: 4, status: "pending-upgrade"}, revision: 3},
+		{name: "failed", latest: latestRevision{revision: 4, status: "failed", lastWrite: now.Add(-time.Hour)}, revision: 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := c.mayHold(tt.latest, tt.revision, now); got != tt.want {
+				t.Errorf("mayHold(%+v, %d) = %v, want %v", tt.latest, tt.revision, got, tt.want)
+			}
+		})
+	}
+}

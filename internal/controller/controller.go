@@ -73,6 +73,10 @@ type Config struct {
 	TenantManifestLocks bool
 	// Workers is the number of releases synced at once.
 	Workers int
+	// HelmOperationTimeout is how long a revision may stay pending or
+	// uninstalling before the lock holds the last verified revision again
+	// (see stuck); DefaultHelmOperationTimeout if zero.
+	HelmOperationTimeout time.Duration
 	// Recorder records events on HelmRelease CRs; nil records none.
 	Recorder record.EventRecorder
 	// Metrics, if set, receives the lock's figures.
@@ -135,6 +139,9 @@ type held struct {
 	generation int64
 	// optedOut are the manifest's objects left out of the lock.
 	optedOut []v1alpha1.ObjectProblem
+	// stuck, if set, is the Helm operation that outlasted the timeout;
+	// the lock holds the last verified revision meanwhile.
+	stuck *stuckRevision
 }
 
 // bookkeeping is what the lock has reported, and what waits to be.
@@ -182,6 +189,9 @@ const bookkeepingDelay = 2 * time.Second
 func New(cfg Config) *Controller {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 4
+	}
+	if cfg.HelmOperationTimeout <= 0 {
+		cfg.HelmOperationTimeout = DefaultHelmOperationTimeout
 	}
 	c := &Controller{
 		cfg: cfg,
@@ -405,7 +415,7 @@ func (c *Controller) declareAll(ctx context.Context) {
 					if !ok {
 						return nil
 					}
-					_, _, err := c.decide(ctx, key, hr, st)
+					_, _, err := c.decide(ctx, key, hr, st, &result{})
 					return err
 				})
 				if err != nil {
@@ -629,7 +639,7 @@ func (c *Controller) sync(ctx context.Context, key string) (result, error) {
 	}
 	before := st.lock
 	var res result
-	status, open, err := c.decide(ctx, key, hr, st)
+	status, open, err := c.decide(ctx, key, hr, st, &res)
 	if err != nil {
 		return result{}, err
 	}
@@ -736,7 +746,7 @@ func onlyBookkeeping(written, next v1alpha1.HelmReleaseStatus) bool {
 // decide reads the release's storage and decides the lock: open, with the
 // status saying why (open is true), or held, its revision declared to the
 // engine. It writes nothing; an error is to retry on.
-func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRelease, st *releaseState) (status v1alpha1.HelmReleaseStatus, open bool, err error) {
+func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRelease, st *releaseState, r *result) (status v1alpha1.HelmReleaseStatus, open bool, err error) {
 	logger := klog.FromContext(ctx)
 	rk := hr.Spec.Release
 	if rk.Name == "" || rk.Namespace == "" {
@@ -765,12 +775,18 @@ func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRe
 	}
 	revision, _ := storage.Revision(latest)
 	decision := storage.Decide(latest.GetLabels()[storage.LabelStatus])
+	st.stuck = nil
 	if !decision.Engage {
-		if st.lock.Phase != lock.Unlocked && st.lock.Phase != "" {
-			logger.V(2).Info("Lock opened", "release", rk.Namespace+"/"+rk.Name, "revision", revision, "reason", decision.Reason)
+		verified := c.stuckOn(st, latest, time.Now(), r)
+		if verified == nil {
+			if st.lock.Phase != lock.Unlocked && st.lock.Phase != "" {
+				logger.V(2).Info("Lock opened", "release", rk.Namespace+"/"+rk.Name, "revision", revision, "reason", decision.Reason)
+			}
+			c.openState(key, st)
+			return openStatus(hr, decision.State, revision, decision.Reason, decision.Message), true, nil
 		}
-		c.openState(key, st)
-		return openStatus(hr, decision.State, revision, decision.Reason, decision.Message), true, nil
+		st.stuck = &stuckRevision{revision: revision, status: latest.GetLabels()[storage.LabelStatus], since: storage.LastWrite(latest)}
+		latest, revision = verified, st.trust.verified.Revision
 	}
 
 	if st.rel == nil || st.secretUID != latest.GetUID() || st.secretVersion != latest.GetResourceVersion() || st.generation != hr.Generation {
@@ -838,6 +854,9 @@ func (c *Controller) act(ctx context.Context, key string, hr *v1alpha1.HelmRelea
 	c.reportUnverified(hr, st, res)
 	r.requeueBy(res.RequeueAfter)
 	status := lockedStatus(hr, st, res, err)
+	if s := st.stuck; s != nil {
+		setConditions(&status.LockStatus, hr.Generation, condition(v1alpha1.ConditionReady, false, "HelmOperationStuck", s.message(c.cfg.HelmOperationTimeout, st.rel.Version)))
+	}
 	if err == nil && len(res.Unresolved) > 0 {
 		// CRD events retry these at once; backing off covers a
 		// discovery that lags behind the CRD.
@@ -867,6 +886,7 @@ func (c *Controller) open(key string) { c.engine.Forget(key) }
 // held revision (fights, warnings) and the revision it was verifying go.
 func (c *Controller) openState(key string, st *releaseState) {
 	c.open(key)
+	st.stuck = nil
 	st.held = held{lock: st.lock.Next(lock.Event{Type: lock.Open})}
 	st.fights, st.warned = nil, nil
 	st.candidate = nil

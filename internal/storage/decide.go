@@ -2,6 +2,9 @@ package storage
 
 import (
 	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"helm.sh/helm/v3/pkg/release"
 
@@ -31,7 +34,7 @@ func Decide(status string) Decision {
 	case release.StatusDeployed:
 		return Decision{Engage: true, State: v1alpha1.StateDeployed, Reason: "Locked"}
 	case release.StatusPendingInstall, release.StatusPendingUpgrade, release.StatusPendingRollback, release.StatusUninstalling:
-		return Decision{State: v1alpha1.StateTransitioning, Reason: "HelmOperationInProgress",
+		return Decision{State: v1alpha1.StateTransitioning, Reason: ReasonHelmWorking,
 			Message: fmt.Sprintf("Helm is working on the release (%s); the lock opens until it is deployed again", s)}
 	case release.StatusFailed:
 		return Decision{State: v1alpha1.StateFailed, Reason: "ReleaseFailed",
@@ -46,6 +49,22 @@ func Decide(status string) Decision {
 		return Decision{State: v1alpha1.StateUnknown, Reason: "UnknownReleaseStatus",
 			Message: fmt.Sprintf("the latest revision has status %q; nothing is held", s)}
 	}
+}
+
+// ReasonHelmWorking is the Decision reason while Helm works on a release.
+const ReasonHelmWorking = "HelmOperationInProgress"
+
+// LastWrite is when a release Secret was last written: its creation, or
+// the latest write its managedFields record, such as Helm marking it
+// uninstalling. The times have a resolution of one second.
+func LastWrite(obj metav1.Object) time.Time {
+	last := obj.GetCreationTimestamp().Time
+	for _, f := range obj.GetManagedFields() {
+		if f.Time != nil && f.Time.After(last) {
+			last = f.Time.Time
+		}
+	}
+	return last
 }
 
 // Deployed reports whether status is the one of a revision Helm finished
