@@ -11,6 +11,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -241,38 +242,61 @@ subjects:
 	}
 
 	// Widening the rules of a ClusterRole the release has: Helm applied
-	// other rules, so the forged ones are never written, and an admin's
-	// later edit of the rules is not "reverted" to them either.
+	// other rules, so the forged ones are never written, and the role is
+	// held at the verified rules meanwhile: an admin's later edit of them
+	// is reverted to those (denied, in Prevent mode), never to the forged
+	// ones, and never left standing.
 	for _, v := range framework.HelmVersions {
-		t.Run("ClusterRole rules widened/"+v.String(), func(t *testing.T) {
-			t.Parallel()
-			ns := env.Namespace(t)
-			forger := tenant(t, ns, "tenant")
-			cr := lockGuarded(t, v, ns)
-			role := ns + "-app-viewer"
-			forge(t, forger, ns, "app", 1, 2, "2", func(m string) string {
-				return strings.Replace(m, `- apiGroups: [""]
+		for _, mode := range []v1alpha1.Mode{v1alpha1.ModeEnforce, v1alpha1.ModePrevent} {
+			t.Run("ClusterRole rules widened/"+v.String()+"/"+string(mode), func(t *testing.T) {
+				t.Parallel()
+				widenedClusterRole(t, v, mode)
+			})
+		}
+	}
+}
+
+// widenedClusterRole is a subtest of TestForgedRevisionIsHeldOff.
+func widenedClusterRole(t *testing.T, v framework.HelmVersion, mode v1alpha1.Mode) {
+	ns := env.Namespace(t)
+	forger := tenant(t, ns, "tenant")
+	cr := lockGuarded(t, v, ns)
+	if mode == v1alpha1.ModePrevent {
+		if _, err := env.Dynamic.Resource(v1alpha1.Resource).Namespace(framework.RegistrationNamespace).Patch(t.Context(), cr, types.MergePatchType, []byte(`{"spec":{"mode":"Prevent"}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitForRules(t, "clusterroles")
+	}
+	role := ns + "-app-viewer"
+	forge(t, forger, ns, "app", 1, 2, "2", func(m string) string {
+		return strings.Replace(m, `- apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list"]`, `- apiGroups: ["*"]
   resources: ["*"]
   verbs: ["*"]`, 1)
-			})
-			waitNotApplied(t, framework.RegistrationNamespace, cr, 2, "ClusterRole "+role)
-			env.Consistently(t, 2*time.Second, func() error {
-				if got := viewerRules(t, ns, "app"); got != viewerRulesDeclared {
-					return fmt.Errorf("ClusterRole %s rules = %s: the forged rules were written", role, got)
-				}
-				return nil
-			})
-			env.Kubectl(t, "patch", "clusterrole", role, "--type", "json", "-p", `[{"op":"replace","path":"/rules/0/verbs","value":["get"]}]`)
-			env.Consistently(t, 2*time.Second, func() error {
-				if got := viewerRules(t, ns, "app"); !strings.Contains(got, "verbs:[get]]") {
-					return fmt.Errorf("ClusterRole %s rules = %s after an admin's edit to verbs [get]", role, got)
-				}
-				return nil
-			})
-			stillLocked(t, ns, "app")
-		})
+	})
+	waitNotApplied(t, framework.RegistrationNamespace, cr, 2, "ClusterRole "+role)
+	env.Consistently(t, 2*time.Second, func() error {
+		if got := viewerRules(t, ns, "app"); got != viewerRulesDeclared {
+			return fmt.Errorf("ClusterRole %s rules = %s: the forged rules were written", role, got)
+		}
+		return nil
+	})
+	editVerbs := []string{"patch", "clusterrole", role, "--type", "json", "-p", `[{"op":"replace","path":"/rules/0/verbs","value":["get"]}]`}
+	if mode == v1alpha1.ModePrevent {
+		denied(t, []string{"ClusterRole " + role + " is locked by HelmRelease", `must stay ["get","list"]`}, editVerbs...)
+	} else {
+		env.Kubectl(t, editVerbs...)
+	}
+	env.Eventually(t, 10*time.Second, func() error {
+		if got := viewerRules(t, ns, "app"); got != viewerRulesDeclared {
+			return fmt.Errorf("ClusterRole %s rules = %s after an admin's edit; want the verified rules %s back", role, got, viewerRulesDeclared)
+		}
+		return nil
+	})
+	if mode != v1alpha1.ModePrevent {
+		// (In Prevent mode the denial above shows it.)
+		stillLocked(t, ns, "app")
 	}
 }
 

@@ -260,6 +260,13 @@ type lockedObject struct {
 	applying bool
 	// ignore are the declared fields the engine keeps as they are live.
 	ignore []Pointer
+	// fallback, packed, is the object as the last verified declaration
+	// had it, held until this one is verified (see
+	// Verification.Fallback); nil when there is none.
+	fallback []byte
+	// unproved says proof is set, for readers other than the set's sync
+	// (see held).
+	unproved atomic.Bool
 	// drift is set once the object has drifted; most never do, and a
 	// locked object's every byte counts.
 	drift *driftState
@@ -293,10 +300,29 @@ type driftState struct {
 func (o *lockedObject) settle() {
 	o.inLine = true
 	o.applying = false
-	o.proof = nil
+	o.prove()
 	if o.drift != nil {
 		o.drift.drifted, o.drift.failure = false, nil
 	}
+}
+
+// prove records that the object is verified: it is held as declared.
+func (o *lockedObject) prove() {
+	o.proof = nil
+	o.unproved.Store(false)
+}
+
+// held returns the declaration the object is held at: its own, or while
+// it is unverified its last verified one (nil if none). Judge reads it
+// from other goroutines than the set's sync.
+func (o *lockedObject) held() (*unstructured.Unstructured, error) {
+	if o.unproved.Load() {
+		if o.fallback == nil {
+			return nil, nil
+		}
+		return unpackDeclaration(o.fallback)
+	}
+	return o.declaration()
 }
 
 type noopPatch struct {
@@ -686,6 +712,16 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	locked.fresh = true
 	if needsProof(spec, obj) {
 		locked.proof = &proof{Unverified: Unverified{Ref: locked.ref, Kind: gvk.Kind}}
+		locked.unproved.Store(true)
+		if f := spec.Verify.Fallback; f != nil {
+			if held := f(obj); held != nil {
+				held = normalize(held)
+				held.SetNamespace(declared.GetNamespace())
+				if locked.fallback, err = packDeclaration(held); err != nil {
+					return nil, &ObjectError{Ref: locked.ref, Err: err}
+				}
+			}
+		}
 	}
 	return locked, nil
 }

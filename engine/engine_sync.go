@@ -365,9 +365,10 @@ func (e *Engine) syncObject(ctx context.Context, s *objectSet, obj *lockedObject
 	}
 	if notFound {
 		if obj.proof != nil {
-			// Only the owner creates what it declares.
+			// Only the owner creates what it declares; what the last
+			// verified declaration had is recreated as it had it.
 			obj.proof.missing()
-			return nil, nil
+			return e.holdFallback(ctx, s, obj, nil)
 		}
 		drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Deleted: true, Applying: obj.applying}
 		return drift, e.correct(ctx, s, obj, drift, "", func() error { return e.create(ctx, spec, obj, declared) })
@@ -421,8 +422,11 @@ func (e *Engine) syncObject(ctx context.Context, s *objectSet, obj *lockedObject
 	}
 	if obj.proof != nil {
 		verified, err := e.verify(ctx, spec, obj, live, desired, patch)
-		if err != nil || !verified || obj.inLine {
+		if err != nil || obj.inLine {
 			return nil, err
+		}
+		if !verified {
+			return e.holdFallback(ctx, s, obj, live)
 		}
 	}
 	k := rules.kindOf(desired)
@@ -502,7 +506,10 @@ func (e *Engine) correct(ctx context.Context, s *objectSet, obj *lockedObject, d
 		return nil
 	}
 	d.failure = nil
-	obj.settle()
+	if obj.proof == nil {
+		// An unverified object held at its fallback is not in line.
+		obj.settle()
+	}
 	drift.Corrected = true
 	e.countDrift(d, drift, now)
 	return nil

@@ -54,6 +54,12 @@ type Verification struct {
 	// previous declaration was verified passes the objects it carries
 	// over unchanged as not needing it.
 	Needed func(declared *unstructured.Unstructured) bool
+	// Fallback, if set, returns the object as the last verified
+	// declaration had it, or nil if it had none. Until the object is
+	// verified, the engine holds it at that instead: edits are reverted
+	// to it and a deletion recreates it, so that a declaration nobody
+	// verified never loosens the lock on an object it names.
+	Fallback func(declared *unstructured.Unstructured) *unstructured.Unstructured
 }
 
 // Unverified is a declared object the engine does not hold, because it has
@@ -102,7 +108,7 @@ func (e *Engine) verify(ctx context.Context, spec ObjectSet, obj *lockedObject, 
 	k := e.rulesOf(obj).kindOf(desired)
 	owned := ownedPaths(live, k, paths, v.Owners)
 	if !p.checked && len(owned) == 0 && wroteSince(live, v.Owners, v.Since) && driftSince(live, k, desired, paths, v.Since) {
-		obj.proof = nil
+		obj.prove()
 		return true, nil
 	}
 	out, err := e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager, DryRun: []string{metav1.DryRunAll}})
@@ -122,6 +128,48 @@ func (e *Engine) verify(ctx context.Context, spec ObjectSet, obj *lockedObject, 
 	p.checked, p.version, p.Missing = true, live.GetResourceVersion(), false
 	p.Paths, p.Owned = limitPaths(paths), limitPaths(owned)
 	return false, nil
+}
+
+// holdFallback holds an unverified object at its last verified declaration
+// (see Verification.Fallback); live is nil when the object is missing. It
+// corrects as the revert does, fights and refusals alike, but the object
+// stays unverified.
+func (e *Engine) holdFallback(ctx context.Context, s *objectSet, obj *lockedObject, live *unstructured.Unstructured) (*Drift, error) {
+	if obj.fallback == nil {
+		return nil, nil
+	}
+	held, err := unpackDeclaration(obj.fallback)
+	if err != nil {
+		return nil, err
+	}
+	if live == nil {
+		drift := &Drift{Ref: obj.ref, Kind: held.GetKind(), Deleted: true}
+		return drift, e.correct(ctx, s, obj, drift, "", func() error { return e.create(ctx, s.spec, obj, held) })
+	}
+	rules := e.rulesOf(obj)
+	desired, err := obj.desired(rules, live.Object, held.Object)
+	if err != nil {
+		return nil, err
+	}
+	patch, err := computePatch(live.Object, desired)
+	if err != nil || patch == nil {
+		return nil, err
+	}
+	k := rules.kindOf(desired)
+	paths := k.driftPaths(live.Object, desired)
+	drift := &Drift{Ref: obj.ref, Kind: held.GetKind(), Paths: paths, Managers: attribute(live, k, paths, e.fieldManager)}
+	return drift, e.correct(ctx, s, obj, drift, live.GetResourceVersion(), func() error {
+		if s.spec.BeforeWrite != nil {
+			if err := s.spec.BeforeWrite(ctx, Write{Ref: obj.ref, Live: live, Restores: restores(live.Object, desired, paths)}); err != nil {
+				return err
+			}
+		}
+		if _, err := e.writer(s.spec, obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager}); err != nil {
+			return shortRefusal("patching", err)
+		}
+		obj.fresh = true
+		return nil
+	})
 }
 
 // missing records that an unverified object does not exist.

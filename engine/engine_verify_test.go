@@ -229,3 +229,63 @@ func valueOrEmpty(t *testing.T, client *dynamicfake.FakeDynamicClient) string {
 	v, _, _ := unstructured.NestedString(got.Object, "data", "key")
 	return v
 }
+
+// TestUnverifiedObjectIsHeldAtItsFallback: while an object of an
+// unverified declaration is not verified, it is held at the last verified
+// declaration: an admin's edit is reverted to that, a deletion recreates
+// it, Prevent judges against it, and the object stays unverified.
+func TestUnverifiedObjectIsHeldAtItsFallback(t *testing.T) {
+	ctx := context.Background()
+	e, client, _ := newTestEngine(t)
+	dryRuns := 0
+	client.PrependReactor("patch", "configmaps", dryRunReactor(client, false, &dryRuns))
+	live := configMap(t, "verified")
+	live.SetNamespace("ns")
+	live.SetManagedFields([]metav1.ManagedFieldsEntry{managed("helm", since.Add(-time.Hour), true)})
+	if err := client.Tracker().Create(cmGVR, live, "ns"); err != nil {
+		t.Fatal(err)
+	}
+	e.Declare("k", ObjectSet{
+		Objects: []*unstructured.Unstructured{configMap(t, "forged")}, DefaultNamespace: "ns", Prevent: true,
+		Verify: &Verification{Owners: []string{"helm"}, Since: since,
+			Fallback: func(*unstructured.Unstructured) *unstructured.Unstructured { return configMap(t, "verified") }},
+	})
+	sync := func(what string) Result {
+		t.Helper()
+		res, err := e.Sync(ctx, "k")
+		if err != nil {
+			t.Fatalf("Sync after %s: %v", what, err)
+		}
+		if len(res.Unverified) != 1 || res.InLine {
+			t.Errorf("Sync after %s = %+v; want the object still unverified", what, res)
+		}
+		return res
+	}
+	sync("the forged declaration")
+	if v := valueOrEmpty(t, client); v != "verified" {
+		t.Fatalf("data.key = %q after the forged declaration; want the verified value kept", v)
+	}
+
+	edited := drift(t, client, "admin's")
+	e.onEvent(cmGVR, edited)
+	if res := sync("an admin's edit"); len(res.Drifts) != 1 || !res.Drifts[0].Corrected {
+		t.Errorf("drifts %+v; want the edit corrected", res.Drifts)
+	}
+	if v := valueOrEmpty(t, client); v != "verified" {
+		t.Errorf("data.key = %q after an admin's edit; want it reverted to the verified value", v)
+	}
+
+	j, err := e.Judge(cmGVR, edited, drift(t, client, "again"))
+	if err != nil || !j.Denied() || len(j.Fields) != 1 || j.Fields[0].Declared != "verified" {
+		t.Errorf("Judge of an edit = %+v, %v; want it denied, holding the verified value", j, err)
+	}
+
+	if err := client.Resource(cmGVR).Namespace("ns").Delete(ctx, "c", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.onEvent(cmGVR, edited)
+	sync("a deletion")
+	if v := valueOrEmpty(t, client); v != "verified" {
+		t.Errorf("data.key = %q after a deletion; want it recreated with the verified value", v)
+	}
+}

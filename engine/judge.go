@@ -61,8 +61,8 @@ func (e *Engine) Judge(gvr schema.GroupVersionResource, old, obj *unstructured.U
 	if locked == nil {
 		return Judgement{}, nil
 	}
-	declared, err := locked.declaration()
-	if err != nil {
+	declared, err := locked.held()
+	if err != nil || declared == nil {
 		return Judgement{}, err
 	}
 	j := Judgement{Key: key, Ref: ref, Kind: declared.GetKind()}
@@ -105,8 +105,8 @@ func (e *Engine) JudgeScale(gvr schema.GroupVersionResource, namespace, name str
 	if locked == nil || oldReplicas == replicas {
 		return Judgement{}, nil
 	}
-	declared, err := locked.declaration()
-	if err != nil {
+	declared, err := locked.held()
+	if err != nil || declared == nil {
 		return Judgement{}, err
 	}
 	path := Pointer{"spec", "replicas"}

@@ -104,8 +104,12 @@ func (c *Controller) verification(ctx context.Context, st *releaseState, latest 
 		st.candidate = nil
 		return nil
 	}
-	if st.trust.objects == nil {
-		st.trust.objects = c.verifiedObjects(ctx, latest.Namespace, *v)
+	// The verified revision's objects, read again for each new
+	// revision: what the new one changes is held as they have it until
+	// Helm is seen to apply it.
+	verifiedObjs := c.verifiedObjects(ctx, latest.Namespace, *v)
+	if st.trust.objects == nil && verifiedObjs != nil {
+		st.trust.objects = objectDigests(verifiedObjs)
 	}
 	st.candidate = &candidate{record: record, objects: digests}
 	since := latest.CreationTimestamp.Time
@@ -115,13 +119,25 @@ func (c *Controller) verification(ctx context.Context, st *releaseState, latest 
 		since = time.Time{}
 	}
 	trusted := st.trust.objects
+	needed := func(obj *unstructured.Unstructured) bool {
+		d, ok := trusted[objectID(obj)]
+		return !ok || d != objectDigest(obj)
+	}
+	// Only the objects the new revision changes need a fallback.
+	changed := map[string]*unstructured.Unstructured{}
+	for _, obj := range verifiedObjs {
+		changed[objectID(obj)] = obj
+	}
+	for _, obj := range objs {
+		if !needed(obj) {
+			delete(changed, objectID(obj))
+		}
+	}
 	return &engine.Verification{
-		Owners: c.cfg.HelmManagers,
-		Since:  since,
-		Needed: func(obj *unstructured.Unstructured) bool {
-			d, ok := trusted[objectID(obj)]
-			return !ok || d != objectDigest(obj)
-		},
+		Owners:   c.cfg.HelmManagers,
+		Since:    since,
+		Needed:   needed,
+		Fallback: func(obj *unstructured.Unstructured) *unstructured.Unstructured { return changed[objectID(obj)] },
 	}
 }
 
@@ -135,12 +151,13 @@ func (st *releaseState) verified() {
 	st.candidate = nil
 }
 
-// verifiedObjects reads the object digests of the verified revision v from
-// its Secret, if it is still there and its manifest is the one verified.
-// After a restart, they let a newer revision's unchanged objects be held
-// without proof; without them every object of the newer revision must be
-// proved.
-func (c *Controller) verifiedObjects(ctx context.Context, namespace string, v v1alpha1.VerifiedRevision) map[string]string {
+// verifiedObjects reads the objects of the verified revision v from its
+// Secret, if it is still there and its manifest is the one verified. Their
+// digests let a newer revision's unchanged objects be held without proof,
+// after a restart too; without them every object of the newer revision
+// must be proved. The objects themselves are held until the newer
+// revision's are verified (see engine.Verification.Fallback).
+func (c *Controller) verifiedObjects(ctx context.Context, namespace string, v v1alpha1.VerifiedRevision) []*unstructured.Unstructured {
 	logger := klog.FromContext(ctx)
 	objs, err := c.secrets.GetIndexer().ByIndex(byRelease, v.Release.Namespace+"/"+v.Release.Name)
 	if err != nil {
@@ -160,7 +177,7 @@ func (c *Controller) verifiedObjects(ctx context.Context, namespace string, v v1
 			logger.Info("The verified revision's Secret was rewritten since it was verified; not trusting it", "secret", klog.KObj(m))
 			return nil
 		}
-		return objectDigests(relObjs)
+		return relObjs
 	}
 	return nil
 }
@@ -168,12 +185,13 @@ func (c *Controller) verifiedObjects(ctx context.Context, namespace string, v v1
 // unverifiedMessage says why an object of revision is not held.
 func unverifiedMessage(revision int, u engine.Unverified) string {
 	what := objectName(u.Kind, u.Ref)
+	const held = "it is held as the last verified revision has it, if that has it"
 	switch {
 	case u.Missing:
-		return fmt.Sprintf("revision %d: %s does not exist, so Helm did not apply it; it is not created", revision, what)
+		return fmt.Sprintf("revision %d: %s does not exist, so Helm did not apply it; %s", revision, what, held)
 	case len(u.Owned) > 0:
-		return fmt.Sprintf("revision %d: %s differs at %s, where Helm applied other values; it is not changed", revision, what, strings.Join(u.Owned, ", "))
+		return fmt.Sprintf("revision %d: %s differs at %s, where Helm applied other values; %s", revision, what, strings.Join(u.Owned, ", "), held)
 	default:
-		return fmt.Sprintf("revision %d: %s differs at %s, and Helm has not written it since the revision was created; it is not changed", revision, what, strings.Join(u.Paths, ", "))
+		return fmt.Sprintf("revision %d: %s differs at %s, and Helm has not written it since the revision was created; %s", revision, what, strings.Join(u.Paths, ", "), held)
 	}
 }
