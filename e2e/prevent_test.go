@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -249,15 +250,16 @@ func TestWarnAndEnforceAreNeverDenied(t *testing.T) {
 
 // TestPreventModeWithTheLockerDown: with no locker to answer, the API
 // server lets an edit through (failurePolicy Ignore), and the locker
-// reverts it once it is back.
+// reverts it once it is back. Only writes of objects a lock could hold
+// reach the webhook. The test is not parallel: its webhook configuration
+// is cluster-wide, and other tests' writes would reach its webhook too.
 func TestPreventModeWithTheLockerDown(t *testing.T) {
-	t.Parallel()
 	ns := env.Namespace(t)
 	registration := env.Namespace(t)
 	controller := "down-prevent"
-	addr := framework.FreeAddress(t)
+	addr, metricsAddr := framework.FreeAddress(t), framework.FreeAddress(t)
 	flags := []string{"--namespace", registration, "--controller-name", controller, "--leader-elect=false",
-		"--webhook-bind-address=" + addr, "--webhook-url=https://" + addr + "/validate"}
+		"--webhook-bind-address=" + addr, "--webhook-url=https://" + addr + "/validate", "--metrics-bind-address=" + metricsAddr}
 	locker, err := env.StartLocker(controller, flags...)
 	if err != nil {
 		t.Fatal(err)
@@ -274,6 +276,38 @@ func TestPreventModeWithTheLockerDown(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Writes of objects no lock could hold never reach the webhook: the
+	// API server's matchConditions keep them away. A locked object's do.
+	reviews := func() int {
+		t.Helper()
+		code, body := framework.HTTPGet("http://" + metricsAddr + "/metrics")
+		if code != http.StatusOK {
+			t.Fatalf("/metrics = %d", code)
+		}
+		n := 0
+		for _, line := range strings.Split(body, "\n") {
+			if rest, ok := strings.CutPrefix(line, "helm_locker_admission_reviews_total{"); ok {
+				var v int
+				_, _ = fmt.Sscanf(rest[strings.Index(rest, "}")+1:], " %d", &v)
+				n += v
+			}
+		}
+		return n
+	}
+	before := reviews()
+	env.Kubectl(t, "-n", ns, "create", "configmap", "plain", "--from-literal=key=v")
+	for i := range 5 {
+		env.Kubectl(t, "-n", ns, "patch", "configmap", "plain", "--type=merge", "-p", fmt.Sprintf(`{"data":{"key":"%d"}}`, i))
+	}
+	env.Kubectl(t, "-n", ns, "delete", "configmap", "plain")
+	if n := reviews() - before; n != 0 {
+		t.Errorf("%d writes of an unlocked ConfigMap reached the webhook; want none", n)
+	}
+	env.Kubectl(t, "-n", ns, "label", "configmap", "down-0", "team=a")
+	if n := reviews() - before; n != 1 {
+		t.Errorf("a label added to a locked ConfigMap reached the webhook %d times; want once", n)
+	}
 
 	if err := locker.Stop(10 * time.Second); err != nil {
 		t.Fatal(err)

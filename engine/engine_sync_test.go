@@ -30,12 +30,12 @@ var (
 	roleGVR = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
 )
 
-func newTestEngine(t *testing.T) (*Engine, *dynamicfake.FakeDynamicClient, *[]string) {
+func newTestEngine(t testing.TB) (*Engine, *dynamicfake.FakeDynamicClient, *[]string) {
 	t.Helper()
 	return newTestEngineWith(t, Options{})
 }
 
-func newTestEngineWith(t *testing.T, opts Options) (*Engine, *dynamicfake.FakeDynamicClient, *[]string) {
+func newTestEngineWith(t testing.TB, opts Options) (*Engine, *dynamicfake.FakeDynamicClient, *[]string) {
 	t.Helper()
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, meta.RESTScopeRoot)

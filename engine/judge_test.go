@@ -124,3 +124,41 @@ func TestJudge(t *testing.T) {
 }
 
 func identity(u *unstructured.Unstructured) *unstructured.Unstructured { return u.DeepCopy() }
+
+// BenchmarkJudge is the webhook's decision for a write of a real-chart
+// Deployment a Prevent set holds, from the declaration in memory: one that
+// changes nothing held (a label) and one that changes the replicas.
+func BenchmarkJudge(b *testing.B) {
+	ctx := context.Background()
+	e, client, _ := newTestEngine(b)
+	deployGVR := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	e.Declare("k", ObjectSet{Objects: []*unstructured.Unstructured{{Object: obj(b, benchDeployment)}}, DefaultNamespace: "ns", Prevent: true})
+	if _, err := e.Sync(ctx, "k"); err != nil {
+		b.Fatal(err)
+	}
+	live, err := client.Resource(deployGVR).Namespace("ns").Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	labelled := live.DeepCopy()
+	labelled.SetLabels(map[string]string{"app": "web", "team": "x"})
+	scaled := live.DeepCopy()
+	if err := unstructured.SetNestedField(scaled.Object, int64(5), "spec", "replicas"); err != nil {
+		b.Fatal(err)
+	}
+	for _, bb := range []struct {
+		name   string
+		obj    *unstructured.Unstructured
+		denied bool
+	}{{"label", labelled, false}, {"replicas", scaled, true}} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				j, err := e.Judge(deployGVR, live, bb.obj)
+				if err != nil || j.Denied() != bb.denied {
+					b.Fatal(err, j)
+				}
+			}
+		})
+	}
+}

@@ -58,6 +58,8 @@ type Options struct {
 	ExemptGroups []string
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
+	// Reviewed, if set, is told of every request answered.
+	Reviewed func(allowed bool)
 }
 
 // Handler serves AdmissionReview requests.
@@ -98,6 +100,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := h.review(r.Context(), review.Request)
 	resp.UID = review.Request.UID
+	if h.opts.Reviewed != nil {
+		h.opts.Reviewed(resp.Allowed)
+	}
 	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
 	if out.APIVersion == "" {
 		out.APIVersion, out.Kind = admissionv1.SchemeGroupVersion.String(), "AdmissionReview"

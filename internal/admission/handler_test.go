@@ -118,12 +118,13 @@ func TestHandler(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			locks := &fakeLocks{helmWorking: tt.helmWorking}
+			var reviewed []bool
 			h := NewHandler(func() Locks {
 				if tt.noLocks {
 					return nil
 				}
 				return locks
-			}, Options{ExemptGroups: []string{"oncall"}, Now: func() time.Time { return at }})
+			}, Options{ExemptGroups: []string{"oncall"}, Now: func() time.Time { return at }, Reviewed: func(allowed bool) { reviewed = append(reviewed, allowed) }})
 			req := tt.req
 			req.UID = "uid-1"
 			if req.Resource.Resource == "" {
@@ -141,6 +142,9 @@ func TestHandler(t *testing.T) {
 			}
 			if out.Response.Allowed != tt.wantAllowed {
 				t.Fatalf("allowed = %v, want %v; %+v", out.Response.Allowed, tt.wantAllowed, out.Response.Result)
+			}
+			if len(reviewed) != 1 || reviewed[0] != tt.wantAllowed {
+				t.Errorf("Reviewed was told %v; want once, %v", reviewed, tt.wantAllowed)
 			}
 			if !tt.wantAllowed {
 				if r := out.Response.Result; r == nil || r.Code != http.StatusForbidden || r.Message != tt.wantMessage {

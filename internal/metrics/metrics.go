@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ type Metrics struct {
 	revertLatency  prometheus.Histogram
 	reconcileErrs  *prometheus.CounterVec
 	denied         *prometheus.CounterVec
+	reviews        *prometheus.CounterVec
 	workqueue      *workqueueProvider
 	client         *clientRequests
 
@@ -72,10 +74,14 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 			Namespace: namespace, Name: "admission_denied_total",
 			Help: "Requests Prevent mode denied at admission, dry runs aside; release is the release's name or the ManifestLock's.",
 		}, []string{"namespace", "release", "kind"}),
+		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "admission_reviews_total",
+			Help: "Admission requests the webhook answered, by whether it allowed them: what the API server's matchConditions let reach it.",
+		}, []string{"allowed"}),
 		releases: map[string]releaseFigures{},
 	}
 	m.registry.MustRegister(
-		m.lockedReleases, m.lockedObjects, m.driftDetected, m.driftCorrected, m.revertLatency, m.reconcileErrs, m.denied,
+		m.lockedReleases, m.lockedObjects, m.driftDetected, m.driftCorrected, m.revertLatency, m.reconcileErrs, m.denied, m.reviews,
 		&informerCollector{list: informers, desc: prometheus.NewDesc(namespace+"_informers",
 			"Informers running, per resource type (1 while it runs).", []string{"group", "version", "resource"}, nil)},
 		collectors.NewGoCollector(),
@@ -153,6 +159,14 @@ func (m *Metrics) Denied(namespace, release, kind string) {
 		return
 	}
 	m.denied.WithLabelValues(namespace, release, kind).Inc()
+}
+
+// Reviewed counts an admission request the webhook answered.
+func (m *Metrics) Reviewed(allowed bool) {
+	if m == nil {
+		return
+	}
+	m.reviews.WithLabelValues(strconv.FormatBool(allowed)).Inc()
 }
 
 // WorkqueueProvider reports client-go workqueue metrics into the registry;
