@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -22,6 +24,18 @@ import (
 
 // webhookConfigName is the shared locker's ValidatingWebhookConfiguration.
 const webhookConfigName = "helm-locker." + framework.RegistrationNamespace
+
+// kubectlEditor returns an editor for kubectl edit that replaces from with
+// to in the file it is given, as a person would.
+func kubectlEditor(t *testing.T, from, to string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "editor.sh")
+	script := fmt.Sprintf("#!/bin/sh\nsed -i 's/%s/%s/' \"$1\"\n", from, to)
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
 
 // waitForRules waits until the shared locker's webhook configuration sends
 // the resources to the webhook.
@@ -87,6 +101,10 @@ func TestPreventMode(t *testing.T) {
 
 			// Refused, the object stays as it was.
 			denied(t, append(lockWords, `/data/key must stay "declared"`), "-n", ns, "patch", "configmap", cm, "--type=merge", "-p", `{"data":{"key":"edited"}}`)
+			editor := kubectlEditor(t, "key: declared", "key: edited")
+			if out, err := env.KubectlWithEnv(t, []string{"KUBE_EDITOR=" + editor}, "-n", ns, "edit", "configmap", cm); err == nil || !strings.Contains(err.Error(), lockWords[0]) {
+				t.Errorf("kubectl edit of a held field = %s, %v; want it denied, naming the lock", out, err)
+			}
 			denied(t, append(lockWords, "may not be deleted"), "-n", ns, "delete", "configmap", cm)
 			if v, ok := keyOf(t, ns, cm); !ok || v != "declared" {
 				t.Errorf("ConfigMap %s/%s data.key = %q (exists %v) after denied requests; want declared", ns, cm, v, ok)
@@ -133,6 +151,8 @@ func TestPreventMode(t *testing.T) {
 			env.Kubectl(t, "-n", ns, "patch", "configmap", release+"-2", "--type=merge", "-p", `{"data":{"fixed":"unchanged"}}`)
 			// So do Kubernetes' own deleters, and the break-glass group.
 			env.Kubectl(t, "-n", ns, "delete", "configmap", release+"-1", "--as="+admission.GarbageCollector)
+			waitForKey(t, ns, release+"-1", "declared")
+			env.Kubectl(t, "-n", ns, "delete", "configmap", release+"-1", "--as="+admission.NamespaceController)
 			env.Kubectl(t, "-n", ns, "patch", "configmap", release+"-2", "--type=merge", "-p", `{"data":{"key":"glass"}}`,
 				"--as=oncall", "--as-group="+framework.ExemptGroup, "--as-group=system:masters")
 			// The lock recreates and reverts what got through.
@@ -280,20 +300,10 @@ func TestPreventModeWithTheLockerDown(t *testing.T) {
 	// Writes of objects no lock could hold never reach the webhook: the
 	// API server's matchConditions keep them away. A locked object's do.
 	reviews := func() int {
-		t.Helper()
-		code, body := framework.HTTPGet("http://" + metricsAddr + "/metrics")
-		if code != http.StatusOK {
-			t.Fatalf("/metrics = %d", code)
-		}
-		n := 0
-		for _, line := range strings.Split(body, "\n") {
-			if rest, ok := strings.CutPrefix(line, "helm_locker_admission_reviews_total{"); ok {
-				var v int
-				_, _ = fmt.Sscanf(rest[strings.Index(rest, "}")+1:], " %d", &v)
-				n += v
-			}
-		}
-		return n
+		return metric(t, metricsAddr, `helm_locker_admission_reviews_total{allowed="false"}`) + metric(t, metricsAddr, `helm_locker_admission_reviews_total{allowed="true"}`)
+	}
+	if n := metric(t, metricsAddr, fmt.Sprintf(`helm_locker_admission_denied_total{kind="ConfigMap",namespace=%q,release="down"}`, ns)); n < 1 {
+		t.Errorf("helm_locker_admission_denied_total for release %s/down = %d after a denial; want at least 1", ns, n)
 	}
 	before := reviews()
 	env.Kubectl(t, "-n", ns, "create", "configmap", "plain", "--from-literal=key=v")
@@ -364,4 +374,21 @@ func TestStuckHelmOperationHoldsTheVerifiedRevision(t *testing.T) {
 	})
 	setKey(t, ns, "stuck-0", "edited")
 	waitForKey(t, ns, "stuck-0", "declared")
+}
+
+// metric reads one counter of a locker's /metrics; 0 when it is absent.
+func metric(t *testing.T, addr, series string) int {
+	t.Helper()
+	code, body := framework.HTTPGet("http://" + addr + "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics = %d", code)
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			var v int
+			_, _ = fmt.Sscanf(rest, "%d", &v)
+			return v
+		}
+	}
+	return 0
 }

@@ -223,7 +223,13 @@ func (e *Env) Kubectl(t testing.TB, args ...string) string {
 // output.
 func (e *Env) KubectlE(t testing.TB, args ...string) (string, error) {
 	t.Helper()
-	return e.run(t, e.Tools.Kubectl, append([]string{"--kubeconfig", e.CP.Kubeconfig}, args...), nil)
+	return e.KubectlWithEnv(t, nil, args...)
+}
+
+// KubectlWithEnv is KubectlE with more environment, such as KUBE_EDITOR.
+func (e *Env) KubectlWithEnv(t testing.TB, extraEnv []string, args ...string) (string, error) {
+	t.Helper()
+	return e.run(t, e.Tools.Kubectl, append([]string{"--kubeconfig", e.CP.Kubeconfig}, args...), extraEnv)
 }
 
 // ExemptGroup is the shared locker's break-glass group
