@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -16,6 +17,7 @@ import (
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
 	"github.com/helm-locker/helm-locker/internal/admission"
+	"github.com/helm-locker/helm-locker/internal/storage"
 )
 
 // The controller answers the admission webhook for the locks it holds.
@@ -38,14 +40,19 @@ func (c *Controller) JudgeScale(gvr schema.GroupVersionResource, namespace, name
 // rules.
 func (c *Controller) PreventedTypes() []schema.GroupVersionResource { return c.engine.PreventedTypes() }
 
-// Confirm reads the release's Secrets afresh, one list by label, and
-// denies only while the lock may still hold the revision the CR reports
-// (see mayHold): the latest, deployed, or the last verified one while a
-// Helm operation is stuck. Helm marks a revision pending before it writes an object, but
-// the Secret's watch event can reach the lock after Helm's first write;
-// a newer revision deployed is about to be locked instead. Who sent the
+// Confirm reads the release's Secrets afresh and denies only while the lock
+// may still hold the revision the CR reports (see mayHold): the latest,
+// deployed, or the last verified one while a Helm operation is stuck.
+// Helm marks a revision pending before it writes an object, but the
+// Secret's watch event can reach the lock after Helm's first write; a
+// newer revision deployed is about to be locked instead. Who sent the
 // request, or its field manager, never counts: anyone can send
 // fieldManager=helm.
+//
+// It reads the held revision's Secret and the next one's by name: Helm's
+// upgrade and rollback write revision N+1, its uninstall marks N. A GET is
+// read from etcd; a consistent list waits for the API server's watch
+// cache to catch up, which took 85 ms a denial on this machine.
 func (c *Controller) Confirm(ctx context.Context, key string) (bool, error) {
 	if strings.HasPrefix(key, manifestLockPrefix) {
 		return true, nil
@@ -58,11 +65,19 @@ func (c *Controller) Confirm(ctx context.Context, key string) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	latest, err := c.readLatest(ctx, hr.Spec.Release)
-	if err != nil {
-		return false, err
+	rk, held := hr.Spec.Release, hr.Status.Version
+	var latest latestRevision
+	for _, revision := range []int{held, held + 1} {
+		m, err := c.cfg.Metadata.Resource(secretsResource).Namespace(rk.Namespace).Get(ctx, storage.SecretName(rk.Name, revision), metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return false, err
+		}
+		latest = latestRevision{revision: revision, status: m.Labels[storage.LabelStatus], lastWrite: storage.LastWrite(m)}
 	}
-	return c.mayHold(latest, hr.Status.Version, time.Now()), nil
+	return c.mayHold(latest, held, time.Now()), nil
 }
 
 // Describe names the lock of key and how to change what it holds.

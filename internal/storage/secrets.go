@@ -27,6 +27,11 @@ const OwnedSelector = LabelOwner + "=helm"
 // Selector selects the stored revisions of the release name.
 func Selector(name string) string { return OwnedSelector + "," + LabelName + "=" + name }
 
+// SecretName is the name of the Secret Helm keeps revision of release in.
+func SecretName(release string, revision int) string {
+	return fmt.Sprintf("sh.helm.release.v1.%s.v%d", release, revision)
+}
+
 // Revision is the revision a stored release's labels give, or false if
 // they give none.
 func Revision(obj metav1.Object) (int, bool) {

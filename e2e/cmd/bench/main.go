@@ -90,6 +90,8 @@ func main() {
 	flag.BoolVar(&churnDuring, "churn-during", true, "touch every Deployment, Service and Secret about once a minute all through the latency measurement")
 	memoryOnly := flag.Bool("memory-only", false, "measure the base scenario's cold lock and memory alone, print them and write no report: for memory work, with -profiles")
 	render := flag.String("render", "", "measure nothing: write the report in this benchmarks.json again, with the per-object figures derived anew")
+	admission := flag.Bool("admission", true, "also measure Prevent mode's admission against a no-op webhook, into admission.md and admission.json")
+	admissionOnly := flag.Bool("admission-only", false, "measure admission alone")
 	flag.Parse()
 	if *render != "" {
 		if err := rerender(*render, out); err != nil {
@@ -101,6 +103,13 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *admissionOnly {
+		if err := runAdmission(ctx, out, lockerBinary); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *memoryOnly {
 		if err := measureMemory(ctx, base, lockerBinary); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -111,6 +120,12 @@ func main() {
 	if err := run(ctx, base, &fullMeasure{edits: edits, concurrency: concurrency, idle: idle, churnDuring: churnDuring}, scale, out, lockerBinary); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
+	}
+	if *admission {
+		if err := runAdmission(ctx, out, lockerBinary); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
 	}
 }
 

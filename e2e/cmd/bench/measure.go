@@ -32,10 +32,10 @@ type locker struct {
 	start time.Time
 }
 
-func startLocker(bin, kubeconfig, log string) (*locker, error) {
+func startLocker(bin, kubeconfig, log string, extra ...string) (*locker, error) {
 	start := time.Now()
-	p, err := controlplane.StartProcess("helm-locker", bin, []string{"--kubeconfig", kubeconfig, "--namespace", v1alpha1Namespace,
-		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--profiling"}, log)
+	p, err := controlplane.StartProcess("helm-locker", bin, append([]string{"--kubeconfig", kubeconfig, "--namespace", v1alpha1Namespace,
+		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--profiling", "--webhook-bind-address=0"}, extra...), log)
 	if err != nil {
 		return nil, err
 	}
