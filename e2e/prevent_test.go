@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,11 +15,15 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/e2e/controlplane"
 	"github.com/helm-locker/helm-locker/e2e/framework"
 	"github.com/helm-locker/helm-locker/internal/admission"
 )
@@ -391,4 +397,111 @@ func metric(t *testing.T, addr, series string) int {
 		}
 	}
 	return 0
+}
+
+// TestStandbyAnswersAdmission: a replica standing by holds the same
+// declarations as the leader, read-only, and denies as it would; while the
+// leader is SIGKILLed and the standby takes its Lease over, every review
+// the standby is sent is still denied.
+func TestStandbyAnswersAdmission(t *testing.T) {
+	t.Parallel()
+	ns := env.Namespace(t)
+	registration := env.Namespace(t)
+	controller := "ha-prevent"
+	configName := controller + "." + registration
+	t.Cleanup(func() {
+		_ = env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), configName, metav1.DeleteOptions{})
+	})
+	start := func(name string) (*controlplane.Process, string) {
+		addr := framework.FreeAddress(t)
+		p, err := env.StartLocker(name, "--namespace", registration, "--controller-name", controller,
+			"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=1s",
+			"--webhook-bind-address="+addr, "--webhook-url=https://"+addr+"/validate")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Stop(10 * time.Second) })
+		return p, addr
+	}
+	first, _ := start("ha-prevent-1")
+	holder := func() string {
+		lease, err := env.Kube.CoordinationV1().Leases(registration).Get(t.Context(), controller, metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *lease.Spec.HolderIdentity
+	}
+	env.Eventually(t, 30*time.Second, func() error {
+		if holder() == "" {
+			return errors.New("no one leads")
+		}
+		return nil
+	})
+	leader := holder()
+	_, standbyAddr := start("ha-prevent-2")
+
+	env.Helm(t, framework.Helm3, "install", "cms", framework.Chart(t, "configmaps"), "-n", ns)
+	cr := env.RegisterWith(t, registration, ns, "cms", map[string]any{"mode": "Prevent"})
+	env.WaitForStateIn(t, registration, cr, v1alpha1.StateDeployed, 1)
+
+	// An edit of cms-0, as the API server would send it for review.
+	live, err := env.Dynamic.Resource(configMaps).Namespace(ns).Get(t.Context(), "cms-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := live.DeepCopy()
+	edited.Object["data"].(map[string]any)["key"] = "edited"
+	oldRaw, _ := live.MarshalJSON()
+	newRaw, _ := edited.MarshalJSON()
+	review, _ := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{UID: "1", Operation: admissionv1.Update, Name: "cms-0", Namespace: ns,
+			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"}, UserInfo: authenticationv1.UserInfo{Username: "alice"},
+			OldObject: runtime.RawExtension{Raw: oldRaw}, Object: runtime.RawExtension{Raw: newRaw}},
+	})
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	ask := func() (bool, error) {
+		resp, err := client.Post("https://"+standbyAddr+"/validate", "application/json", bytes.NewReader(review))
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		var out admissionv1.AdmissionReview
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Response == nil {
+			return false, fmt.Errorf("response: %v", err)
+		}
+		return !out.Response.Allowed, nil
+	}
+	env.Eventually(t, 30*time.Second, func() error {
+		if denied, err := ask(); err != nil || !denied {
+			return fmt.Errorf("the standby allowed an edit of a Prevent lock's object (err %v)", err)
+		}
+		return nil
+	})
+	if h := holder(); h != leader {
+		t.Fatalf("the Lease moved to %s before the leader was stopped", h)
+	}
+
+	first.Kill()
+	killed := time.Now()
+	var answered, allowed int
+	var tookOver time.Duration
+	for time.Since(killed) < 15*time.Second {
+		denied, err := ask()
+		if err != nil {
+			t.Fatalf("the standby did not answer %s after the leader was killed: %v", time.Since(killed).Round(time.Millisecond), err)
+		}
+		answered++
+		if !denied {
+			allowed++
+		}
+		if h := holder(); tookOver == 0 && h != "" && h != leader {
+			tookOver = time.Since(killed)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("after the leader's SIGKILL: the standby answered %d reviews in 15 s, %d allowed; it took the Lease over after %s", answered, allowed, tookOver.Round(time.Millisecond))
+	if allowed > 0 || tookOver == 0 {
+		t.Errorf("while the leader was replaced, the standby allowed %d of %d edits (want none), and took the Lease after %s (want within 15 s)", allowed, answered, tookOver)
+	}
 }

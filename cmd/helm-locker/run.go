@@ -106,8 +106,9 @@ func runOperator(ctx context.Context, opts *options) error {
 	defer broadcaster.Shutdown()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 
-	newController := func() *controller.Controller {
+	newController := func(readOnly bool) *controller.Controller {
 		return controller.New(controller.Config{
+			ReadOnly:              readOnly,
 			Namespace:             opts.namespace,
 			ControllerName:        opts.controllerName,
 			HelmManagers:          opts.helmManagers,
@@ -129,8 +130,30 @@ func runOperator(ctx context.Context, opts *options) error {
 	if err != nil {
 		return err
 	}
-	run := func(ctx context.Context) error {
-		c := newController()
+	// standby is the read-only controller of a replica standing by: it
+	// answers admission from the same declarations as the leader, and
+	// writes nothing (see controller.Config.ReadOnly).
+	var standby atomic.Pointer[controller.Controller]
+	standBy := func(ctx context.Context) (stop func()) {
+		if certs == nil {
+			return func() {}
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c := newController(true)
+			standby.Store(c)
+			defer standby.CompareAndSwap(c, nil)
+			_ = c.Run(ctx)
+		}()
+		var once sync.Once
+		return func() { once.Do(func() { cancel(); <-done }) }
+	}
+	// run runs a term of leadership; leading is called once its caches
+	// have synced, when a standby controller is no longer needed.
+	run := func(ctx context.Context, leading func()) error {
+		c := newController(false)
 		current.Store(c)
 		defer current.Store(nil)
 		if certs == nil {
@@ -143,6 +166,16 @@ func runOperator(ctx context.Context, opts *options) error {
 		var term sync.WaitGroup
 		defer term.Wait()
 		term.Go(func() { _ = webhookConfiguration(kube, opts, certs, c.PreventedTypes).Run(ctx) })
+		term.Go(func() {
+			for !c.Synced() {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			leading()
+		})
 		return c.Run(ctx)
 	}
 
@@ -175,10 +208,14 @@ func runOperator(ctx context.Context, opts *options) error {
 		return err
 	}
 	if certs != nil {
-		// A replica standing by holds no declarations and lets every
-		// request through; the leader's answers (see admission).
+		// The leader's controller answers once its caches have synced,
+		// a standby's until then; with neither, every request is let
+		// through.
 		locks := func() admission.Locks {
-			if c := current.Load(); c != nil {
+			if c := current.Load(); c != nil && c.Synced() {
+				return c
+			}
+			if c := standby.Load(); c != nil && c.Synced() {
 				return c
 			}
 			return nil
@@ -190,9 +227,9 @@ func runOperator(ctx context.Context, opts *options) error {
 		}
 	}
 	if !opts.leaderElect {
-		return run(ctx)
+		return run(ctx, func() {})
 	}
-	return runAsLeader(ctx, kube, opts, probe, run)
+	return runAsLeader(ctx, kube, opts, probe, run, standBy)
 }
 
 // webhookService is the Service the API server calls the webhook through
@@ -254,7 +291,9 @@ func metricsMux(m *metrics.Metrics, profiling bool) http.Handler {
 // and its next term runs run afresh, with new caches. It does not exit:
 // restarted by the kubelet while the API server is still down, it would
 // back off for minutes (CrashLoopBackOff) after the API server returned.
-func runAsLeader(ctx context.Context, kube kubernetes.Interface, opts *options, ready leader.Readiness, run func(context.Context) error) error {
+// While it stands by, standBy runs; a term stops it once its caches have
+// synced (run's leading).
+func runAsLeader(ctx context.Context, kube kubernetes.Interface, opts *options, ready leader.Readiness, run func(ctx context.Context, leading func()) error, standBy func(context.Context) func()) error {
 	host, err := os.Hostname()
 	if err != nil {
 		return err
@@ -276,7 +315,9 @@ func runAsLeader(ctx context.Context, kube kubernetes.Interface, opts *options, 
 	logger := klog.FromContext(ctx)
 	for {
 		logger.Info("Waiting to lead", "lease", opts.namespace+"/"+opts.controllerName, "identity", identity)
-		err := elector.Run(ctx, run)
+		stop := standBy(ctx)
+		err := elector.Run(ctx, func(ctx context.Context) error { return run(ctx, stop) })
+		stop()
 		if !errors.Is(err, leader.ErrLost) || ctx.Err() != nil {
 			return err
 		}

@@ -96,9 +96,15 @@ func (c *Controller) Describe(key string) (string, string) {
 }
 
 // Record reports a denial on the lock: an event naming the user, the
-// metric, and status.lastDenied, which the lock's next sync writes.
+// metric, and status.lastDenied, which the lock's next sync writes. A
+// replica standing by writes nothing, and only counts it.
 func (c *Controller) Record(key string, d admission.Denial) {
 	j := d.Judgement
+	if c.cfg.ReadOnly {
+		_, ns, name := c.lockRef(key)
+		c.cfg.Metrics.Denied(ns, name, j.Kind)
+		return
+	}
 	record := &v1alpha1.Denial{User: d.User, Operation: d.Operation, Object: objectName(j.Kind, j.Ref), Time: metav1.NewTime(d.Time).Rfc3339Copy()}
 	for _, f := range j.Fields {
 		record.Paths = append(record.Paths, f.Path)

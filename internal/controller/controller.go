@@ -73,6 +73,12 @@ type Config struct {
 	TenantManifestLocks bool
 	// Workers is the number of releases synced at once.
 	Workers int
+	// ReadOnly makes a controller for a replica standing by: it reads
+	// the CRs and releases and declares them to its engine, so that it
+	// answers admission from the same declarations as the leader (see
+	// Judge), and it writes nothing: no claim, status, event,
+	// correction or prune.
+	ReadOnly bool
 	// HelmOperationTimeout is how long a revision may stay pending or
 	// uninstalling before the lock holds the last verified revision again
 	// (see stuck); DefaultHelmOperationTimeout if zero.
@@ -629,6 +635,11 @@ func (c *Controller) sync(ctx context.Context, key string) (result, error) {
 	hr, st, ok := c.observe(ctx, key)
 	if !ok {
 		return result{}, nil
+	}
+	if c.cfg.ReadOnly {
+		_, _, err := c.decide(ctx, key, hr, st, &result{})
+		c.engine.Prepare(ctx)
+		return result{}, err
 	}
 	if hr.Annotations[v1alpha1.ManagedByAnnotation] == "" {
 		rv, err := c.claim(ctx, hr)

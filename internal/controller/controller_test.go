@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/internal/admission"
 	"github.com/helm-locker/helm-locker/internal/storage"
 )
 
@@ -347,5 +348,37 @@ func TestSecondCRForALockedReleaseConflicts(t *testing.T) {
 	}
 	if cond := meta.FindStatusCondition(statusOf(t, dyn).Conditions, v1alpha1.ConditionLocked); cond == nil || cond.Status != metav1.ConditionTrue {
 		t.Errorf("Locked of the first CR = %+v, want True", cond)
+	}
+}
+
+// TestReadOnlyDeclaresAndWritesNothing: a controller for a replica
+// standing by declares a Prevent lock, so it judges an edit as the leader
+// would, and makes no write: no claim, status, creation or event.
+func TestReadOnlyDeclaresAndWritesNothing(t *testing.T) {
+	hr := helmRelease(nil)
+	hr.Object["spec"].(map[string]any)["mode"] = "Prevent"
+	c, dyn := newTestController(t, hr, releaseSecret(t, "deployed", 1), nil)
+	c.cfg.ReadOnly = true
+	recorder := record.NewFakeRecorder(10)
+	c.cfg.Recorder = recorder
+	if _, err := c.sync(context.Background(), "cattle-helm-system/hr"); err != nil {
+		t.Fatal(err)
+	}
+	edited := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "cm", "namespace": "apps"}, "data": map[string]any{"key": "edited"}}}
+	j, err := c.Judge(cmGVR, nil, edited)
+	if err != nil || !j.Denied() || j.Key != "cattle-helm-system/hr" {
+		t.Errorf("Judge of an edit on a read-only controller = %+v, %v; want it denied by the HelmRelease", j, err)
+	}
+	c.Record(j.Key, admission.Denial{Judgement: j, User: "alice", Operation: "UPDATE", Time: time.Now()})
+	for _, a := range dyn.Actions() {
+		switch a.GetVerb() {
+		case "create", "update", "patch", "delete":
+			t.Errorf("a read-only controller wrote: %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+	close(recorder.Events)
+	for ev := range recorder.Events {
+		t.Errorf("a read-only controller recorded an event: %s", ev)
 	}
 }

@@ -134,6 +134,9 @@ func (c *Controller) syncManifestLock(ctx context.Context, key string) (result, 
 	}
 	var res result
 	status, syncErr := c.reconcileManifestLock(ctx, key, ml, st, &res)
+	if c.cfg.ReadOnly {
+		return res, syncErr
+	}
 	status.ObservedGeneration = ml.Generation
 	status.DriftsDetected, status.DriftsCorrected, status.LastDrift = st.driftsDetected, st.corrected, st.lastDrift
 	status.LastDenied = c.denials.get(key, ml.Status.LastDenied)
@@ -193,6 +196,14 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 	// declare, and sync.
 	digest := manifestDigest(text)
 	declared := digest + fmt.Sprintf("/%d", ml.Generation)
+	if c.cfg.ReadOnly {
+		if declared != st.declared {
+			st.declared = declared
+			c.engine.Declare(key, c.manifestSet(ml, objs, namespace, ignore, writer, false))
+			c.engine.Prepare(ctx)
+		}
+		return ml.Status, nil
+	}
 	if declared != st.declared {
 		if ml.Spec.Prune {
 			if err := c.prune(ctx, ml, st, refs, writer); err != nil {
@@ -207,34 +218,42 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 		// was held is not new: what differs from it now, someone else
 		// changed.
 		applied := st.declared == "" && ml.Status.ManifestDigest == digest
-		if ml.Spec.Mode == v1alpha1.ModePrevent {
-			for _, obj := range objs {
-				annotations := obj.GetAnnotations()
-				if annotations == nil {
-					annotations = map[string]string{}
-				}
-				annotations[mlv1.MarkerAnnotation] = ml.Namespace + "/" + ml.Name
-				obj.SetAnnotations(annotations)
-			}
-		}
 		st.declarations++
 		st.declared, st.missing = declared, missing
 		st.lock = st.lock.Next(lock.Event{Type: lock.Engage, Revision: st.declarations, Warn: ml.Spec.Mode == v1alpha1.ModeWarn})
-		c.engine.Declare(key, engine.ObjectSet{
-			Objects:          objs,
-			DefaultNamespace: namespace,
-			ReportOnly:       st.lock.Warn,
-			Prevent:          ml.Spec.Mode == v1alpha1.ModePrevent,
-			Ignore:           ignore,
-			Writer:           writer,
-			Since:            ml.CreationTimestamp.Time,
-			Applied:          applied,
-		})
+		c.engine.Declare(key, c.manifestSet(ml, objs, namespace, ignore, writer, applied))
 		logger.V(2).Info("ManifestLock engaged", "objects", len(objs), "created", len(missing), "mode", ml.Spec.Mode)
 	}
 	status, syncErr := c.syncManifestObjects(ctx, key, ml, st, r, optedOut)
 	status.ManifestDigest = digest
 	return status, syncErr
+}
+
+// manifestSet is what a ManifestLock declares to the engine. In Prevent
+// mode every object carries the lock's marker, so that the webhook is sent
+// its requests (see mlv1.MarkerAnnotation).
+func (c *Controller) manifestSet(ml *mlv1.ManifestLock, objs []*unstructured.Unstructured, namespace string, ignore func(*unstructured.Unstructured) []engine.Pointer, writer dynamic.Interface, applied bool) engine.ObjectSet {
+	prevent := ml.Spec.Mode == v1alpha1.ModePrevent
+	if prevent {
+		for _, obj := range objs {
+			annotations := obj.GetAnnotations()
+			if annotations == nil {
+				annotations = map[string]string{}
+			}
+			annotations[mlv1.MarkerAnnotation] = ml.Namespace + "/" + ml.Name
+			obj.SetAnnotations(annotations)
+		}
+	}
+	return engine.ObjectSet{
+		Objects:          objs,
+		DefaultNamespace: namespace,
+		ReportOnly:       ml.Spec.Mode == v1alpha1.ModeWarn,
+		Prevent:          prevent,
+		Ignore:           ignore,
+		Writer:           writer,
+		Since:            ml.CreationTimestamp.Time,
+		Applied:          applied,
+	}
 }
 
 // syncManifestObjects syncs the declaration the engine holds for the lock
