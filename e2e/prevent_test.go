@@ -185,12 +185,22 @@ func TestPreventMode(t *testing.T) {
 }
 
 // TestPreventModeScale: kubectl scale of a locked Deployment is denied at
-// its scale subresource.
+// its scale subresource, with both CLIs.
 func TestPreventModeScale(t *testing.T) {
 	t.Parallel()
+	for _, v := range framework.HelmVersions {
+		t.Run(v.String(), func(t *testing.T) {
+			t.Parallel()
+			preventScale(t, v)
+		})
+	}
+}
+
+func preventScale(t *testing.T, v framework.HelmVersion) {
 	ns := env.Namespace(t)
-	release := "scaled"
-	env.Helm(t, framework.Helm4, "install", release, framework.Chart(t, "webstack"), "-n", ns)
+	// The chart names its cluster-wide CRD after the release.
+	release := "scaled-" + v.String()
+	env.Helm(t, v, "install", release, framework.Chart(t, "webstack"), "-n", ns)
 	cr := env.RegisterWith(t, framework.RegistrationNamespace, ns, release, map[string]any{"mode": "Prevent"})
 	env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)
 	waitForRules(t, "deployments", "deployments/scale")

@@ -243,7 +243,7 @@ func webhookCerts(kube kubernetes.Interface, opts *options) (webhook.CertSource,
 		return nil, nil
 	}
 	if opts.webhookCertDir != "" {
-		return webhook.DirCerts{Dir: opts.webhookCertDir}, nil
+		return &webhook.DirCerts{Dir: opts.webhookCertDir}, nil
 	}
 	hosts := []string{webhookService + "." + opts.namespace + ".svc", webhookService + "." + opts.namespace + ".svc.cluster.local"}
 	if opts.webhookURL != "" {

@@ -141,13 +141,28 @@ func (s *SecretCerts) read(ctx context.Context, now func() time.Time) (*Bundle, 
 
 // DirCerts reads a bundle from a folder, such as a cert-manager Secret
 // mounted there: ca.crt, tls.crt and tls.key. It reads them again when
-// they change.
-type DirCerts struct{ Dir string }
+// tls.crt changes.
+type DirCerts struct {
+	Dir string
 
-var _ CertSource = DirCerts{}
+	mu       sync.Mutex
+	last     *Bundle
+	modified time.Time
+}
 
-// Current reads the folder.
-func (d DirCerts) Current(context.Context) (*Bundle, error) {
+var _ CertSource = (*DirCerts)(nil)
+
+// Current returns the folder's bundle, read again if tls.crt changed.
+func (d *DirCerts) Current(context.Context) (*Bundle, error) {
+	info, err := os.Stat(filepath.Join(d.Dir, keyCert))
+	if err != nil {
+		return nil, fmt.Errorf("--webhook-cert-dir: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.last != nil && info.ModTime().Equal(d.modified) {
+		return d.last, nil
+	}
 	var data [3][]byte
 	for i, name := range []string{keyCA, keyCert, keyKey} {
 		b, err := os.ReadFile(filepath.Join(d.Dir, name))
@@ -156,7 +171,12 @@ func (d DirCerts) Current(context.Context) (*Bundle, error) {
 		}
 		data[i] = b
 	}
-	return parseBundle(data[0], data[1], data[2])
+	b, err := parseBundle(data[0], data[1], data[2])
+	if err != nil {
+		return nil, fmt.Errorf("--webhook-cert-dir: %w", err)
+	}
+	d.last, d.modified = b, info.ModTime()
+	return b, nil
 }
 
 func parseBundle(caPEM, certPEM, keyPEM []byte) (*Bundle, error) {

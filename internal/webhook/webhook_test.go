@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -93,5 +95,47 @@ func TestBuild(t *testing.T) {
 	}
 	if empty := Build("x", admissionregistrationv1.WebhookClientConfig{}, nil, nil); len(empty.Webhooks[0].Rules) != 0 {
 		t.Errorf("with no Prevent lock, rules %+v; want none", empty.Webhooks[0].Rules)
+	}
+}
+
+// TestDirCerts reads a cert-manager style folder, and again once tls.crt
+// changes.
+func TestDirCerts(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	write := func(hosts ...string) {
+		ca, err := newAuthority(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, key, err := ca.issue(hosts, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, data := range map[string][]byte{keyCA: ca.certPEM, keyCert: cert, keyKey: key} {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write("a.example")
+	certs := &DirCerts{Dir: dir}
+	first, err := certs.Current(ctx)
+	if err != nil || first.Cert.Leaf.DNSNames[0] != "a.example" {
+		t.Fatalf("Current = %v, %v", first, err)
+	}
+	if again, _ := certs.Current(ctx); again != first {
+		t.Error("an unchanged folder was read again")
+	}
+	write("b.example")
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(filepath.Join(dir, keyCert), later, later); err != nil {
+		t.Fatal(err)
+	}
+	if renewed, err := certs.Current(ctx); err != nil || renewed.Cert.Leaf.DNSNames[0] != "b.example" {
+		t.Errorf("after tls.crt changed: %v, %v; want the new certificate", renewed, err)
+	}
+	if _, err := (&DirCerts{Dir: t.TempDir()}).Current(ctx); err == nil || !strings.Contains(err.Error(), "--webhook-cert-dir") {
+		t.Errorf("an empty folder: %v; want an error naming --webhook-cert-dir", err)
 	}
 }
