@@ -38,8 +38,10 @@ type DeniedField struct {
 func (j Judgement) Denied() bool { return j.Key != "" && (j.Deleted || len(j.Fields) > 0) }
 
 // Judge says whether a request to write an object, or to delete it (obj
-// nil), would drift it from what a set that prevents changes declares. old
-// is the object before the request, nil for a creation.
+// nil), would drift it from what a set that prevents changes holds: its
+// declaration, or while the object is not verified the last verified one
+// (see Verification.Fallback). old is the object before the request, nil
+// for a creation.
 //
 // It uses the revert's comparison on the request's object: a field is
 // denied exactly when the revert would correct it, so a value the API

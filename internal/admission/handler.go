@@ -58,7 +58,8 @@ type Options struct {
 	ExemptGroups []string
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
-	// Reviewed, if set, is told of every request answered.
+	// Reviewed, if set, is told of every request answered but dry runs,
+	// which promise to record nothing.
 	Reviewed func(allowed bool)
 }
 
@@ -100,7 +101,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := h.review(r.Context(), review.Request)
 	resp.UID = review.Request.UID
-	if h.opts.Reviewed != nil {
+	if dryRun := review.Request.DryRun; h.opts.Reviewed != nil && (dryRun == nil || !*dryRun) {
 		h.opts.Reviewed(resp.Allowed)
 	}
 	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
@@ -137,7 +138,7 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest)
 	lock, change := locks.Describe(j.Key)
 	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
 		Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden,
-		Message: Message(j, lock, change),
+		Message: message(j, lock, change),
 	}}
 }
 
@@ -193,9 +194,9 @@ func (h *Handler) exempt(user string, groups []string) bool {
 	return slices.ContainsFunc(groups, func(g string) bool { return slices.Contains(h.opts.ExemptGroups, g) })
 }
 
-// Message is the denial a user reads: the object, the lock, each field
+// message is the denial a user reads: the object, the lock, each field
 // with its declared value, and how to change it, in a line or two.
-func Message(j engine.Judgement, lock, change string) string {
+func message(j engine.Judgement, lock, change string) string {
 	object := j.Kind + " " + j.Ref.Name
 	if j.Ref.Namespace != "" {
 		object = j.Kind + " " + j.Ref.Namespace + "/" + j.Ref.Name

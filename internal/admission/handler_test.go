@@ -143,7 +143,10 @@ func TestHandler(t *testing.T) {
 			if out.Response.Allowed != tt.wantAllowed {
 				t.Fatalf("allowed = %v, want %v; %+v", out.Response.Allowed, tt.wantAllowed, out.Response.Result)
 			}
-			if len(reviewed) != 1 || reviewed[0] != tt.wantAllowed {
+			switch dryRun := tt.req.DryRun != nil && *tt.req.DryRun; {
+			case dryRun && len(reviewed) != 0:
+				t.Errorf("Reviewed was told %v of a dry run; want nothing recorded", reviewed)
+			case !dryRun && (len(reviewed) != 1 || reviewed[0] != tt.wantAllowed):
 				t.Errorf("Reviewed was told %v; want once, %v", reviewed, tt.wantAllowed)
 			}
 			if !tt.wantAllowed {

@@ -76,7 +76,7 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 		}, []string{"namespace", "release", "kind"}),
 		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "admission_reviews_total",
-			Help: "Admission requests the webhook answered, by whether it allowed them: what the API server's matchConditions let reach it.",
+			Help: "Admission requests the webhook answered, dry runs aside, by whether it allowed them: what the API server's matchConditions let reach it.",
 		}, []string{"allowed"}),
 		releases: map[string]releaseFigures{},
 	}
