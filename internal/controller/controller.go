@@ -324,6 +324,29 @@ func (c *Controller) Run(ctx context.Context) error {
 		return errors.New("caches did not sync before shutdown")
 	}
 	c.declareAll(ctx)
+	if c.cfg.ReadOnly {
+		// A replica standing by judges requests against declarations
+		// alone: it watches no locked object.
+		c.synced.Store(true)
+	} else {
+		c.runEngine(ctx, start)
+	}
+	logger.Info("Starting workers", "count", c.cfg.Workers)
+	for range c.cfg.Workers {
+		start(func(ctx context.Context) {
+			for c.processNext(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	logger.Info("Shutting down")
+	return nil
+}
+
+// runEngine starts the engine and its informers, and marks the controller
+// synced once they have listed.
+func (c *Controller) runEngine(ctx context.Context, start func(func(context.Context))) {
+	logger := klog.FromContext(ctx)
 	start(func(ctx context.Context) { _ = c.engine.Run(ctx) })
 	start(func(ctx context.Context) {
 		// The first lists decode every object of every watched type,
@@ -353,16 +376,6 @@ func (c *Controller) Run(ctx context.Context) error {
 		debug.FreeOSMemory()
 		logger.V(2).Info("Initial syncs done")
 	})
-	logger.Info("Starting workers", "count", c.cfg.Workers)
-	for range c.cfg.Workers {
-		start(func(ctx context.Context) {
-			for c.processNext(ctx) {
-			}
-		})
-	}
-	<-ctx.Done()
-	logger.Info("Shutting down")
-	return nil
 }
 
 // Synced reports whether every cache has finished its first list.
@@ -637,8 +650,12 @@ func (c *Controller) sync(ctx context.Context, key string) (result, error) {
 		return result{}, nil
 	}
 	if c.cfg.ReadOnly {
+		held := st.rel
 		_, _, err := c.decide(ctx, key, hr, st, &result{})
-		c.engine.Prepare(ctx)
+		if st.rel != held {
+			// A new declaration: its kinds' rules, for Judge.
+			c.engine.Prepare(ctx)
+		}
 		return result{}, err
 	}
 	if hr.Annotations[v1alpha1.ManagedByAnnotation] == "" {
@@ -897,7 +914,6 @@ func (c *Controller) open(key string) { c.engine.Forget(key) }
 // held revision (fights, warnings) and the revision it was verifying go.
 func (c *Controller) openState(key string, st *releaseState) {
 	c.open(key)
-	st.stuck = nil
 	st.held = held{lock: st.lock.Next(lock.Event{Type: lock.Open})}
 	st.fights, st.warned = nil, nil
 	st.candidate = nil
