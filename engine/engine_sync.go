@@ -82,7 +82,7 @@ type Waiting struct {
 
 // Conflict is a declared object that another set holds. One object is held
 // by one set at a time, or two declarations would take turns writing it:
-// the set that declared it first holds it (see ObjectSet.Since), and the
+// the set whose lock began first holds it (see ObjectSet.Since), and the
 // next in line takes it over when that one forgets it or stops declaring
 // it.
 type Conflict struct {
