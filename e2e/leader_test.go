@@ -26,13 +26,7 @@ func TestLeaderHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = first.Stop(10 * time.Second) }()
-	holder := func() string {
-		lease, err := env.Kube.CoordinationV1().Leases(registration).Get(t.Context(), "ha-locker", metav1.GetOptions{})
-		if err != nil || lease.Spec.HolderIdentity == nil {
-			return ""
-		}
-		return *lease.Spec.HolderIdentity
-	}
+	holder := func() string { return leaseHolder(t, registration, "ha-locker") }
 	env.Eventually(t, 30*time.Second, func() error {
 		if holder() == "" {
 			return fmt.Errorf("no one holds Lease %s/ha-locker", registration)
@@ -64,4 +58,14 @@ func TestLeaderHandover(t *testing.T) {
 	})
 	setKey(t, ns, "cms-0", "after handover")
 	waitForKey(t, ns, "cms-0", "declared")
+}
+
+// leaseHolder returns who holds the Lease namespace/name, or "".
+func leaseHolder(t *testing.T, namespace, name string) string {
+	t.Helper()
+	lease, err := env.Kube.CoordinationV1().Leases(namespace).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *lease.Spec.HolderIdentity
 }

@@ -434,13 +434,7 @@ func TestStandbyAnswersAdmission(t *testing.T) {
 		return p, addr
 	}
 	first, _ := start("ha-prevent-1")
-	holder := func() string {
-		lease, err := env.Kube.CoordinationV1().Leases(registration).Get(t.Context(), controller, metav1.GetOptions{})
-		if err != nil || lease.Spec.HolderIdentity == nil {
-			return ""
-		}
-		return *lease.Spec.HolderIdentity
-	}
+	holder := func() string { return leaseHolder(t, registration, controller) }
 	env.Eventually(t, 30*time.Second, func() error {
 		if holder() == "" {
 			return errors.New("no one leads")
