@@ -1,12 +1,12 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -179,10 +179,8 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 	// In the order kubectl and Helm create objects: a Namespace and a
 	// CRD before what lives in them.
 	slices.SortFunc(todo, func(a, b dirtyObject) int {
-		if a.rank != b.rank {
-			return int(a.rank) - int(b.rank)
-		}
-		return strings.Compare(a.ref.String(), b.ref.String())
+		return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.ref.GVR.Resource, b.ref.GVR.Resource),
+			cmp.Compare(a.ref.Namespace, b.ref.Namespace), cmp.Compare(a.ref.Name, b.ref.Name))
 	})
 
 	// Reading a type's objects from its informer beats a GET per object,
