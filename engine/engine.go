@@ -193,6 +193,10 @@ type objectSet struct {
 	// namespaces are the Namespaces the set declares: its objects in one
 	// of them wait for it rather than fail (see Waiting).
 	namespaces map[string]bool
+	// kinds are the kinds whose CRDs the set declares: creating their
+	// objects waits for the CRD to be served again rather than back off
+	// (see errTypeWaiting).
+	kinds      map[schema.GroupKind]bool
 	objects    map[ObjectRef]*lockedObject
 	unresolved []*unresolvedObject
 	dirty      map[ObjectRef]int64                 // when each was first marked, in Unix ns
@@ -437,14 +441,20 @@ func (e *Engine) Declare(key string, set ObjectSet) {
 		spec:       set,
 		since:      set.Since,
 		namespaces: map[string]bool{},
+		kinds:      map[schema.GroupKind]bool{},
 		objects:    map[ObjectRef]*lockedObject{},
 		dirty:      map[ObjectRef]int64{},
 		gvrs:       map[schema.GroupVersionResource]int{},
 	}
 	for _, obj := range set.Objects {
 		s.unresolved = append(s.unresolved, &unresolvedObject{obj: obj})
-		if obj.GroupVersionKind().GroupKind() == namespaceKind {
+		switch obj.GroupVersionKind().GroupKind() {
+		case namespaceKind:
 			s.namespaces[obj.GetName()] = true
+		case crdKind:
+			group, _, _ := unstructured.NestedString(obj.Object, "spec", "group")
+			kind, _, _ := unstructured.NestedString(obj.Object, "spec", "names", "kind")
+			s.kinds[schema.GroupKind{Group: group, Kind: kind}] = true
 		}
 	}
 	// Resolved objects are kept normalized (see resolve); the caller's
@@ -482,7 +492,10 @@ func (e *Engine) Declare(key string, set ObjectSet) {
 	e.notifyAll(notify)
 }
 
-var namespaceKind = schema.GroupKind{Kind: "Namespace"}
+var (
+	namespaceKind = schema.GroupKind{Kind: "Namespace"}
+	crdKind       = schema.GroupKind{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}
+)
 
 // Prepare reads the merge rules of every declared set's kinds and resolves
 // the objects waiting for them (see Sync), acquiring their informers. Called

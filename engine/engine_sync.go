@@ -127,6 +127,14 @@ type Drift struct {
 // declares (see Waiting).
 var errNamespaceWaiting = errors.New("waiting for the set's own namespace")
 
+// errTypeWaiting says the creation of a custom resource waits for its CRD,
+// which the set declares, to be served: the CRD was deleted, taking its
+// objects with it, and is being recreated. A creation can be NotFound only
+// for its namespace or its type. Backing off exponentially on each try
+// would leave the object missing for a minute or more after the CRD is
+// back.
+var errTypeWaiting = errors.New("waiting for the set's own CRD to be served")
+
 // Fight is an object whose corrections another actor keeps undoing. The
 // engine backs off exponentially rather than join a write loop.
 type Fight struct {
@@ -209,6 +217,10 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 			res.Waiting = append(res.Waiting, Waiting{Ref: obj.ref, Kind: drift.Kind, Namespace: obj.ref.Namespace})
 			// The Namespace's own event syncs the set again; this
 			// is in case its creation failed.
+			res.requeueBy(namespaceWait)
+			continue
+		case errors.Is(err, errTypeWaiting):
+			// The CRD's events sync the set again (see typesChanged).
 			res.requeueBy(namespaceWait)
 			continue
 		case drift != nil:
@@ -312,9 +324,9 @@ func (r *Result) requeueBy(d time.Duration) {
 // list before reading objects one by one.
 const informerSyncWait = 5 * time.Second
 
-// namespaceWait is when a set with objects waiting for a Namespace it
-// declares (see Waiting) syncs again, unless that Namespace's event comes
-// first.
+// namespaceWait is when a set with objects waiting for a Namespace or a
+// CRD it declares (see Waiting, errTypeWaiting) syncs again, unless that
+// object's event comes first.
 const namespaceWait = time.Second
 
 // dirtyObject is an object a Sync checks, and when it was marked dirty.
@@ -487,6 +499,9 @@ func (e *Engine) correct(ctx context.Context, s *objectSet, obj *lockedObject, d
 		if reason == ReasonNamespaceNotFound && s.namespaces[obj.ref.Namespace] {
 			// The set's own Namespace is on its way.
 			return errNamespaceWaiting
+		}
+		if version == "" && reason == "" && apierrors.IsNotFound(err) && s.kinds[schema.GroupKind{Group: obj.ref.GVR.Group, Kind: drift.Kind}] {
+			return errTypeWaiting
 		}
 		if reason == "" {
 			d.failure = nil
