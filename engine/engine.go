@@ -867,13 +867,26 @@ func (e *Engine) typesChanged() {
 
 // healthChanged runs when gvr's informer stops or starts seeing its objects
 // as they are now: every set with objects of that type syncs, to say so
-// (see Result.Unwatched) and to check what waited for the watch.
-func (e *Engine) healthChanged(gvr schema.GroupVersionResource, _ bool) {
+// (see Result.Unwatched) and to check what waited for the watch. Once it
+// sees them again, every object of the type is checked: an informer
+// started anew, as after its CRD was deleted and recreated, lists what is
+// there and reports no deletion it missed while it was stopped.
+func (e *Engine) healthChanged(gvr schema.GroupVersionResource, current bool) {
+	now := e.now().UnixNano()
 	e.mu.Lock()
 	var keys []string
 	for key, s := range e.sets {
-		if s.gvrs[gvr] > 0 {
-			keys = append(keys, key)
+		if s.gvrs[gvr] == 0 {
+			continue
+		}
+		keys = append(keys, key)
+		if !current {
+			continue
+		}
+		for ref := range s.objects {
+			if _, ok := s.dirty[ref]; !ok && ref.GVR == gvr {
+				s.dirty[ref] = now
+			}
 		}
 	}
 	e.mu.Unlock()

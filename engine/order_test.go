@@ -199,3 +199,35 @@ func TestWaitingForTheSetsCRD(t *testing.T) {
 		t.Errorf("Sync once the kind is served = %+v, %v; want the object created", res, err)
 	}
 }
+
+// TestWatchBackChecksItsType: when a type's informer sees its objects
+// again, each object of the type is checked, since one started anew
+// reports no deletion it missed; objects of other types are left alone.
+func TestWatchBackChecksItsType(t *testing.T) {
+	ctx := context.Background()
+	e, client, _ := newTestEngine(t)
+	e.Declare("k", ObjectSet{Objects: outOfOrder(t)})
+	if _, err := e.Sync(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	// The ConfigMap goes while its watch is away; no event says so.
+	if err := client.Resource(cmGVR).Namespace("new").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.healthChanged(cmGVR, false)
+	if res, _ := e.Sync(ctx, "k"); len(res.Drifts) != 0 {
+		t.Fatalf("Sync while the watch is away = %+v; want nothing checked", res)
+	}
+	e.healthChanged(cmGVR, true)
+	res, err := e.Sync(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var checked []string
+	for _, d := range res.Drifts {
+		checked = append(checked, d.Kind)
+	}
+	if diff := cmp.Diff([]string{"ConfigMap"}, checked); diff != "" || !res.Drifts[0].Corrected {
+		t.Errorf("drifts once the watch is back %+v (-want +got kinds):\n%s", res.Drifts, diff)
+	}
+}
