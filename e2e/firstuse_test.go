@@ -245,8 +245,8 @@ func TestCreationOrder(t *testing.T) {
 // TestLibraryLockRateDefaultConfig: a rest.Config as clientcmd builds it,
 // which leaves client-go to its default of 5 requests a second, does not
 // make Lock slow: 50 ConfigMaps are locked in under a second, where that
-// limit took 8. The test is not parallel, so that the e2e tests
-// running beside it do not make its time.
+// limit took 8, in the best of three rounds. The test is not parallel, so
+// that the e2e tests of its package do not make its time.
 func TestLibraryLockRateDefaultConfig(t *testing.T) {
 	ctx := t.Context()
 	ns := env.Namespace(t)
@@ -256,36 +256,44 @@ func TestLibraryLockRateDefaultConfig(t *testing.T) {
 	}
 	t.Logf("rest.Config from clientcmd: QPS %v, Burst %d", cfg.QPS, cfg.Burst)
 	l := startLibraryLockerWith(t, cfg, "rate-e2e")
-	const count = 50
-	var objs []*unstructured.Unstructured
-	for i := range count {
-		objs = append(objs, &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "v1", "kind": "ConfigMap",
-			"metadata": map[string]any{"name": fmt.Sprintf("cm-%02d", i)},
-			"data":     map[string]any{"key": "declared"},
-		}})
+	const count, rounds = 50, 3
+	// The best of three sets of 50: client-go's limit would hold each to
+	// seconds, while a moment of load beside the test (e2e/outage runs at
+	// the same time) slows one round, not all.
+	best := time.Duration(0)
+	for round := range rounds {
+		var objs []*unstructured.Unstructured
+		for i := range count {
+			objs = append(objs, &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "v1", "kind": "ConfigMap",
+				"metadata": map[string]any{"name": fmt.Sprintf("cm-%d-%02d", round, i)},
+				"data":     map[string]any{"key": "declared"},
+			}})
+		}
+		start := time.Now()
+		set, err := l.Lock(ctx, fmt.Sprintf("rate-%d", round), objs, engine.DefaultNamespace(ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		returned := time.Since(start)
+		t.Cleanup(set.Unlock)
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = set.WaitLocked(wctx)
+		cancel()
+		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("round %d: WaitLocked after %s: %v", round, took.Round(time.Millisecond), err)
+		}
+		t.Logf("round %d: Lock of %d ConfigMaps returned after %s, WaitLocked after %s, default rest.Config", round, count, returned.Round(time.Millisecond), took.Round(time.Millisecond))
+		if res, _ := set.Result(); res.Objects != count || res.Locked != count {
+			t.Errorf("round %d: result %+v; want %d objects, all locked", round, res, count)
+		}
+		if best == 0 || took < best {
+			best = took
+		}
 	}
-
-	start := time.Now()
-	set, err := l.Lock(ctx, "rate", objs, engine.DefaultNamespace(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("Lock of %d ConfigMaps returned after %s", count, time.Since(start).Round(time.Millisecond))
-	t.Cleanup(set.Unlock)
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	err = set.WaitLocked(wctx)
-	took := time.Since(start)
-	if err != nil {
-		t.Fatalf("WaitLocked after %s: %v", took.Round(time.Millisecond), err)
-	}
-	t.Logf("Lock of %d ConfigMaps to WaitLocked, default rest.Config: %s", count, took.Round(time.Millisecond))
-	if took >= time.Second {
-		t.Errorf("Lock of %d ConfigMaps with a default rest.Config took %s to WaitLocked; want under 1s", count, took.Round(time.Millisecond))
-	}
-	if res, _ := set.Result(); res.Objects != count || res.Locked != count {
-		t.Errorf("result %+v; want %d objects, all locked", res, count)
+	if best >= time.Second {
+		t.Errorf("Lock of %d ConfigMaps with a default rest.Config took at best %s of %d rounds to WaitLocked; want under 1s", count, best.Round(time.Millisecond), rounds)
 	}
 }
 
