@@ -53,8 +53,8 @@ demo: ## Lock a real chart on a local control plane and watch an edit being reve
 	@bash hack/demo.sh
 
 .PHONY: crd
-crd: ## Copy the CRDs the operator installs to deploy/crds
-	cp api/helm.cattle.io_helmreleases.yaml api/helm-locker.io_manifestlocks.yaml deploy/crds/
+crd: ## Copy the CRDs the operator installs to deploy/chart/helm-locker/crds
+	cp api/helm.cattle.io_helmreleases.yaml api/helm-locker.io_manifestlocks.yaml deploy/chart/helm-locker/crds/
 
 .PHONY: bench
 bench: build ## Measure cold lock, revert latency against the floor, memory and idle load; writes docs/benchmarks.*

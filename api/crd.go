@@ -8,6 +8,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -54,6 +55,58 @@ func InstallCRDs(ctx context.Context, client apiextensionsclient.Interface) erro
 	return nil
 }
 
+// CheckCRDs is InstallCRDs for a locker that may not write CRDs, because
+// something else (the Helm chart's crds/) installs them: it fails unless
+// both are established, and returns the names of those whose schema is
+// not this version's, which then prunes the fields the schema lacks.
+func CheckCRDs(ctx context.Context, client apiextensionsclient.Interface) (stale []string, err error) {
+	for _, get := range []func() (*apiextensionsv1.CustomResourceDefinition, error){CRD, ManifestLockCRD} {
+		want, err := get()
+		if err != nil {
+			return nil, err
+		}
+		got, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, want.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("CRD %s is not installed: apply the chart's crds/ (kubectl apply --server-side -f deploy/chart/helm-locker/crds), or run with --install-crds", want.Name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading CRD %s: %w", want.Name, err)
+		}
+		if !established(got) {
+			return nil, fmt.Errorf("CRD %s is not established", want.Name)
+		}
+		if !sameSchemas(got, want) {
+			stale = append(stale, want.Name)
+		}
+	}
+	return stale, nil
+}
+
+// sameSchemas reports whether got serves want's versions with want's
+// schemas.
+func sameSchemas(got, want *apiextensionsv1.CustomResourceDefinition) bool {
+	if len(got.Spec.Versions) != len(want.Spec.Versions) {
+		return false
+	}
+	for i, v := range want.Spec.Versions {
+		g := got.Spec.Versions[i]
+		if g.Name != v.Name || g.Served != v.Served || g.Schema == nil || v.Schema == nil ||
+			!equality.Semantic.DeepEqual(g.Schema.OpenAPIV3Schema, v.Schema.OpenAPIV3Schema) {
+			return false
+		}
+	}
+	return true
+}
+
+func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, c := range crd.Status.Conditions {
+		if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
 func installCRD(ctx context.Context, client apiextensionsclient.Interface, want *apiextensionsv1.CustomResourceDefinition) error {
 	crds := client.ApiextensionsV1().CustomResourceDefinitions()
 	got, err := crds.Get(ctx, want.Name, metav1.GetOptions{})
@@ -72,15 +125,7 @@ func installCRD(ctx context.Context, client apiextensionsclient.Interface, want 
 	}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		crd, err := crds.Get(ctx, want.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, c := range crd.Status.Conditions {
-			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
+		return err == nil && established(crd), nil
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for CRD %s to be established: %w", want.Name, err)

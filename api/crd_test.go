@@ -18,15 +18,15 @@ import (
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 )
 
-// TestDeployedCRDIsEmbeddedCRD fails when deploy/crds drifts from the CRD
+// TestDeployedCRDIsEmbeddedCRD fails when deploy/chart/helm-locker/crds drifts from the CRD
 // the operator installs.
 func TestDeployedCRDIsEmbeddedCRD(t *testing.T) {
-	deployed, err := os.ReadFile("../deploy/crds/helm.cattle.io_helmreleases.yaml")
+	deployed, err := os.ReadFile("../deploy/chart/helm-locker/crds/helm.cattle.io_helmreleases.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(deployed, crdYAML) {
-		t.Error("deploy/crds/helm.cattle.io_helmreleases.yaml differs from api/helm.cattle.io_helmreleases.yaml; run `make crd`")
+		t.Error("deploy/chart/helm-locker/crds/helm.cattle.io_helmreleases.yaml differs from api/helm.cattle.io_helmreleases.yaml; run `make crd`")
 	}
 }
 
@@ -191,12 +191,12 @@ func TestCRDRejectsInvalidReleaseKeys(t *testing.T) {
 // TestManifestLockCRD holds the ManifestLock CRD to its Go types, its
 // deployed copy and its identity.
 func TestManifestLockCRD(t *testing.T) {
-	deployed, err := os.ReadFile("../deploy/crds/helm-locker.io_manifestlocks.yaml")
+	deployed, err := os.ReadFile("../deploy/chart/helm-locker/crds/helm-locker.io_manifestlocks.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(deployed, manifestLockCRDYAML) {
-		t.Error("deploy/crds/helm-locker.io_manifestlocks.yaml differs from api/helm-locker.io_manifestlocks.yaml; run `make crd`")
+		t.Error("deploy/chart/helm-locker/crds/helm-locker.io_manifestlocks.yaml differs from api/helm-locker.io_manifestlocks.yaml; run `make crd`")
 	}
 	crd, err := ManifestLockCRD()
 	if err != nil {

@@ -37,6 +37,7 @@ type options struct {
 	webhookCertDir string
 	exemptGroups   []string
 	helmTimeout    time.Duration
+	installCRDs    bool
 }
 
 // newRootCommand builds the command tree. Run with no subcommand, it runs
@@ -92,6 +93,7 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.StringVar(&opts.webhookURL, "webhook-url", "", "URL the API server calls the webhook at, for a locker outside the cluster (https://127.0.0.1:9443/validate); empty calls the Service helm-locker-webhook in the registration namespace")
 	f.StringVar(&opts.webhookCertDir, "webhook-cert-dir", "", "folder with the webhook's ca.crt, tls.crt and tls.key, such as a cert-manager Secret; empty keeps a self-signed CA and certificate in the Secret <controller-name>-webhook in the registration namespace")
 	f.DurationVar(&opts.helmTimeout, "helm-operation-timeout", controller.DefaultHelmOperationTimeout, "how long a release revision may stay pending or uninstalling before the lock holds the last verified revision again (a Helm killed mid-way never finishes; Helm's own --timeout is 5m)")
+	f.BoolVar(&opts.installCRDs, "install-crds", true, "create or update the HelmRelease and ManifestLock CRDs at startup; false when something else installs them (the Helm chart's crds/), so the locker needs no write on CRDs")
 	f.StringSliceVar(&opts.exemptGroups, "prevent-exempt-groups", nil, "groups whose members may change objects Prevent locks hold (break glass); Kubernetes' garbage collector and namespace controller always may")
 	f.AddGoFlag(klogFlags.Lookup("v"))
 	root.AddCommand(newVersionCommand(), newInspectCommand(), newDiffCommand(), newLockCommand())

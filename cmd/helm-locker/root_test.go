@@ -3,9 +3,6 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -35,21 +32,6 @@ func TestLeaderElectionDefaults(t *testing.T) {
 	}
 	if !(retry < deadline && deadline < lease) {
 		t.Errorf("want retry period %s < renew deadline %s < lease duration %s", retry, deadline, lease)
-	}
-}
-
-// TestDeploymentKeepsLeaderDefaults keeps deploy/deployment.yaml from
-// overriding the leader flags, by argument or environment, with values
-// the test above does not hold to the targets.
-func TestDeploymentKeepsLeaderDefaults(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "deployment.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if line := strings.TrimSpace(line); !strings.HasPrefix(line, "#") && strings.Contains(strings.ToLower(strings.ReplaceAll(line, "_", "-")), "leader-elect") {
-			t.Errorf("deploy/deployment.yaml sets a leader flag; leave them at their defaults: %s", line)
-		}
 	}
 }
 

@@ -89,7 +89,7 @@ func runOperator(ctx context.Context, opts *options) error {
 	if err := ensureNamespace(ctx, kube, opts.namespace); err != nil {
 		return err
 	}
-	if err := api.InstallCRDs(ctx, ext); err != nil {
+	if err := crds(ctx, ext, opts.installCRDs); err != nil {
 		return err
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
@@ -339,6 +339,20 @@ func restConfig(kubeconfig string, qps float32, burst int) (*rest.Config, error)
 	cfg.QPS, cfg.Burst = qps, burst
 	cfg.UserAgent = "helm-locker/" + version
 	return cfg, nil
+}
+
+// crds installs the CRDs, or with install false checks that they are
+// there: a chart's crds/ are not upgraded by `helm upgrade`, so a stale
+// schema is worth a warning.
+func crds(ctx context.Context, ext apiextensionsclient.Interface, install bool) error {
+	if install {
+		return api.InstallCRDs(ctx, ext)
+	}
+	stale, err := api.CheckCRDs(ctx, ext)
+	for _, name := range stale {
+		klog.FromContext(ctx).Info("Warning: this CRD's schema is not this version's, so fields it lacks are dropped; apply deploy/chart/helm-locker/crds", "crd", name)
+	}
+	return err
 }
 
 func ensureNamespace(ctx context.Context, kube kubernetes.Interface, name string) error {
