@@ -72,7 +72,7 @@ func TestChartLintsAndApplies(t *testing.T) {
 // as the chart's ServiceAccount with the args of the chart's Deployment
 // (pods do not run here): the default ClusterRole must be enough.
 //   - A release whose HelmRelease names a ServiceAccount with a namespaced
-//     admin RoleBinding is locked, and an edit is reverted.
+//     Role is locked, and an edit is reverted.
 //   - A release whose identity (--default-service-account, which the chart
 //     sets) may write nothing says Forbidden, and its edit stays.
 //   - selfLock: the chart's own Deployment and ClusterRole are held.
@@ -81,42 +81,8 @@ func TestChartRunsWithLeastPrivilege(t *testing.T) {
 	t.Parallel()
 	registration := env.Namespace(t)
 	// Cluster-scoped names come from the release's, so it is unique.
-	release := registration
-	fullname := release + "-helm-locker"
-	env.Helm(t, framework.Helm4, "install", release, operatorChart(t), "-n", registration, "--set", "selfLock.enabled=true")
-
-	deploy := env.Get(t, "apps/v1", "deployments", registration, fullname)
-	if deploy == nil {
-		t.Fatalf("the chart made no Deployment %s", fullname)
-	}
-	containers, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
-	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
-	if len(args) == 0 {
-		t.Fatal("the chart's container has no args")
-	}
-	// The locker runs beside others on one host and one control plane:
-	// ports of its own, the webhook called on loopback, and no tenant
-	// ManifestLocks, which the shared locker serves.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	webhookAddr := ln.Addr().String()
-	_ = ln.Close()
-	args = append(args, "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--tenant-manifest-locks=false",
-		"--webhook-bind-address="+webhookAddr, "--webhook-url=https://"+webhookAddr+"/validate", "--v=4")
-	locker, err := env.StartLockerWith("chart-locker", serviceAccountKubeconfig(t, registration, fullname), args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = locker.Stop(10 * time.Second) }()
-	t.Cleanup(func() {
-		if t.Failed() {
-			log, _ := os.ReadFile(locker.Log)
-			lines := strings.Split(string(log), "\n")
-			t.Logf("the chart's locker's log, last lines:\n%s", strings.Join(lines[max(0, len(lines)-60):], "\n"))
-		}
-	})
+	fullname := registration + "-helm-locker"
+	locker := startChartLocker(t, registration, registration, "--set", "selfLock.enabled=true")
 
 	// The admin's three lines for a namespace, with a Role of their own:
 	// the README binds the admin ClusterRole, which is empty here, as
@@ -174,6 +140,51 @@ func TestChartRunsWithLeastPrivilege(t *testing.T) {
 	if refused := regexp.MustCompile(`(?m)^.*cannot (list|watch) .*$`).FindAllString(string(log), 5); len(refused) > 0 {
 		t.Errorf("the locker was refused reads with the chart's ClusterRole:\n%s", strings.Join(refused, "\n"))
 	}
+}
+
+// startChartLocker installs the chart as release in registration, then
+// runs the locker as the chart's ServiceAccount with the args of the
+// chart's Deployment (pods do not run here), until the test ends. Only
+// what must differ beside other lockers on one host and control plane is
+// overridden: ports of its own, the webhook called on loopback, and no
+// tenant ManifestLocks, which the shared locker serves.
+func startChartLocker(t *testing.T, registration, release string, helmArgs ...string) *framework.Locker {
+	t.Helper()
+	env.Helm(t, framework.Helm4, append([]string{"install", release, operatorChart(t), "-n", registration}, helmArgs...)...)
+	fullname := release
+	if !strings.Contains(release, "helm-locker") {
+		fullname += "-helm-locker"
+	}
+	deploy := env.Get(t, "apps/v1", "deployments", registration, fullname)
+	if deploy == nil {
+		t.Fatalf("the chart made no Deployment %s", fullname)
+	}
+	containers, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
+	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	if len(args) == 0 {
+		t.Fatal("the chart's container has no args")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	webhookAddr := ln.Addr().String()
+	_ = ln.Close()
+	args = append(args, "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--tenant-manifest-locks=false",
+		"--webhook-bind-address="+webhookAddr, "--webhook-url=https://"+webhookAddr+"/validate", "--v=4")
+	locker, err := env.StartLockerWith(release, serviceAccountKubeconfig(t, registration, fullname), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = locker.Stop(10 * time.Second)
+		if t.Failed() {
+			log, _ := os.ReadFile(locker.Log)
+			lines := strings.Split(string(log), "\n")
+			t.Logf("the log of the locker %s, last lines:\n%s", release, strings.Join(lines[max(0, len(lines)-60):], "\n"))
+		}
+	})
+	return locker
 }
 
 // serviceAccountKubeconfig writes a kubeconfig with a token of the
