@@ -61,6 +61,10 @@ type Result struct {
 	// from the API server meanwhile, and the set syncs again when the
 	// watch is back.
 	Unwatched []schema.GroupVersionResource
+	// WatchError is why the first of Unwatched whose list or watch
+	// failed is not watched (nil if none failed; they are only not
+	// listed yet), such as a list the engine's RBAC forbids.
+	WatchError error
 	// Waiting lists declared objects that wait for a Namespace the set
 	// declares and that does not exist yet: they are created once it is.
 	// (Objects of a kind whose CRD the set declares wait in Unresolved.)
@@ -308,6 +312,12 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 		}
 	}
 	sort.Slice(res.Unwatched, func(i, j int) bool { return res.Unwatched[i].String() < res.Unwatched[j].String() })
+	for _, gvr := range res.Unwatched {
+		if err := e.informers.Err(gvr); err != nil {
+			res.WatchError = fmt.Errorf("watching %s: %w", gvr.GroupResource(), err)
+			break
+		}
+	}
 	return res, errors.Join(errs...)
 }
 

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -22,6 +23,7 @@ type Health struct {
 
 	mu      sync.Mutex
 	current bool
+	err     error // the last list or watch error while not current
 }
 
 // NewHealth returns a Health that is not current until the informer's
@@ -36,10 +38,27 @@ func (h *Health) Current() bool {
 	return h.current
 }
 
-func (h *Health) set(current bool) {
+// Err is the error of the last list or watch that failed, while the
+// informer is not current: what to tell a user whose lock waits on it, such
+// as a list the locker's RBAC forbids.
+func (h *Health) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+func (h *Health) set(current bool) { h.setErr(current, nil) }
+
+// fail marks the informer not current because of err.
+func (h *Health) fail(err error) { h.setErr(false, err) }
+
+func (h *Health) setErr(current bool, err error) {
 	h.mu.Lock()
 	changed := h.current != current
 	h.current = current
+	if current || err != nil {
+		h.err = err
+	}
 	h.mu.Unlock()
 	if changed && h.onChange != nil {
 		h.onChange(current)
@@ -92,7 +111,7 @@ func Guard(lw *cache.ListWatch, ready Readiness, health *Health) *cache.ListWatc
 				case ev.Type == watch.Error:
 					// Usually 410 Gone: the reflector lists
 					// afresh, and until then events are lost.
-					health.set(false)
+					health.fail(apierrors.FromObject(ev.Object))
 				case initial && ev.Type == watch.Bookmark && initialEventsEnd(ev.Object):
 					health.set(true)
 				}
@@ -111,7 +130,7 @@ func retryUnavailable[T any](ctx context.Context, ready Readiness, health *Healt
 		if err == nil {
 			return v, nil
 		}
-		health.set(false)
+		health.fail(err)
 		if !Unavailable(err) || ctx.Err() != nil {
 			return v, err
 		}

@@ -104,6 +104,33 @@ func TestGuardGivesUpWithTheContext(t *testing.T) {
 	}
 }
 
+// TestGuardHealthErr: a list the API server refuses leaves the informer
+// not current with the refusal as its Err, until a list succeeds.
+func TestGuardHealthErr(t *testing.T) {
+	var refuse atomic.Bool
+	refuse.Store(true)
+	health := NewHealth(nil)
+	lw := Guard(&cache.ListWatch{ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+		if refuse.Load() {
+			return nil, apierrors.NewForbidden(gr, "", errors.New("cannot list"))
+		}
+		return &unstructured.UnstructuredList{}, nil
+	}}, &readyAfter{}, health)
+	if _, err := lw.ListWithContext(context.Background(), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("List = %v, want the Forbidden", err)
+	}
+	if health.Current() || !apierrors.IsForbidden(health.Err()) {
+		t.Errorf("after a refused list: Current() = %v, Err() = %v; want false and the Forbidden", health.Current(), health.Err())
+	}
+	refuse.Store(false)
+	if _, err := lw.ListWithContext(context.Background(), metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !health.Current() || health.Err() != nil {
+		t.Errorf("after a list: Current() = %v, Err() = %v; want true and nil", health.Current(), health.Err())
+	}
+}
+
 // TestGuardWatchHealth: a resumed watch is current once open; a watch-list
 // only once the server says the initial objects are all sent; an error
 // event (410 Gone) makes it stale until the next list.
@@ -133,8 +160,8 @@ func TestGuardWatchHealth(t *testing.T) {
 			t.Errorf("initial events %v: not current after the end-of-initial-events bookmark", initial != nil)
 		}
 		send(watch.Event{Type: watch.Error, Object: &metav1.Status{Code: http.StatusGone, Reason: metav1.StatusReasonExpired}})
-		if health.Current() {
-			t.Errorf("initial events %v: still current after a 410", initial != nil)
+		if health.Current() || !apierrors.IsResourceExpired(health.Err()) {
+			t.Errorf("initial events %v: after a 410, Current() = %v, Err() = %v", initial != nil, health.Current(), health.Err())
 		}
 		w.Stop()
 	}

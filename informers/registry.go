@@ -172,6 +172,18 @@ func (r *Registry) Current(gvr schema.GroupVersionResource) bool {
 	return store != nil && store.HasSynced() && health.Current()
 }
 
+// Err is why gvr's informer is not current: the error of its last failed
+// list or watch, or nil when it has not failed (not listed yet, or
+// current).
+func (r *Registry) Err(gvr schema.GroupVersionResource) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.entries[gvr]; e != nil && e.health != nil {
+		return e.health.Err()
+	}
+	return nil
+}
+
 // WaitForSync waits until gvr's informer has finished its first list, ctx
 // is done, or the type is not acquired or not served. It reports whether
 // the informer synced.

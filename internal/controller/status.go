@@ -102,10 +102,19 @@ func heldLock(s *v1alpha1.LockStatus, generation int64, lk lock.Lock, settled bo
 		w := res.Waiting[0]
 		locked = condition(v1alpha1.ConditionLocked, false, "WaitingForNamespace",
 			fmt.Sprintf("%d objects wait for namespace %s, which this lock declares too, to exist", len(res.Waiting), w.Namespace))
+	case len(res.Unwatched) > 0 && apierrors.IsForbidden(res.WatchError):
+		// Not a passing outage: the locker's own RBAC (the chart's
+		// ClusterRole, trimmed) lacks a read.
+		locked = condition(v1alpha1.ConditionLocked, false, "WatchForbidden",
+			limit(fmt.Sprintf("the locker may not watch what it holds: %v; grant its ServiceAccount get, list and watch on it", res.WatchError)))
 	case len(res.Unwatched) > 0:
+		why := "not listed yet, or failing"
+		if res.WatchError != nil {
+			why = res.WatchError.Error()
+		}
 		locked = metav1.Condition{Type: v1alpha1.ConditionLocked, Status: metav1.ConditionUnknown, Reason: "WatchesNotSynced",
-			Message: limit(fmt.Sprintf("the watches of %s do not see changes as they happen (not listed yet, or failing); the objects %s may have drifted unseen, and are checked again once the watches are back",
-				joinResources(res.Unwatched), of))}
+			Message: limit(fmt.Sprintf("the watches of %s do not see changes as they happen (%s); the objects %s may have drifted unseen, and are checked again once the watches are back",
+				joinResources(res.Unwatched), why, of))}
 	case syncErr != nil:
 		locked = condition(v1alpha1.ConditionLocked, false, "CorrectionFailed", limit(syncErr.Error()))
 	case lk.Warn:

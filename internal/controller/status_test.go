@@ -142,6 +142,34 @@ func TestStatusWithoutWatches(t *testing.T) {
 	}
 }
 
+// TestLockedConditionNamesTheWatchError: a watch that fails says why; one
+// the locker's RBAC forbids is no passing outage, and has a reason of its
+// own that tells what to grant.
+func TestLockedConditionNamesTheWatchError(t *testing.T) {
+	forbidden := fmt.Errorf("watching configmaps: %w", apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "", errors.New("User \"system:serviceaccount:reg:locker\" cannot list resource \"configmaps\"")))
+	tests := []struct {
+		name         string
+		err          error
+		status       metav1.ConditionStatus
+		reason, text string
+	}{
+		{name: "not listed yet", err: nil, status: metav1.ConditionUnknown, reason: "WatchesNotSynced", text: "not listed yet"},
+		{name: "unavailable", err: errors.New("watching configmaps: connection refused"), status: metav1.ConditionUnknown, reason: "WatchesNotSynced", text: "connection refused"},
+		{name: "forbidden", err: forbidden, status: metav1.ConditionFalse, reason: "WatchForbidden", text: "cannot list resource \"configmaps\""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hr := &v1alpha1.HelmRelease{Status: v1alpha1.HelmReleaseStatus{Version: 3}}
+			st := &releaseState{held: held{rel: &storage.Release{Version: 3}, lock: lock.Lock{Phase: lock.Reconciling, Revision: 3}}}
+			res := engine.Result{Objects: 1, Locked: 1, Unwatched: []schema.GroupVersionResource{cmGVR}, WatchError: tt.err}
+			c := meta.FindStatusCondition(lockedStatus(hr, st, res, nil).Conditions, v1alpha1.ConditionLocked)
+			if c == nil || c.Status != tt.status || c.Reason != tt.reason || !strings.Contains(c.Message, tt.text) {
+				t.Errorf("Locked = %+v, want %s/%s naming %q", c, tt.status, tt.reason, tt.text)
+			}
+		})
+	}
+}
+
 // TestLockedConditionWhileWaiting: an object another lock holds, or one
 // waiting for the lock's own namespace, keeps Locked False with a reason
 // that says so, never a permanent failure's.
