@@ -367,12 +367,27 @@ func TestStuckHelmOperationHoldsTheVerifiedRevision(t *testing.T) {
 	env.Helm(t, framework.Helm3, "install", "stuck", framework.Chart(t, "configmaps"), "-n", ns)
 	cr := env.RegisterIn(t, registration, ns, "stuck")
 	env.WaitForStateIn(t, registration, cr, v1alpha1.StateDeployed, 1)
-
-	// Revision 2, pending-upgrade, as a killed `helm upgrade` leaves it.
 	v1, err := env.Kube.CoreV1().Secrets(ns).Get(t.Context(), "sh.helm.release.v1.stuck.v1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+
+	// A revision created longer ago than the timeout and marked
+	// uninstalling now, as `helm uninstall` does, is Helm at work: the
+	// timeout counts from that write, not from the Secret's creation.
+	time.Sleep(time.Until(v1.CreationTimestamp.Add(5 * time.Second)))
+	env.Kubectl(t, "label", "secret", "-n", ns, "sh.helm.release.v1.stuck.v1", "status=uninstalling", "--overwrite")
+	env.WaitForStateIn(t, registration, cr, v1alpha1.StateTransitioning, 1)
+	env.Consistently(t, 2*time.Second, func() error {
+		if c := findCondition(env.HelmReleaseIn(t, registration, cr), v1alpha1.ConditionReady); c != nil && c.Reason == "HelmOperationStuck" {
+			return fmt.Errorf("a revision marked uninstalling just now is called stuck: %s", c.Message)
+		}
+		return nil
+	})
+	env.Kubectl(t, "label", "secret", "-n", ns, "sh.helm.release.v1.stuck.v1", "status=deployed", "--overwrite")
+	env.WaitForStateIn(t, registration, cr, v1alpha1.StateDeployed, 1)
+
+	// Revision 2, pending-upgrade, as a killed `helm upgrade` leaves it.
 	v2 := v1.DeepCopy()
 	v2.ObjectMeta = metav1.ObjectMeta{Name: "sh.helm.release.v1.stuck.v2", Namespace: ns, Labels: map[string]string{"owner": "helm", "name": "stuck", "version": "2", "status": "pending-upgrade"}}
 	if _, err := env.Kube.CoreV1().Secrets(ns).Create(t.Context(), v2, metav1.CreateOptions{}); err != nil {

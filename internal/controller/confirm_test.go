@@ -12,6 +12,7 @@ import (
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
+	"github.com/helm-locker/helm-locker/internal/storage"
 )
 
 // TestConfirmLockedBeforeRestoring: a write that puts back what the object
@@ -68,6 +69,41 @@ func TestMayHold(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := c.mayHold(tt.latest, tt.revision, now); got != tt.want {
 				t.Errorf("mayHold(%+v, %d) = %v, want %v", tt.latest, tt.revision, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestKeepLastWrite: the release Secrets' cache keeps when each was last
+// written, so that a revision created long ago and marked uninstalling now
+// is not taken for a Helm operation stuck since its creation.
+func TestKeepLastWrite(t *testing.T) {
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	marked := created.Add(48 * time.Hour)
+	tests := []struct {
+		name    string
+		managed []metav1.ManagedFieldsEntry
+		want    time.Time
+	}{
+		{name: "never written again", managed: []metav1.ManagedFieldsEntry{{Manager: "helm", Time: &metav1.Time{Time: created}}}, want: created},
+		{name: "marked uninstalling later", managed: []metav1.ManagedFieldsEntry{
+			{Manager: "helm", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: created}, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:data":{}}`)}},
+			{Manager: "helm", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: marked}, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{}}`)}},
+		}, want: marked},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.Time{Time: created}, ManagedFields: tt.managed}}
+			out, err := keepLastWrite(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept := out.(*metav1.PartialObjectMetadata)
+			if got := storage.LastWrite(kept); !got.Equal(tt.want) {
+				t.Errorf("LastWrite = %s, want %s", got, tt.want)
+			}
+			if len(kept.ManagedFields) > 1 || (len(kept.ManagedFields) == 1 && kept.ManagedFields[0].FieldsV1 != nil) {
+				t.Errorf("kept managedFields %+v: want at most one entry with no fields", kept.ManagedFields)
 			}
 		})
 	}

@@ -283,18 +283,30 @@ func New(cfg Config) *Controller {
 		}, c.cfg.Readiness, c.secretsHealth), watchMetadata),
 		&metav1.PartialObjectMetadata{},
 		cache.SharedIndexInformerOptions{Indexers: cache.Indexers{byRelease: secretReleaseIndex}, ObjectDescription: "release Secrets"})
-	_ = c.secrets.SetTransform(func(obj any) (any, error) {
-		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-			m.ManagedFields = nil
-		}
-		return obj, nil
-	})
+	_ = c.secrets.SetTransform(keepLastWrite)
 	_, _ = c.secrets.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueForSecret,
 		UpdateFunc: func(_, obj any) { c.enqueueForSecret(obj) },
 		DeleteFunc: c.enqueueForSecret,
 	})
 	return c
+}
+
+// keepLastWrite drops a release Secret's managedFields but for the time of
+// its last write, which stuckOn counts the Helm operation timeout from: an
+// old revision Helm marks uninstalling was written now, not when it was
+// created.
+func keepLastWrite(obj any) (any, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	last := storage.LastWrite(m)
+	m.ManagedFields = nil
+	if last.After(m.CreationTimestamp.Time) {
+		m.ManagedFields = []metav1.ManagedFieldsEntry{{Time: &metav1.Time{Time: last}}}
+	}
+	return m, nil
 }
 
 // Run starts the informers and workers and blocks until ctx is done. It then
