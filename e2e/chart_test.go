@@ -121,7 +121,7 @@ func TestChartRunsWithLeastPrivilege(t *testing.T) {
 	})
 
 	setKey(t, denied, "app-config", "drifted")
-	identity := "system:serviceaccount:" + denied + ":helm-locker"
+	identity := "system:serviceaccount:" + denied + ":helm-locker-writer"
 	env.Eventually(t, 30*time.Second, func() error {
 		c := findCondition(env.HelmReleaseIn(t, registration, app), v1alpha1.ConditionLocked)
 		if c == nil || c.Status != "False" || c.Reason != "Forbidden" || !strings.Contains(c.Message, identity) {

@@ -56,9 +56,9 @@ func TestMigrationFromRancher(t *testing.T) {
 	// 3. Choose the identity the locks write with. The admin ClusterRole
 	// is empty here (no controller-manager aggregates it), so a Role the
 	// chart's objects need stands in for it.
-	env.Kubectl(t, "-n", apps, "create", "serviceaccount", "helm-locker")
+	env.Kubectl(t, "-n", apps, "create", "serviceaccount", "helm-locker-writer")
 	env.Kubectl(t, "-n", apps, "create", "role", "stand-in-admin", "--verb=get,list,watch,create,update,patch,delete", "--resource=services,serviceaccounts,deployments.apps")
-	env.Kubectl(t, "-n", apps, "create", "rolebinding", "helm-locker", "--role=stand-in-admin", "--serviceaccount="+apps+":helm-locker")
+	env.Kubectl(t, "-n", apps, "create", "rolebinding", "helm-locker-writer", "--role=stand-in-admin", "--serviceaccount="+apps+":helm-locker-writer")
 
 	// 4. Install the new chart beside the old one.
 	startChartLocker(t, registration, "helm-locker-v2")

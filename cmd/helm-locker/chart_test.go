@@ -34,7 +34,7 @@ var chartDefaults = map[string]string{
 	// The chart installs the CRDs from crds/.
 	"install-crds": "false",
 	// Least privilege: every write takes a ServiceAccount's identity.
-	"default-service-account": "helm-locker",
+	"default-service-account": "helm-locker-writer",
 }
 
 // TestChartValuesCoverEveryFlag holds the chart to the flags: each flag
@@ -189,7 +189,7 @@ func TestChartRBAC(t *testing.T) {
 				t.Errorf("wide write access = %v, want %v (rules %+v)", wide, tt.writeAll, role.Rules)
 			}
 			sa := parseArgs(t, containerArgs(t, out)).Lookup("default-service-account").Value.String()
-			if want := map[bool]string{false: "helm-locker", true: ""}[tt.writeAll]; sa != want {
+			if want := map[bool]string{false: "helm-locker-writer", true: ""}[tt.writeAll]; sa != want {
 				t.Errorf("--default-service-account = %q, want %q", sa, want)
 			}
 		})

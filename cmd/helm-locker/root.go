@@ -94,7 +94,7 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.StringVar(&opts.webhookCertDir, "webhook-cert-dir", "", "folder with the webhook's ca.crt, tls.crt and tls.key, such as a cert-manager Secret; empty keeps a self-signed CA and certificate in the Secret <controller-name>-webhook in the registration namespace")
 	f.DurationVar(&opts.helmTimeout, "helm-operation-timeout", controller.DefaultHelmOperationTimeout, "how long a release revision may stay pending or uninstalling before the lock holds the last verified revision again (a Helm killed mid-way never finishes; Helm's own --timeout is 5m)")
 	f.BoolVar(&opts.installCRDs, "install-crds", true, "create or update the HelmRelease and ManifestLock CRDs at startup; false when something else installs them (the Helm chart's crds/), so the locker needs no write on CRDs")
-	f.StringSliceVar(&opts.exemptGroups, "prevent-exempt-groups", nil, "groups whose members may change objects Prevent locks hold (break glass); Kubernetes' garbage collector and namespace controller always may")
+	f.StringSliceVar(&opts.exemptGroups, "prevent-exempt-groups", nil, "groups whose writes to objects Prevent locks hold pass admission (break glass; the revert still applies unless the lock is suspended); Kubernetes' garbage collector and namespace controller always pass")
 	f.AddGoFlag(klogFlags.Lookup("v"))
 	root.AddCommand(newVersionCommand(), newInspectCommand(), newDiffCommand(), newLockCommand())
 	return root

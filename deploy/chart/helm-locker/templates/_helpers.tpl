@@ -33,10 +33,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default (include "helm-locker.fullname" .) .Values.serviceAccount.name }}
 {{- end }}
 
-{{/* --default-service-account: helm-locker unless set, or none with rbac.writeAll. */}}
+{{/* --default-service-account: helm-locker-writer unless set, or none with rbac.writeAll. */}}
 {{- define "helm-locker.defaultServiceAccount" -}}
 {{- if kindIs "invalid" .Values.defaultServiceAccount }}
-{{- if not .Values.rbac.writeAll }}helm-locker{{ end }}
+{{- if not .Values.rbac.writeAll }}helm-locker-writer{{ end }}
 {{- else }}
 {{- .Values.defaultServiceAccount }}
 {{- end }}
