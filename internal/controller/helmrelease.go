@@ -1,0 +1,505 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/engine"
+	"github.com/helm-locker/helm-locker/internal/declare"
+	"github.com/helm-locker/helm-locker/internal/storage"
+	"github.com/helm-locker/helm-locker/lock"
+)
+
+// releaseState is what the controller remembers of one CR between syncs.
+// Only the worker syncing the CR's key touches it.
+type releaseState struct {
+	release v1alpha1.ReleaseKey
+	held
+	bookkeeping
+	verifying
+	// own are this controller's writes to the CR that its cache may not
+	// show yet.
+	own ownWrites
+}
+
+// held is what the lock holds: its state, and the revision declared to the
+// engine.
+type held struct {
+	lock lock.Lock
+	// rel is the decoded revision the lock holds, read from the Secret
+	// with secretUID at secretVersion.
+	rel           *storage.Release
+	secretUID     types.UID
+	secretVersion string
+	// generation is the CR generation whose spec was declared.
+	generation int64
+	// optedOut are the manifest's objects left out of the lock.
+	optedOut []v1alpha1.ObjectProblem
+	// stuck, if set, is the Helm operation that outlasted the timeout;
+	// the lock holds the last verified revision meanwhile.
+	stuck *stuckRevision
+}
+
+// bookkeeping is what the lock has reported, and what waits to be.
+type bookkeeping struct {
+	// fights maps each object held back by a fight to the end of the
+	// hold last reported, so each hold is reported once.
+	fights map[engine.ObjectRef]time.Time
+	// counted is set once the drift counts were read from the CR's
+	// status; the controller keeps them from then on, since the cached
+	// CR may not show its last status write yet.
+	counted                   bool
+	driftsDetected, corrected int64
+	lastDrift                 *v1alpha1.Drift
+	// pending are drift events held back, and flushAt when they and the
+	// drift counts are written (zero when nothing waits); see
+	// bookkeepingDelay.
+	pending []pendingEvent
+	flushAt time.Time
+	// announced is the revision the Locked event was recorded for.
+	announced int
+	// unheld counts the events past maxPendingEvents, by type and reason.
+	unheld map[pendingEvent]int
+	// warned are the unverified objects warned about, by message, so
+	// that each finding is announced once.
+	warned map[string]bool
+}
+
+// verifying is what the lock trusts of the release's storage (see
+// verification): the last verified revision, and the revision held while
+// it is verified.
+type verifying struct {
+	trust     trust
+	candidate *candidate
+}
+
+// lockedElsewhere returns the name of another HelmRelease of this
+// controller that names the same release and came first, if any: one
+// release has one lock, or two CRs would report, and write, for it twice.
+// The oldest CR holds it; a tie goes to the first name.
+func (c *Controller) lockedElsewhere(hr *v1alpha1.HelmRelease) string {
+	crs, err := c.crs.GetIndexer().ByIndex(byRelease, hr.Spec.Release.Namespace+"/"+hr.Spec.Release.Name)
+	if err != nil {
+		return ""
+	}
+	// first reports whether a CR created at t named a came before one
+	// created at u named b.
+	first := func(t metav1.Time, a string, u metav1.Time, b string) bool {
+		return t.Before(&u) || (t.Equal(&u) && a < b)
+	}
+	holder, heldSince := "", metav1.Time{}
+	for _, obj := range crs {
+		other, err := meta.Accessor(obj)
+		if err != nil || other.GetName() == hr.Name {
+			continue
+		}
+		if owner := other.GetAnnotations()[v1alpha1.ManagedByAnnotation]; owner != "" && owner != c.cfg.ControllerName {
+			continue
+		}
+		created, name := other.GetCreationTimestamp(), other.GetName()
+		if first(created, name, hr.CreationTimestamp, hr.Name) && (holder == "" || first(created, name, heldSince, holder)) {
+			holder, heldSince = name, created
+		}
+	}
+	return holder
+}
+
+// enqueueForSecret queues every CR that names the Secret's release.
+func (c *Controller) enqueueForSecret(obj any) {
+	if keys, err := secretReleaseIndex(obj); err == nil && len(keys) > 0 {
+		c.enqueueRelease(keys[0])
+	}
+}
+
+func crReleaseIndex(obj any) ([]string, error) {
+	switch o := obj.(type) {
+	case *v1alpha1.HelmRelease:
+		return []string{o.Spec.Release.Namespace + "/" + o.Spec.Release.Name}, nil
+	case *unstructured.Unstructured:
+		name, _, _ := unstructured.NestedString(o.Object, "spec", "release", "name")
+		ns, _, _ := unstructured.NestedString(o.Object, "spec", "release", "namespace")
+		return []string{ns + "/" + name}, nil
+	}
+	return nil, nil
+}
+
+func secretReleaseIndex(obj any) ([]string, error) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, nil
+	}
+	name := m.GetLabels()[storage.LabelName]
+	if name == "" {
+		return nil, nil
+	}
+	return []string{m.GetNamespace() + "/" + name}, nil
+}
+
+// syncHelmRelease brings a HelmRelease's lock in line: observe the CR and
+// its release, decide what the lock holds, act on the objects, and report.
+func (c *Controller) syncHelmRelease(ctx context.Context, key string) (result, error) {
+	hr, st, ok := c.observe(ctx, key)
+	if !ok {
+		return result{}, nil
+	}
+	if c.cfg.ReadOnly {
+		held := st.rel
+		_, _, err := c.decide(ctx, key, hr, st, &result{})
+		if st.rel != held {
+			// A new declaration: its kinds' rules, for Judge.
+			c.engine.Prepare(ctx)
+		}
+		return result{}, err
+	}
+	if hr.Annotations[v1alpha1.ManagedByAnnotation] == "" {
+		rv, err := c.claim(ctx, hr)
+		if err != nil {
+			return result{}, err
+		}
+		st.own.claimed(hr, c.cfg.ControllerName, rv)
+	}
+	before := st.lock
+	var res result
+	status, open, err := c.decide(ctx, key, hr, st, &res)
+	if err != nil {
+		return result{}, err
+	}
+	awaiting := false
+	var syncErr error
+	if !open {
+		status, awaiting, syncErr = c.act(ctx, key, hr, st, &res)
+	}
+	return c.report(ctx, key, hr, st, before, status, awaiting, syncErr, res)
+}
+
+// observe reads key's HelmRelease from the cache and its state, and
+// reports false when there is nothing to hold: the CR is gone or another
+// locker serves it, and the lock is opened and forgotten.
+func (c *Controller) observe(ctx context.Context, key string) (*v1alpha1.HelmRelease, *releaseState, bool) {
+	obj, exists, err := c.crs.GetIndexer().GetByKey(key)
+	if err != nil || !exists {
+		c.open(key)
+		c.dropState(key)
+		return nil, nil, false
+	}
+	hr, ok := obj.(*v1alpha1.HelmRelease)
+	if !ok {
+		hr = &v1alpha1.HelmRelease{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.(*unstructured.Unstructured).Object, hr); err != nil {
+			// The CRD's schema makes this unreachable for CRs it admitted.
+			klog.FromContext(ctx).Error(err, "Cannot read HelmRelease; ignoring it")
+			return nil, nil, false
+		}
+	} else {
+		hr = hr.DeepCopy()
+	}
+	if owner := hr.Annotations[v1alpha1.ManagedByAnnotation]; owner != "" && owner != c.cfg.ControllerName {
+		// Another locker serves it.
+		c.open(key)
+		c.dropState(key)
+		return nil, nil, false
+	}
+	st := c.state(key)
+	if st.release != hr.Spec.Release {
+		c.open(key)
+		*st = releaseState{release: hr.Spec.Release}
+	}
+	st.own.apply(hr)
+	if !st.counted {
+		st.counted = true
+		st.driftsDetected, st.corrected, st.lastDrift = hr.Status.DriftsDetected, hr.Status.DriftsCorrected, hr.Status.LastDrift.DeepCopy()
+		if v := hr.Status.Verified; v != nil && v.Release == hr.Spec.Release {
+			record := *v
+			st.trust.verified = &record
+		}
+	}
+	return hr, st, true
+}
+
+// report writes what a sync found: events, metrics and the status, which
+// waits, with the drift bookkeeping, while only the counts changed or the
+// lock awaits its own corrections (see bookkeepingDelay).
+func (c *Controller) report(ctx context.Context, key string, hr *v1alpha1.HelmRelease, st *releaseState, before lock.Lock, status v1alpha1.HelmReleaseStatus, awaiting bool, syncErr error, res result) (result, error) {
+	status.DriftsDetected, status.DriftsCorrected = st.driftsDetected, st.corrected
+	if st.lastDrift != nil {
+		status.LastDrift = st.lastDrift
+	}
+	status.LastDenied = c.denials.get(key, hr.Status.LastDenied)
+	if st.trust.verified != nil {
+		status.Verified = st.trust.verified
+	}
+	c.lockEvents(hr, before, st, status)
+	c.cfg.Metrics.ObserveRelease(key, st.lock.Phase == lock.Locked, status.LockedObjects)
+	// While the lock awaits only its own corrections, the status it
+	// would write now (Reconciling) would be overwritten a moment later,
+	// so it waits like the bookkeeping does.
+	wait := awaiting || onlyBookkeeping(hr.Status, status)
+	if wait || len(st.pending) > 0 {
+		now := time.Now()
+		if st.flushAt.IsZero() {
+			st.flushAt = now.Add(bookkeepingDelay)
+		}
+		if now.Before(st.flushAt) && wait {
+			res.requeueBy(st.flushAt.Sub(now))
+			return res, syncErr
+		}
+	}
+	wrote, err := c.writeStatus(ctx, hr, status)
+	if err != nil {
+		return res, errors.Join(syncErr, err)
+	}
+	if wrote {
+		st.own.wroteStatus(hr, status)
+	}
+	c.flushEvents(crRef(hr), &st.bookkeeping)
+	st.flushAt = time.Time{}
+	return res, syncErr
+}
+
+// onlyBookkeeping reports whether next differs from the written status in
+// the drift record and counts alone, which may wait (see bookkeepingDelay).
+func onlyBookkeeping(written, next v1alpha1.HelmReleaseStatus) bool {
+	n := *next.DeepCopy()
+	n.LastDrift, n.DriftsDetected, n.DriftsCorrected = written.LastDrift, written.DriftsDetected, written.DriftsCorrected
+	return !sameStatus(written, next) && sameStatus(written, n)
+}
+
+// decide reads the release's storage and decides the lock: open, with the
+// status saying why (open is true), or held, its revision declared to the
+// engine. It writes nothing; an error is to retry on.
+func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRelease, st *releaseState, r *result) (status v1alpha1.HelmReleaseStatus, open bool, err error) {
+	logger := klog.FromContext(ctx)
+	rk := hr.Spec.Release
+	if rk.Name == "" || rk.Namespace == "" {
+		c.openState(key, st)
+		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", "spec.release.name and spec.release.namespace must both be set"), true, nil
+	}
+	if holder := c.lockedElsewhere(hr); holder != "" {
+		c.openState(key, st)
+		return openStatus(hr, v1alpha1.StateError, 0, "Conflict",
+			fmt.Sprintf("release %s/%s is already locked by HelmRelease %s/%s; this one holds nothing until that one is deleted", rk.Namespace, rk.Name, hr.Namespace, holder)), true, nil
+	}
+	if hr.Spec.Suspend {
+		c.openState(key, st)
+		return openStatus(hr, v1alpha1.StateSuspended, hr.Status.Version, "Suspended", "spec.suspend is true: the lock is open and nothing is reverted"), true, nil
+	}
+	ignore, err := declare.Ignore(hr.Spec.Ignore)
+	if err != nil {
+		c.openState(key, st)
+		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", err.Error()), true, nil
+	}
+	latest := c.latestSecret(rk)
+	if latest == nil {
+		c.openState(key, st)
+		status, err := c.noSecretStatus(ctx, hr)
+		return status, true, err
+	}
+	revision, _ := storage.Revision(latest)
+	decision := storage.Decide(latest.GetLabels()[storage.LabelStatus])
+	st.stuck = nil
+	if !decision.Engage {
+		verified := c.stuckOn(st, latest, time.Now(), r)
+		if verified == nil {
+			if st.lock.Phase != lock.Unlocked && st.lock.Phase != "" {
+				logger.V(2).Info("Lock opened", "release", rk.Namespace+"/"+rk.Name, "revision", revision, "reason", decision.Reason)
+			}
+			c.openState(key, st)
+			return openStatus(hr, decision.State, revision, decision.Reason, decision.Message), true, nil
+		}
+		st.stuck = &stuckRevision{revision: revision, status: latest.GetLabels()[storage.LabelStatus], since: storage.LastWrite(latest)}
+		latest, revision = verified, st.trust.verified.Revision
+	}
+
+	if st.rel == nil || st.secretUID != latest.GetUID() || st.secretVersion != latest.GetResourceVersion() || st.generation != hr.Generation {
+		rel, objs, err := c.readRelease(ctx, latest)
+		if err != nil {
+			c.openState(key, st)
+			if apierrors.IsNotFound(err) {
+				return hr.Status, true, err // the informer will catch up
+			}
+			return openStatus(hr, v1alpha1.StateError, revision, "InvalidRelease", err.Error()), true, nil
+		}
+		writer, err := c.writerFor(rk.Namespace, c.serviceAccount(hr))
+		if err != nil {
+			c.openState(key, st)
+			return openStatus(hr, v1alpha1.StateError, revision, "ImpersonationUnavailable", err.Error()), true, nil
+		}
+		verify := c.verification(ctx, st, latest, rel, objs)
+		objs, st.optedOut = declare.SplitOptedOut(objs)
+		st.lock = st.lock.Next(lock.Event{Type: lock.Engage, Revision: rel.Version, Warn: hr.Spec.Mode == v1alpha1.ModeWarn})
+		c.engine.Declare(key, engine.ObjectSet{
+			Objects:          objs,
+			DefaultNamespace: rel.Namespace,
+			ApplyManager:     rel.ApplyManager(),
+			BeforeWrite:      c.confirmLocked(rk, rel.Version, time.Now()),
+			ReportOnly:       st.lock.Warn,
+			Prevent:          hr.Spec.Mode == v1alpha1.ModePrevent,
+			Ignore:           ignore,
+			Verify:           verify,
+			Writer:           writer,
+			Since:            hr.CreationTimestamp.Time,
+		})
+		// The engine holds the parsed objects; the manifest text
+		// would only double them.
+		rel.Manifest = ""
+		st.rel, st.secretUID, st.secretVersion, st.generation = rel, latest.GetUID(), latest.GetResourceVersion(), hr.Generation
+		logger.V(2).Info("Lock engaged", "release", rk.Namespace+"/"+rk.Name, "revision", rel.Version, "objects", len(objs), "mode", hr.Spec.Mode)
+	}
+	return hr.Status, false, nil
+}
+
+// act syncs the engine with the declared revision and builds the status
+// to report. It also returns whether the lock awaits only the watch events
+// of its own corrections (see awaitingOwnWrites), and an error to retry on.
+func (c *Controller) act(ctx context.Context, key string, hr *v1alpha1.HelmRelease, st *releaseState, r *result) (v1alpha1.HelmReleaseStatus, bool, error) {
+	logger := klog.FromContext(ctx)
+	res, err := c.engine.Sync(ctx, key)
+	// Without current CR and Secret caches, an upgrade that opens the
+	// lock, or a new CR spec, can go unseen.
+	if !c.crsHealth.Current() {
+		res.Unwatched, res.InLine = append(res.Unwatched, v1alpha1.Resource), false
+	}
+	if !c.secretsHealth.Current() {
+		res.Unwatched, res.InLine = append(res.Unwatched, secretsResource), false
+	}
+	before := st.lock
+	complete := err == nil && len(res.Unresolved) == 0 && len(res.Unverified) == 0 && len(res.Failed) == 0
+	st.lock = st.lock.Next(lock.Event{Type: lock.Checked, Revision: st.rel.Version, Complete: complete, InLine: res.InLine})
+	if st.lock != before {
+		logger.V(2).Info("Lock state changed", "from", before.Phase, "to", st.lock.Phase, "revision", st.lock.Revision)
+	}
+	if err == nil && len(res.Unresolved) == 0 && len(res.Unverified) == 0 {
+		st.verified()
+	}
+	c.reportDrifts(ctx, &hr.Spec.Release, &st.bookkeeping, res)
+	c.reportUnverified(hr, st, res)
+	r.requeueBy(res.RequeueAfter)
+	status := lockedStatus(hr, st, res, err)
+	if s := st.stuck; s != nil {
+		setConditions(&status.LockStatus, hr.Generation, condition(v1alpha1.ConditionReady, false, "HelmOperationStuck", s.message(c.cfg.HelmOperationTimeout, st.rel.Version)))
+	}
+	if err == nil && len(res.Unresolved) > 0 {
+		// CRD events retry these at once; backing off covers a
+		// discovery that lags behind the CRD.
+		err = errors.Join(res.Unresolved...)
+	}
+	return status, err == nil && awaitingOwnWrites(res), err
+}
+
+// awaitingOwnWrites reports whether the objects of res that are not in line
+// are all ones this Sync corrected, so the lock settles as soon as the
+// watch shows those writes.
+func awaitingOwnWrites(res engine.Result) bool {
+	corrected := 0
+	for _, d := range res.Drifts {
+		if d.Corrected && d.Err == nil {
+			corrected++
+		}
+	}
+	return !res.InLine && corrected > 0 && res.Drifted == 0 && len(res.Fights) == 0 &&
+		len(res.Unresolved) == 0 && len(res.Unwatched) == 0 && res.Locked+corrected == res.Objects
+}
+
+// openState opens the lock: it holds nothing, and what it reported of the
+// held revision (fights, warnings) and the revision it was verifying go.
+func (c *Controller) openState(key string, st *releaseState) {
+	c.open(key)
+	st.held = held{lock: st.lock.Next(lock.Event{Type: lock.Open})}
+	st.fights, st.warned = nil, nil
+	st.candidate = nil
+}
+
+func (c *Controller) state(key string) *releaseState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.states[key]
+	if st == nil {
+		st = &releaseState{}
+		c.states[key] = st
+	}
+	return st
+}
+
+func (c *Controller) dropState(key string) {
+	c.cfg.Metrics.ForgetRelease(key)
+	c.denials.drop(key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.states, key)
+}
+
+// latestSecret returns the metadata of the release's highest revision.
+func (c *Controller) latestSecret(rk v1alpha1.ReleaseKey) *metav1.PartialObjectMetadata {
+	objs, err := c.secrets.GetIndexer().ByIndex(byRelease, rk.Namespace+"/"+rk.Name)
+	if err != nil {
+		return nil
+	}
+	var metas []*metav1.PartialObjectMetadata
+	for _, obj := range objs {
+		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+			metas = append(metas, m)
+		}
+	}
+	latest, _ := storage.Latest(metas)
+	return latest
+}
+
+// readRelease reads and decodes the release Secret and parses its manifest.
+func (c *Controller) readRelease(ctx context.Context, latest *metav1.PartialObjectMetadata) (*storage.Release, []*unstructured.Unstructured, error) {
+	secret, err := c.cfg.Kube.CoreV1().Secrets(latest.Namespace).Get(ctx, latest.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	rel, err := storage.Read(secret)
+	if err != nil {
+		return nil, nil, err
+	}
+	objs, err := rel.Objects()
+	if err != nil {
+		return nil, nil, err
+	}
+	return rel, objs, nil
+}
+
+// noSecretStatus reports a release with no Secrets. The lock is open and
+// nothing is deleted. If Helm's ConfigMap driver holds the release, it says
+// so, since that driver is not supported.
+func (c *Controller) noSecretStatus(ctx context.Context, hr *v1alpha1.HelmRelease) (v1alpha1.HelmReleaseStatus, error) {
+	rk := hr.Spec.Release
+	cms, err := c.cfg.Kube.CoreV1().ConfigMaps(rk.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: storage.Selector(rk.Name),
+		Limit:         1,
+	})
+	if err == nil && len(cms.Items) > 0 {
+		return openStatus(hr, v1alpha1.StateError, 0, "UnsupportedStorageDriver",
+			fmt.Sprintf("release %s/%s is stored in ConfigMaps (HELM_DRIVER=configmap); only Helm's default Secret driver is supported", rk.Namespace, rk.Name)), nil
+	}
+	return openStatus(hr, v1alpha1.StateSecretNotFound, 0, "SecretNotFound",
+		fmt.Sprintf("no Secret of type %s holds release %s/%s; nothing is held and nothing is deleted", storage.SecretType, rk.Namespace, rk.Name)), nil
+}
+
+// claim writes this controller's name into the managed-by annotation.
+// It returns the resourceVersion the claim made.
+func (c *Controller) claim(ctx context.Context, hr *v1alpha1.HelmRelease) (string, error) {
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.ManagedByAnnotation, c.cfg.ControllerName)
+	claimed, err := c.cfg.Dynamic.Resource(v1alpha1.Resource).Namespace(hr.Namespace).Patch(ctx, hr.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return "", fmt.Errorf("claiming HelmRelease %s/%s: %w", hr.Namespace, hr.Name, err)
+	}
+	return claimed.GetResourceVersion(), nil
+}
