@@ -314,7 +314,7 @@ func TestMetricsHealthAndJSONLogs(t *testing.T) {
 	}
 	labels := fmt.Sprintf(`{kind="ConfigMap",namespace=%q,release="cms"}`, ns)
 	want := map[string]string{
-		"helm_locker_drift_detected_total" + labels:                          fmt.Sprint(drifts),
+		fmt.Sprintf(`helm_locker_drift_detected_total{kind="ConfigMap",manager="kubectl-edit",namespace=%q,release="cms"}`, ns): fmt.Sprint(drifts),
 		"helm_locker_drift_corrected_total" + labels:                         fmt.Sprint(drifts),
 		"helm_locker_revert_latency_seconds_count":                           fmt.Sprint(drifts),
 		"helm_locker_locked_releases":                                        "1",

@@ -80,7 +80,11 @@ func (c *Controller) reportDrifts(ctx context.Context, rk *v1alpha1.ReleaseKey, 
 			continue
 		}
 		if rk != nil {
-			c.cfg.Metrics.Drift(rk.Namespace, rk.Name, d.Kind, d.Corrected, d.Latency)
+			manager := ""
+			if len(d.Managers) > 0 {
+				manager = d.Managers[0].Name
+			}
+			c.cfg.Metrics.Drift(rk.Namespace, rk.Name, d.Kind, manager, d.Corrected, d.Latency)
 		}
 		st.driftsDetected++
 		record := driftRecord(d, now)
@@ -114,6 +118,9 @@ func (c *Controller) reportDrifts(ctx context.Context, rk *v1alpha1.ReleaseKey, 
 		fights[f.Ref] = f.Until
 		if until, ok := st.fights[f.Ref]; ok && until.Equal(f.Until) {
 			continue
+		}
+		if _, ongoing := st.fights[f.Ref]; !ongoing && rk != nil {
+			c.cfg.Metrics.Fight(rk.Namespace, rk.Name, f.Kind)
 		}
 		msg := fightMessage(f)
 		st.hold(corev1.EventTypeWarning, EventFighting, msg)

@@ -3,14 +3,18 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
+	"github.com/helm-locker/helm-locker/internal/metrics"
 	"github.com/helm-locker/helm-locker/lock"
 )
 
@@ -151,5 +155,34 @@ func TestAwaitingOwnWrites(t *testing.T) {
 				t.Errorf("awaitingOwnWrites(%+v) = %t, want %t", tt.res, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestDriftAndFightMetrics: a drift counts under the manager that made
+// it, and a fight counts once when it begins, not at every Sync that
+// reports it ongoing.
+func TestDriftAndFightMetrics(t *testing.T) {
+	m := metrics.New(nil)
+	c := &Controller{cfg: Config{Metrics: m, Recorder: record.NewFakeRecorder(100)}}
+	rk := &v1alpha1.ReleaseKey{Namespace: "apps", Name: "web"}
+	ref := engine.ObjectRef{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Namespace: "apps", Name: "web-config"}
+	until := time.Now().Add(10 * time.Second)
+	res := engine.Result{
+		Drifts: []engine.Drift{{Ref: ref, Kind: "ConfigMap", Managers: []engine.Manager{{Name: "fighter"}}, Corrected: true}},
+		Fights: []engine.Fight{{Ref: ref, Kind: "ConfigMap", Until: until}},
+	}
+	st := &bookkeeping{}
+	c.reportDrifts(t.Context(), rk, st, res)
+	c.reportDrifts(t.Context(), rk, st, engine.Result{Fights: res.Fights})
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		`helm_locker_drift_detected_total{kind="ConfigMap",manager="fighter",namespace="apps",release="web"} 1`,
+		`helm_locker_fights_total{kind="ConfigMap",namespace="apps",release="web"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }

@@ -24,6 +24,7 @@ type Metrics struct {
 	lockedObjects  prometheus.Gauge
 	driftDetected  *prometheus.CounterVec
 	driftCorrected *prometheus.CounterVec
+	fights         *prometheus.CounterVec
 	revertLatency  prometheus.Histogram
 	reconcileErrs  *prometheus.CounterVec
 	denied         *prometheus.CounterVec
@@ -55,11 +56,15 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 		}),
 		driftDetected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "drift_detected_total",
-			Help: "Objects found not as their manifest declares.",
-		}, []string{"namespace", "release", "kind"}),
+			Help: "Objects found not as their manifest declares; manager is the field manager that made the drift (the first, when several did), \"unknown\" if none is recorded.",
+		}, []string{"namespace", "release", "kind", "manager"}),
 		driftCorrected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "drift_corrected_total",
 			Help: "Drifted objects written back to their manifest.",
+		}, []string{"namespace", "release", "kind"}),
+		fights: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "fights_total",
+			Help: "Fights the lock backed off from: another actor kept rewriting a held field of an object of kind.",
 		}, []string{"namespace", "release", "kind"}),
 		revertLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "revert_latency_seconds",
@@ -81,7 +86,7 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 		releases: map[string]releaseFigures{},
 	}
 	m.registry.MustRegister(
-		m.lockedReleases, m.lockedObjects, m.driftDetected, m.driftCorrected, m.revertLatency, m.reconcileErrs, m.denied, m.reviews,
+		m.lockedReleases, m.lockedObjects, m.driftDetected, m.driftCorrected, m.fights, m.revertLatency, m.reconcileErrs, m.denied, m.reviews,
 		&informerCollector{list: informers, desc: prometheus.NewDesc(namespace+"_informers",
 			"Informers running, per resource type (1 while it runs).", []string{"group", "version", "resource"}, nil)},
 		collectors.NewGoCollector(),
@@ -131,17 +136,30 @@ func (m *Metrics) totalsLocked() {
 	m.lockedObjects.Set(float64(objects))
 }
 
-// Drift counts one drift of an object of kind in a release; corrected with
-// its latency when it was written back.
-func (m *Metrics) Drift(releaseNamespace, release, kind string, corrected bool, latency time.Duration) {
+// Drift counts one drift of an object of kind in a release, made by
+// manager ("" for unknown); corrected with its latency when it was written
+// back.
+func (m *Metrics) Drift(releaseNamespace, release, kind, manager string, corrected bool, latency time.Duration) {
 	if m == nil {
 		return
 	}
-	m.driftDetected.WithLabelValues(releaseNamespace, release, kind).Inc()
+	if manager == "" {
+		manager = "unknown"
+	}
+	m.driftDetected.WithLabelValues(releaseNamespace, release, kind, manager).Inc()
 	if corrected {
 		m.driftCorrected.WithLabelValues(releaseNamespace, release, kind).Inc()
 		m.revertLatency.Observe(latency.Seconds())
 	}
+}
+
+// Fight counts a fight over an object of kind in a release that the lock
+// began backing off from.
+func (m *Metrics) Fight(releaseNamespace, release, kind string) {
+	if m == nil {
+		return
+	}
+	m.fights.WithLabelValues(releaseNamespace, release, kind).Inc()
 }
 
 // ReconcileError counts a failed sync of a HelmRelease.

@@ -1,7 +1,8 @@
 // Command bench measures helm-locker against a real control plane: cold
 // lock time, revert latency against the physical floor, memory per locked
 // and untracked object, and idle API load. `make bench` runs it and writes
-// docs/benchmarks.{json,md} and docs/revert-latency.png.
+// docs/benchmarks.{json,md}, docs/revert-latency.png and
+// docs/dashboard-panels.png (see dashboard.go).
 package main
 
 import (
@@ -84,7 +85,7 @@ func main() {
 	flag.IntVar(&concurrency, "concurrency", 50, "edits sent at once in the concurrent measurement")
 	flag.DurationVar(&idle, "idle", time.Minute, "length of each idle window")
 	flag.BoolVar(&scale, "scale", true, "also run the growth table: 2x and 4x of N and M, and 2x to 16x of B")
-	flag.StringVar(&out, "out", "docs", "folder for benchmarks.json, benchmarks.md and revert-latency.png")
+	flag.StringVar(&out, "out", "docs", "folder for benchmarks.json, benchmarks.md, revert-latency.png and dashboard-panels.png")
 	flag.StringVar(&lockerBinary, "locker", "bin/helm-locker", "helm-locker binary to measure")
 	flag.StringVar(&profiles, "profiles", "", "keep a heap profile of the locker in this folder for every scenario, read when its memory is")
 	flag.BoolVar(&churnDuring, "churn-during", true, "touch every Deployment, Service and Secret about once a minute all through the latency measurement")
@@ -322,6 +323,10 @@ type scenarioResult struct {
 	Churn           *churnResult `json:"churn,omitempty"`
 	ChurnDuring     *churnDuring `json:"churnDuringLatency,omitempty"`
 	Idle            *idleResult  `json:"idle,omitempty"`
+	// dashboard holds the scrapes of the locker's /metrics, from its start
+	// to the end of the latency measurement, that docs/dashboard.md's
+	// pictures are drawn from; nil when latency is not measured.
+	dashboard *recording
 }
 
 // churnResult is what the locker did when another field manager touched
@@ -426,11 +431,16 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 		}
 		baseline = idle.BaselineRequestsPerMin
 	}
-	l, err := coldLock(ctx, kube, dyn, restored, locked, lockerBinary, env.cp.Kubeconfig, dir, p, baseline, res)
+	var rec *recording
+	if full != nil {
+		rec = &recording{}
+	}
+	l, err := coldLock(ctx, kube, dyn, restored, locked, lockerBinary, env.cp.Kubeconfig, dir, p, baseline, res, rec)
 	if err != nil {
 		return nil, err
 	}
 	defer l.stop()
+	defer rec.stop()
 
 	if full != nil {
 		quiet := func() error { return waitQuiet(ctx, kube, baseline) }
@@ -447,6 +457,8 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 		} else {
 			err = measureLatency(ctx, dyn, restored, locked, full, res, quiet)
 		}
+		rec.stop()
+		res.dashboard = rec
 		if err != nil {
 			return nil, err
 		}
@@ -505,7 +517,7 @@ func untrackedGrowth(ctx context.Context, tools controlplane.Tools, lockerBinary
 		}
 		have = p.Untracked
 		res := &scenarioResult{Params: p, SetupS: time.Since(start).Seconds()}
-		l, err := coldLock(ctx, env.kube, env.dyn, restored, locked, lockerBinary, env.cp.Kubeconfig, env.dir, p, 30, res)
+		l, err := coldLock(ctx, env.kube, env.dyn, restored, locked, lockerBinary, env.cp.Kubeconfig, env.dir, p, 30, res, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -520,8 +532,9 @@ func untrackedGrowth(ctx context.Context, tools controlplane.Tools, lockerBinary
 // fills in res's cold-lock and memory figures. Cold lock is over once every
 // CR says Deployed and each drifted ConfigMap is restored, each timed by
 // its own watch event, not clamped to the moment every CR said Deployed.
-// The locker is left running for the caller to stop.
-func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, restored *configMapWatch, locked map[string][]ref, lockerBinary, kubeconfig, dir string, p params, baseline float64, res *scenarioResult) (*locker, error) {
+// The locker is left running for the caller to stop, and rec, if not nil,
+// scraping its /metrics from its start.
+func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, restored *configMapWatch, locked map[string][]ref, lockerBinary, kubeconfig, dir string, p params, baseline float64, res *scenarioResult, rec *recording) (*locker, error) {
 	var drifted []ref
 	for _, cms := range locked {
 		drifted = append(drifted, cms[0])
@@ -539,9 +552,11 @@ func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 	if err != nil {
 		return nil, err
 	}
+	rec.record(ctx, l)
 	ok := false
 	defer func() {
 		if !ok {
+			rec.stop()
 			l.stop()
 		}
 	}()

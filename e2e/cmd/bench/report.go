@@ -15,7 +15,8 @@ import (
 
 func numCPU() int { return runtime.NumCPU() }
 
-// write stores the report as JSON, a markdown summary and a plot.
+// write stores the report as JSON, a markdown summary and its plots: the
+// revert latency, and the dashboard's main panels (see plotDashboard).
 func write(dir string, rep *report) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -25,6 +26,11 @@ func write(dir string, rep *report) error {
 	}
 	if err := plotLatency(filepath.Join(dir, "revert-latency.png"), rep.Base); err != nil {
 		return err
+	}
+	if d := rep.Base.dashboard; d != nil && len(d.scrapes) > 0 {
+		if err := plotDashboard(filepath.Join(dir, "dashboard-panels.png"), d); err != nil {
+			return err
+		}
 	}
 	md := markdown(rep)
 	fmt.Print(md)
