@@ -739,6 +739,16 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	return locked, nil
 }
 
+// waitsToFinish reports whether obj is a Job that its TTL deletes once it
+// finishes, and that has not finished yet.
+func waitsToFinish(obj *unstructured.Unstructured) bool {
+	if obj.GroupVersionKind().GroupKind() != (schema.GroupKind{Group: "batch", Kind: "Job"}) {
+		return false
+	}
+	_, ok, _ := unstructured.NestedFieldNoCopy(obj.Object, "spec", "ttlSecondsAfterFinished")
+	return ok && !finishedWithTTL(obj)
+}
+
 // finishedWithTTL reports whether obj is a Job that has finished and that
 // the TTL-after-finished controller deletes: recreating it would run it
 // again, every time the TTL runs out.
@@ -810,7 +820,13 @@ func (e *Engine) onEvent(gvr schema.GroupVersionResource, obj any) {
 type inLineStub struct {
 	*informers.Stub
 	generation uint64
+	// readsStatus marks a Job that its TTL deletes once it finishes: its
+	// status tells when (see finishedWithTTL).
+	readsStatus bool
 }
+
+// ReadsStatus tells the informers that a status-only change matters.
+func (s *inLineStub) ReadsStatus() bool { return s.readsStatus }
 
 // store decides what the informer cache keeps of a tracked object: an
 // inLineStub when it is as declared for the set that holds it, else the
@@ -828,7 +844,7 @@ func (e *Engine) store(gvr schema.GroupVersionResource, obj *unstructured.Unstru
 	if locked != nil && !(spec.ApplyManager != "" && hasUpdateEntry(obj, e.fieldManager)) {
 		if declared, err := locked.declaration(); err == nil {
 			if desired, err := locked.desired(e.schemas.rules(gvr.GroupVersion()), obj.Object, declared.Object); err == nil && reflect.DeepEqual(desired, obj.Object) {
-				return &inLineStub{Stub: informers.NewStub(obj), generation: locked.generation}
+				return &inLineStub{Stub: informers.NewStub(obj), generation: locked.generation, readsStatus: waitsToFinish(obj)}
 			}
 		}
 	}

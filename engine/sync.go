@@ -196,15 +196,17 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 	})
 
 	// Reading a type's objects from its informer beats a GET per object,
-	// so a type whose informer is still listing (it was just acquired) is
-	// waited for, briefly: past that, or for a type not served, objects
-	// are read one by one.
+	// so a type whose informer is still listing (it was just acquired, or
+	// the locker just started) is waited for while its list runs: a cold
+	// start with tens of thousands of objects lists for many seconds, and
+	// a GET each would cost as many requests as objects. A type whose list
+	// fails, or is not served, is read one by one.
 	waited := map[schema.GroupVersionResource]bool{}
 	for _, obj := range todo {
 		if gvr := obj.ref.GVR; !waited[gvr] {
 			waited[gvr] = true
 			wctx, cancel := context.WithTimeout(ctx, informerSyncWait)
-			e.informers.WaitForSync(wctx, gvr)
+			e.informers.WaitForList(wctx, gvr)
 			cancel()
 		}
 	}
@@ -331,8 +333,9 @@ func (r *Result) requeueBy(d time.Duration) {
 }
 
 // informerSyncWait bounds how long Sync waits for a new informer's first
-// list before reading objects one by one.
-const informerSyncWait = 5 * time.Second
+// list, while that list neither fails nor ends, before reading objects one
+// by one: long enough for a list of 100,000 objects on a busy API server.
+const informerSyncWait = 2 * time.Minute
 
 // namespaceWait is when a set with objects waiting for a Namespace or a
 // CRD it declares (see Waiting, errTypeWaiting) syncs again, unless that

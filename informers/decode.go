@@ -54,10 +54,11 @@ func newWatchClient(config *rest.Config) (*watchClient, error) {
 }
 
 // watch watches gvr. tracked decides, per object, whether it is decoded
-// whole or becomes a *Stub.
-func (c *watchClient) watch(ctx context.Context, gvr schema.GroupVersionResource, tracked func(namespace, name string) bool, options metav1.ListOptions) (watch.Interface, error) {
+// whole or becomes a *Stub; unchanged, whether a tracked object is the
+// version its stored stub stands for in all a lock holds.
+func (c *watchClient) watch(ctx context.Context, gvr schema.GroupVersionResource, tracked func(namespace, name string) bool, unchanged func(namespace, name string, fingerprint uint64) bool, options metav1.ListOptions) (watch.Interface, error) {
 	config := *c.config
-	config.NegotiatedSerializer = watchSerializer{objects: &objectDecoder{tracked: tracked}}
+	config.NegotiatedSerializer = watchSerializer{objects: &objectDecoder{tracked: tracked, unchanged: unchanged}}
 	rc, err := rest.UnversionedRESTClientForConfigAndClient(&config, c.http)
 	if err != nil {
 		return nil, fmt.Errorf("informers: making a REST client for watches: %w", err)
@@ -108,6 +109,16 @@ var errNotAnEvent = errors.New("informers: watch stream holds something other th
 // objectDecoder decodes one object of a watch event.
 type objectDecoder struct {
 	tracked func(namespace, name string) bool
+	// unchanged reports whether the tracked object namespace/name is
+	// stored as a stub of a version with this held fingerprint.
+	unchanged func(namespace, name string, fingerprint uint64) bool
+}
+
+// fingerprinted is a tracked object decoded from a watch, with its held
+// fingerprint, which the Registry keeps with the object's stub.
+type fingerprinted struct {
+	*unstructured.Unstructured
+	fingerprint uint64
 }
 
 // statusDecoder decodes metav1.Status, the object of an ERROR event and the
@@ -127,14 +138,30 @@ func (d *objectDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, i
 	if ok && string(h.apiVersion) == "v1" && string(h.kind) == "Status" {
 		return statusDecoder.Decode(data, defaults, into)
 	}
-	if ok && into == nil && len(h.name) > 0 && !d.tracked(string(h.namespace), string(h.name)) {
-		return &watchStub{Stub{namespace: unique.Make(string(h.namespace)), name: string(h.name), resourceVersion: string(h.resourceVersion)}}, nil, nil
+	stub := func(same bool) runtime.Object {
+		return &watchStub{Stub: Stub{namespace: unique.Make(string(h.namespace)), name: string(h.name), resourceVersion: string(h.resourceVersion)}, same: same}
+	}
+	var fingerprint uint64
+	if ok && into == nil && len(h.name) > 0 {
+		if !d.tracked(string(h.namespace), string(h.name)) {
+			return stub(false), nil, nil
+		}
+		// Another controller writing a locked object's status, the
+		// commonest event on a busy cluster, changes nothing a lock
+		// holds: it is neither decoded nor checked again.
+		fingerprint = heldFingerprint(data)
+		if fingerprint != 0 && d.unchanged != nil && d.unchanged(string(h.namespace), string(h.name), fingerprint) {
+			return stub(true), nil, nil
+		}
 	}
 	u := &unstructured.Unstructured{}
 	if err := u.UnmarshalJSON(data); err != nil {
 		return nil, nil, err
 	}
 	gvk := u.GroupVersionKind()
+	if fingerprint != 0 {
+		return &fingerprinted{Unstructured: u, fingerprint: fingerprint}, &gvk, nil
+	}
 	return u, &gvk, nil
 }
 
@@ -143,8 +170,13 @@ func (d *objectDecoder) Encode(runtime.Object, io.Writer) error { return errRead
 func (d *objectDecoder) Identifier() runtime.Identifier { return "helm-locker-watch-object" }
 
 // watchStub carries a Stub through the reflector, which wants a
-// runtime.Object; the Registry unwraps it.
-type watchStub struct{ Stub }
+// runtime.Object; the Registry unwraps it. same marks a tracked object
+// whose held fingerprint is the stored stub's: the store keeps what it
+// has, and nobody is told.
+type watchStub struct {
+	Stub
+	same bool
+}
 
 func (s *watchStub) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 

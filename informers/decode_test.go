@@ -61,7 +61,11 @@ func drain(t testing.TB, w watch.Interface) []decodedEvent {
 	defer w.Stop()
 	var out []decodedEvent
 	for ev := range w.ResultChan() {
-		out = append(out, decodedEvent{ev.Type, ev.Object})
+		obj := ev.Object
+		if f, ok := obj.(*fingerprinted); ok {
+			obj = f.Unstructured
+		}
+		out = append(out, decodedEvent{ev.Type, obj})
 	}
 	return out
 }
@@ -91,7 +95,7 @@ func TestWatchDecodesOnlyTrackedObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := c.watch(context.Background(), cmGVR, func(_, name string) bool { return name == "tracked" }, metav1.ListOptions{})
+	w, err := c.watch(context.Background(), cmGVR, func(_, name string) bool { return name == "tracked" }, nil, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +113,7 @@ func TestWatchDecodesOnlyTrackedObjects(t *testing.T) {
 	}
 	want := drain(t, w)
 	stub := func(rv string) *watchStub {
-		return &watchStub{*NewStub(&metav1.ObjectMeta{Namespace: "b", Name: "untracked", ResourceVersion: rv})}
+		return &watchStub{Stub: *NewStub(&metav1.ObjectMeta{Namespace: "b", Name: "untracked", ResourceVersion: rv})}
 	}
 	want[1].Object, want[2].Object, want[4].Object = stub("11"), stub("12"), stub("14")
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b *watchStub) bool { return *a == *b })); diff != "" {
@@ -126,7 +130,7 @@ func TestWatchErrorResponseIsAnAPIError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.watch(context.Background(), cmGVR, func(string, string) bool { return true }, metav1.ListOptions{})
+	_, err = c.watch(context.Background(), cmGVR, func(string, string) bool { return true }, nil, metav1.ListOptions{})
 	if !apierrors.IsResourceExpired(err) {
 		t.Errorf("watch error = %v, want a ResourceExpired API error", err)
 	}
@@ -223,7 +227,7 @@ func BenchmarkWatchDecode(b *testing.B) {
 			return dyn.Resource(cmGVR).Watch(context.Background(), metav1.ListOptions{})
 		}},
 		{"registry", func() (watch.Interface, error) {
-			return ours.watch(context.Background(), cmGVR, tracked, metav1.ListOptions{})
+			return ours.watch(context.Background(), cmGVR, tracked, nil, metav1.ListOptions{})
 		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {

@@ -188,12 +188,25 @@ func (r *Registry) Err(gvr schema.GroupVersionResource) error {
 // is done, or the type is not acquired or not served. It reports whether
 // the informer synced.
 func (r *Registry) WaitForSync(ctx context.Context, gvr schema.GroupVersionResource) bool {
+	return r.waitForSync(ctx, gvr, false)
+}
+
+// WaitForList is WaitForSync for a caller that would rather read the
+// objects one by one than wait on a list that fails: it also gives up once
+// the informer's list or watch has failed (see Err), as when the locker may
+// not list the type. A long list that is still running is waited for.
+func (r *Registry) WaitForList(ctx context.Context, gvr schema.GroupVersionResource) bool {
+	return r.waitForSync(ctx, gvr, true)
+}
+
+func (r *Registry) waitForSync(ctx context.Context, gvr schema.GroupVersionResource, unlessFailing bool) bool {
 	for {
 		r.mu.Lock()
 		e := r.entries[gvr]
 		var store *trackingStore
+		var health *Health
 		if e != nil && e.cancel != nil {
-			store = e.store
+			store, health = e.store, e.health
 		}
 		running := r.ctx != nil
 		r.mu.Unlock()
@@ -202,6 +215,9 @@ func (r *Registry) WaitForSync(ctx context.Context, gvr schema.GroupVersionResou
 		}
 		if store.HasSynced() {
 			return true
+		}
+		if unlessFailing && health.Err() != nil {
+			return false
 		}
 		select {
 		case <-ctx.Done():
@@ -313,7 +329,7 @@ func (r *Registry) startLocked(e *entry) {
 	// No expected type: with Options.Config, untracked objects arrive as
 	// stubs rather than as Unstructured.
 	reflector := cache.NewReflectorWithOptions(
-		cache.ToListWatcherWithWatchListSemantics(Guard(r.listWatch(e.gvr), r.opts.Readiness, health), r.client),
+		cache.ToListWatcherWithWatchListSemantics(Guard(r.listWatch(e.gvr, store), r.opts.Readiness, health), r.client),
 		nil, store,
 		cache.ReflectorOptions{Name: "helm-locker", TypeDescription: e.gvr.String(), Backoff: relistBackoff()})
 	ctx, cancel := context.WithCancel(r.ctx)
@@ -340,7 +356,7 @@ func relistBackoff() *wait.Backoff {
 // either means the type is gone, usually because its CRD was deleted: the
 // informer stops rather than retry forever, and a CRD event starts it
 // again.
-func (r *Registry) listWatch(gvr schema.GroupVersionResource) *cache.ListWatch {
+func (r *Registry) listWatch(gvr schema.GroupVersionResource, store *trackingStore) *cache.ListWatch {
 	resource := r.client.Resource(gvr)
 	missing := func(ctx context.Context, err error) error {
 		// A stopped informer's last error says nothing about the
@@ -363,7 +379,7 @@ func (r *Registry) listWatch(gvr schema.GroupVersionResource) *cache.ListWatch {
 			tracked := func(namespace, name string) bool {
 				return r.opts.Tracked == nil || r.opts.Tracked(gvr, namespace, name)
 			}
-			w, err := r.watches.watch(ctx, gvr, tracked, options)
+			w, err := r.watches.watch(ctx, gvr, tracked, unchanged(store), options)
 			return w, missing(ctx, err)
 		},
 	}
@@ -419,7 +435,14 @@ func (r *Registry) retryMissing() {
 // store, and a tracked one into what Options.Store keeps of it.
 func (r *Registry) strip(gvr schema.GroupVersionResource, obj any) any {
 	if s, ok := obj.(*watchStub); ok {
+		if s.same {
+			return s // the store keeps what it has
+		}
 		return &s.Stub
+	}
+	var fingerprint uint64
+	if f, ok := obj.(*fingerprinted); ok {
+		obj, fingerprint = f.Unstructured, f.fingerprint
 	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
@@ -428,8 +451,31 @@ func (r *Registry) strip(gvr schema.GroupVersionResource, obj any) any {
 	if r.opts.Tracked != nil && !r.opts.Tracked(gvr, u.GetNamespace(), u.GetName()) {
 		return NewStub(u)
 	}
-	if r.opts.Store != nil {
-		return r.opts.Store(gvr, u)
+	if r.opts.Store == nil {
+		return u
 	}
-	return u
+	stored := r.opts.Store(gvr, u)
+	if s, ok := stored.(stubbed); ok {
+		if sr, ok := stored.(StatusReader); !ok || !sr.ReadsStatus() {
+			s.stub().fingerprint = fingerprint
+		}
+	}
+	return stored
+}
+
+// unchanged reports whether store holds namespace/name as a stub of a
+// version with this held fingerprint.
+func unchanged(store *trackingStore) func(namespace, name string, fingerprint uint64) bool {
+	return func(namespace, name string, fingerprint uint64) bool {
+		key := name
+		if namespace != "" {
+			key = namespace + "/" + name
+		}
+		obj, exists, err := store.GetByKey(key)
+		if err != nil || !exists {
+			return false
+		}
+		s, ok := obj.(stubbed)
+		return ok && s.stub().fingerprint == fingerprint
+	}
 }

@@ -2,16 +2,19 @@ package informers
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 var cmGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
@@ -118,5 +121,35 @@ func TestRegistryStartsAndStopsOnDemand(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after cancel")
+	}
+}
+
+// TestWaitForList gives up on a list that fails (as one the locker's RBAC
+// forbids), where WaitForSync would wait, and waits for one that works.
+func TestWaitForList(t *testing.T) {
+	for _, forbidden := range []bool{true, false} {
+		client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+			cmGVR:       "ConfigMapList",
+			crdResource: "CustomResourceDefinitionList",
+		}, cm("a", "tracked"))
+		if forbidden {
+			client.PrependReactor("list", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "", errors.New("cannot list"))
+			})
+		}
+		r := NewRegistry(client, Options{})
+		r.Acquire(cmGVR)
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { _ = r.Run(ctx) }()
+		waitFor(t, "the informer to start", func() bool { return len(r.Running()) == 1 })
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		if got := r.WaitForList(wctx, cmGVR); got == forbidden || wctx.Err() != nil {
+			t.Errorf("forbidden %v: WaitForList = %v (context: %v), want %v without waiting out the context", forbidden, got, wctx.Err(), !forbidden)
+		}
+		if forbidden && !apierrors.IsForbidden(r.Err(cmGVR)) {
+			t.Errorf("Err() = %v, want the Forbidden", r.Err(cmGVR))
+		}
+		wcancel()
+		cancel()
 	}
 }

@@ -1,6 +1,9 @@
 package informers
 
-import "bytes"
+import (
+	"bytes"
+	"hash/maphash"
+)
 
 // A small JSON scanner for watch streams. It finds where values end and
 // reads a few string fields without decoding anything else: most objects a
@@ -192,4 +195,43 @@ func readHead(data []byte) (h objectHead, ok bool) {
 		return ok && found < 3
 	})
 	return h, ok && end >= 0
+}
+
+// fingerprintSeed seeds every fingerprint of this process: fingerprints are
+// compared only within it.
+var fingerprintSeed = maphash.MakeSeed()
+
+// heldFingerprint hashes what a lock may hold of an object: all of it but
+// its status and the metadata the API server rewrites on every write
+// (resourceVersion, managedFields). Two versions of an object with the same
+// fingerprint differ at most there, as when another controller writes the
+// status. It returns 0, which no caller trusts, for data it cannot read.
+func heldFingerprint(data []byte) uint64 {
+	var h maphash.Hash
+	h.SetSeed(fingerprintSeed)
+	ok := true
+	if eachField(data, 0, func(key, value []byte) bool {
+		switch string(key) {
+		case "status":
+			return true
+		case "metadata":
+			h.Write(key)
+			ok = eachField(value, 0, func(key, value []byte) bool {
+				switch string(key) {
+				case "resourceVersion", "managedFields":
+				default:
+					h.Write(key)
+					h.Write(value)
+				}
+				return true
+			}) >= 0
+			return ok
+		}
+		h.Write(key)
+		h.Write(value)
+		return true
+	}) < 0 || !ok {
+		return 0
+	}
+	return max(h.Sum64(), 1)
 }

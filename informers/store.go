@@ -43,6 +43,10 @@ func (s *trackingStore) Update(obj any) error { return s.upsert(obj) }
 func (s *trackingStore) Resync() error        { return nil }
 
 func (s *trackingStore) upsert(obj any) error {
+	if w, ok := obj.(*watchStub); ok && w.same {
+		// Nothing a lock holds changed (see objectDecoder).
+		return nil
+	}
 	obj = s.strip(s.gvr, obj)
 	var err error
 	if _, untracked := obj.(*Stub); untracked {

@@ -13,7 +13,7 @@ func TestTrackingStore(t *testing.T) {
 	strip := (&Registry{opts: Options{
 		Tracked: func(_ schema.GroupVersionResource, _, name string) bool { return tracked[name] },
 	}}).strip
-	watched := func(ns, name string) *watchStub { return &watchStub{*NewStub(cm(ns, name))} }
+	watched := func(ns, name string) *watchStub { return &watchStub{Stub: *NewStub(cm(ns, name))} }
 	type step struct {
 		name   string
 		do     func(s *trackingStore) error

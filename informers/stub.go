@@ -20,7 +20,23 @@ type Stub struct {
 	namespace       unique.Handle[string]
 	name            string
 	resourceVersion string
+	// fingerprint is the held fingerprint (see heldFingerprint) of the
+	// version of a tracked object this stub stands in for; 0 if unknown.
+	fingerprint uint64
 }
+
+// stub returns the Stub itself, through any type that embeds it, such as
+// what Options.Store returns for an object it need not keep whole.
+func (s *Stub) stub() *Stub { return s }
+
+// stubbed is a Stub, or a type that embeds one.
+type stubbed interface{ stub() *Stub }
+
+// StatusReader is implemented by what Options.Store returns for an object
+// whose status its caller reads, such as a Job that its TTL will delete
+// once finished: a change to its status alone is then stored and told like
+// any other, where it is otherwise skipped.
+type StatusReader interface{ ReadsStatus() bool }
 
 var _ metav1.Object = (*Stub)(nil)
 

@@ -307,22 +307,27 @@ func machine() string {
 
 // scenarioResult is what one control plane, set up once, measured.
 type scenarioResult struct {
-	Params          params       `json:"params"`
-	SetupS          float64      `json:"setupSeconds"`
-	DeployedS       float64      `json:"allDeployedSeconds"`
-	RestoredS       float64      `json:"allDriftRestoredSeconds"`
-	ColdLockS       float64      `json:"coldLockSeconds"`
-	ObjectsPerS     float64      `json:"objectsLockedPerSecond"`
-	RSSMiB          float64      `json:"rssMiB"`
-	HeapMiB         float64      `json:"heapMiB"`
-	Floor           distribution `json:"floor"`
-	Single          distribution `json:"single"`
-	ConcurrentFloor distribution `json:"concurrentFloor"`
-	Concurrent      distribution `json:"concurrent"`
-	BackToBack      distribution `json:"backToBack"`
-	Churn           *churnResult `json:"churn,omitempty"`
-	ChurnDuring     *churnDuring `json:"churnDuringLatency,omitempty"`
-	Idle            *idleResult  `json:"idle,omitempty"`
+	Params      params  `json:"params"`
+	SetupS      float64 `json:"setupSeconds"`
+	DeployedS   float64 `json:"allDeployedSeconds"`
+	RestoredS   float64 `json:"allDriftRestoredSeconds"`
+	ColdLockS   float64 `json:"coldLockSeconds"`
+	ObjectsPerS float64 `json:"objectsLockedPerSecond"`
+	// StartRequests counts the locker's requests from its start until its
+	// cold lock has gone quiet, by method: lists and watches, the Lease,
+	// status writes and events, and whatever else the start costs.
+	StartRequests         float64            `json:"startRequests"`
+	StartRequestsByMethod map[string]float64 `json:"startRequestsByMethod,omitempty"`
+	RSSMiB                float64            `json:"rssMiB"`
+	HeapMiB               float64            `json:"heapMiB"`
+	Floor                 distribution       `json:"floor"`
+	Single                distribution       `json:"single"`
+	ConcurrentFloor       distribution       `json:"concurrentFloor"`
+	Concurrent            distribution       `json:"concurrent"`
+	BackToBack            distribution       `json:"backToBack"`
+	Churn                 *churnResult       `json:"churn,omitempty"`
+	ChurnDuring           *churnDuring       `json:"churnDuringLatency,omitempty"`
+	Idle                  *idleResult        `json:"idle,omitempty"`
 	// dashboard holds the scrapes of the locker's /metrics, from its start
 	// to the end of the latency measurement, that docs/dashboard.md's
 	// pictures are drawn from; nil when latency is not measured.
@@ -547,6 +552,10 @@ func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 		}
 		restoredAt = append(restoredAt, restored.wait(r.ns+"/"+r.name, "declared", rv))
 	}
+	apiBefore, err := requestCounts(ctx, kube)
+	if err != nil {
+		return nil, err
+	}
 	logFile := filepath.Join(dir, fmt.Sprintf("locker-%d.log", p.Untracked))
 	l, err := startLocker(lockerBinary, kubeconfig, logFile)
 	if err != nil {
@@ -597,6 +606,9 @@ func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 	// the cold lock leaves behind (events, the last status writes) has
 	// drained, and before any measurement adds work of its own.
 	if err := waitQuiet(ctx, kube, baseline); err != nil {
+		return nil, err
+	}
+	if err := startRequests(ctx, l, res, apiBefore, kube); err != nil {
 		return nil, err
 	}
 	time.Sleep(5 * time.Second)

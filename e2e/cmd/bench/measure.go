@@ -407,6 +407,46 @@ func requestCounts(ctx context.Context, kube kubernetes.Interface) (map[string]f
 	return counts, nil
 }
 
+// startRequests records what the locker's start cost in requests, by its
+// own client's count, and prints what the API server served meanwhile by
+// verb and resource (the bench's own polling included), to tell where a
+// figure comes from.
+func startRequests(ctx context.Context, l *locker, res *scenarioResult, apiBefore map[string]float64, kube kubernetes.Interface) error {
+	res.StartRequestsByMethod = map[string]float64{}
+	for _, method := range []string{"GET", "LIST", "WATCH", "POST", "PUT", "PATCH", "DELETE"} {
+		n, err := l.sum(ctx, "rest_client_requests_total", func(labels string) bool { return strings.Contains(labels, `method="`+method+`"`) })
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			res.StartRequestsByMethod[method] = n
+			res.StartRequests += n
+		}
+	}
+	after, err := requestCounts(ctx, kube)
+	if err != nil {
+		return err
+	}
+	byVerb := map[string]float64{}
+	verbResource := regexp.MustCompile(`(resource|verb)="([^"]*)"`)
+	for k, v := range after {
+		if d := v - apiBefore[k]; d > 0 {
+			key := ""
+			for _, m := range verbResource.FindAllStringSubmatch(k, -1) {
+				key += m[2] + " "
+			}
+			byVerb[key] += d
+		}
+	}
+	for k, v := range byVerb {
+		if v >= 10 {
+			fmt.Fprintf(os.Stderr, "bench: start: the API server served %.0f × %s\n", v, k)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "bench: start: the locker sent %.0f requests %v\n", res.StartRequests, res.StartRequestsByMethod)
+	return nil
+}
+
 // distribution summarises latency samples.
 type distribution struct {
 	Count    int     `json:"count"`
