@@ -11,6 +11,7 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
@@ -53,6 +54,9 @@ func TestChartValuesCoverEveryFlag(t *testing.T) {
 		"tenant-manifest-locks":       {map[string]any{"tenantManifestLocks": false}, "false"},
 		"install-crds":                {map[string]any{"installCRDs": true}, "true"},
 		"default-service-account":     {map[string]any{"defaultServiceAccount": "deployer"}, "deployer"},
+		"watch-label-selector":        {map[string]any{"shards": []any{"a"}}, "sharding.helm-locker.io/shard=a"},
+		"leader-elect-lease-name":     {map[string]any{"shards": []any{"a"}}, "helm-locker-a"},
+		"webhook-service":             {map[string]any{"shards": []any{"a"}}, "helm-locker-webhook-a"},
 		"leader-elect":                {map[string]any{"leaderElection": map[string]any{"enabled": false}}, "false"},
 		"leader-elect-lease-duration": {map[string]any{"leaderElection": map[string]any{"leaseDuration": "30s"}}, "30s"},
 		"leader-elect-renew-deadline": {map[string]any{"leaderElection": map[string]any{"renewDeadline": "20s"}}, "20s"},
@@ -237,16 +241,46 @@ func renderChart(t *testing.T, values map[string]any) map[string]string {
 	return out
 }
 
+// deployment is the chart's first Deployment: the only one, unless it
+// runs shards.
 func deployment(t *testing.T, out map[string]string) *appsv1.Deployment {
 	t.Helper()
-	d := &appsv1.Deployment{}
-	if err := yaml.UnmarshalStrict([]byte(out["helm-locker/templates/deployment.yaml"]), d); err != nil {
-		t.Fatalf("the chart's Deployment: %v", err)
+	return deployments(t, out)[0]
+}
+
+// deployments are the chart's Deployments, one per shard.
+func deployments(t *testing.T, out map[string]string) []*appsv1.Deployment {
+	t.Helper()
+	var ds []*appsv1.Deployment
+	for _, doc := range documents(out["helm-locker/templates/deployment.yaml"]) {
+		d := &appsv1.Deployment{}
+		if err := yaml.UnmarshalStrict([]byte(doc), d); err != nil {
+			t.Fatalf("the chart's Deployment: %v", err)
+		}
+		if len(d.Spec.Template.Spec.Containers) != 1 {
+			t.Fatalf("the chart's Deployment %s has %d containers, want 1", d.Name, len(d.Spec.Template.Spec.Containers))
+		}
+		ds = append(ds, d)
 	}
-	if len(d.Spec.Template.Spec.Containers) != 1 {
-		t.Fatalf("the chart's Deployment has %d containers, want 1", len(d.Spec.Template.Spec.Containers))
+	if len(ds) == 0 {
+		t.Fatal("the chart renders no Deployment")
 	}
-	return d
+	return ds
+}
+
+// documents splits a rendered template into its YAML documents, leaving
+// out those with nothing but comments.
+func documents(rendered string) []string {
+	var docs []string
+	for _, doc := range strings.Split("\n"+rendered, "\n---") {
+		for _, line := range strings.Split(doc, "\n") {
+			if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "#") {
+				docs = append(docs, doc)
+				break
+			}
+		}
+	}
+	return docs
 }
 
 func containerArgs(t *testing.T, out map[string]string) []string {
@@ -264,4 +298,129 @@ func clusterRole(t *testing.T, out map[string]string) *rbacv1.ClusterRole {
 		t.Fatalf("the chart's ClusterRole (%v): %s", err, doc)
 	}
 	return role
+}
+
+// TestChartShards renders shards a and b: a Deployment, a
+// PodDisruptionBudget and a webhook Service each, every one selecting its
+// own shard's pods only; each shard serves the CRs labelled with its name
+// under a Lease of its own and the one controller name; and the RBAC
+// names every Lease, webhook configuration and certificate Secret the
+// shards' args make the binary use.
+func TestChartShards(t *testing.T) {
+	out := renderChart(t, map[string]any{"shards": []any{"a", "b"}, "selfLock": map[string]any{"enabled": true}})
+	unsharded := parseArgs(t, containerArgs(t, renderChart(t, nil)))
+	ds := deployments(t, out)
+	if len(ds) != 2 {
+		t.Fatalf("%d Deployments, want one per shard", len(ds))
+	}
+	var pods []map[string]string
+	var leases, configs, secrets []string
+	for i, shard := range []string{"a", "b"} {
+		d := ds[i]
+		if want := "hl-helm-locker-" + shard; d.Name != want {
+			t.Errorf("Deployment %d is %s, want %s", i, d.Name, want)
+		}
+		f := parseArgs(t, d.Spec.Template.Spec.Containers[0].Args)
+		want := map[string]string{
+			"watch-label-selector":    "sharding.helm-locker.io/shard=" + shard,
+			"leader-elect-lease-name": "helm-locker-" + shard,
+			"webhook-service":         "helm-locker-webhook-" + shard,
+		}
+		f.VisitAll(func(fl *pflag.Flag) {
+			w, ok := want[fl.Name]
+			if !ok {
+				// Everything else, the controller name included, is
+				// what one unsharded Deployment runs with.
+				w = unsharded.Lookup(fl.Name).Value.String()
+			}
+			if got := fl.Value.String(); got != w {
+				t.Errorf("shard %s: --%s = %q, want %q", shard, fl.Name, got, w)
+			}
+		})
+		opts := &options{controllerName: f.Lookup("controller-name").Value.String(), leaseName: f.Lookup("leader-elect-lease-name").Value.String()}
+		leases = append(leases, opts.lease())
+		configs = append(configs, opts.lease()+".registration")
+		secrets = append(secrets, opts.lease()+"-webhook")
+		pods = append(pods, d.Spec.Template.Labels)
+	}
+
+	// Each selector of a shard's objects selects its pods, and only its.
+	selects := func(what string, selector map[string]string, own int) {
+		t.Helper()
+		for i, labels := range pods {
+			matches := true
+			for k, v := range selector {
+				matches = matches && labels[k] == v
+			}
+			if matches != (i == own) {
+				t.Errorf("%s selects the pods of shard %d: %v, want %v", what, i, matches, i == own)
+			}
+		}
+	}
+	for i, d := range ds {
+		selects("Deployment "+d.Name, d.Spec.Selector.MatchLabels, i)
+	}
+	var pdbs []policyv1.PodDisruptionBudget
+	for _, doc := range documents(out["helm-locker/templates/poddisruptionbudget.yaml"]) {
+		var pdb policyv1.PodDisruptionBudget
+		if err := yaml.UnmarshalStrict([]byte(doc), &pdb); err != nil {
+			t.Fatal(err)
+		}
+		pdbs = append(pdbs, pdb)
+	}
+	if len(pdbs) != 2 {
+		t.Fatalf("%d PodDisruptionBudgets, want one per shard", len(pdbs))
+	}
+	for i, pdb := range pdbs {
+		selects("PodDisruptionBudget "+pdb.Name, pdb.Spec.Selector.MatchLabels, i)
+	}
+	webhooks := 0
+	for _, doc := range documents(out["helm-locker/templates/service.yaml"]) {
+		var svc corev1.Service
+		if err := yaml.UnmarshalStrict([]byte(doc), &svc); err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(svc.Name, "-metrics") {
+			continue
+		}
+		if want := "helm-locker-webhook-" + []string{"a", "b"}[webhooks]; svc.Name != want {
+			t.Errorf("webhook Service %d is %s, want %s, as --webhook-service says", webhooks, svc.Name, want)
+		}
+		selects("Service "+svc.Name, svc.Spec.Selector, webhooks)
+		webhooks++
+	}
+	if webhooks != 2 {
+		t.Errorf("%d webhook Services, want one per shard", webhooks)
+	}
+
+	// RBAC: the names the shards write, by name.
+	names := func(rules []rbacv1.PolicyRule, resource string) []string {
+		for _, r := range rules {
+			if slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, "update") {
+				return r.ResourceNames
+			}
+		}
+		return nil
+	}
+	if got := names(clusterRole(t, out).Rules, "validatingwebhookconfigurations"); !slices.Equal(got, configs) {
+		t.Errorf("the ClusterRole updates webhook configurations %v, want %v", got, configs)
+	}
+	var role rbacv1.Role
+	for _, doc := range documents(out["helm-locker/templates/rbac.yaml"]) {
+		var r rbacv1.Role
+		if err := yaml.Unmarshal([]byte(doc), &r); err == nil && r.Kind == "Role" {
+			role = r
+		}
+	}
+	if got := names(role.Rules, "leases"); !slices.Equal(got, leases) {
+		t.Errorf("the Role updates Leases %v, want %v", got, leases)
+	}
+	if got := names(role.Rules, "secrets"); !slices.Equal(got, secrets) {
+		t.Errorf("the Role updates Secrets %v, want %v", got, secrets)
+	}
+
+	// The self-lock is a CR, so a shard must serve it.
+	if self := out["helm-locker/templates/selflock.yaml"]; !strings.Contains(self, "sharding.helm-locker.io/shard: a\nspec:") {
+		t.Errorf("the self-lock's HelmRelease is not labelled for shard a:\n%s", self)
+	}
 }

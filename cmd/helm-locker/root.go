@@ -24,7 +24,9 @@ type options struct {
 	tenantLocks    bool
 	qps            float32
 	burst          int
+	watchSelector  string
 	leaderElect    bool
+	leaseName      string
 	leaseDuration  time.Duration
 	renewDeadline  time.Duration
 	retryPeriod    time.Duration
@@ -34,6 +36,7 @@ type options struct {
 	logFormat      string
 	webhookAddr    string
 	webhookURL     string
+	webhookService string
 	webhookCertDir string
 	exemptGroups   []string
 	helmTimeout    time.Duration
@@ -78,7 +81,9 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.IntVar(&opts.workers, "workers", 64, "releases synced at once")
 	f.Float32Var(&opts.qps, "kube-api-qps", -1, "client-side limit on requests per second to the API server; negative leaves it to the server's priority and fairness")
 	f.IntVar(&opts.burst, "kube-api-burst", 1000, "burst above --kube-api-qps")
-	f.BoolVar(&opts.leaderElect, "leader-elect", true, "run only while holding the Lease <controller-name> in the registration namespace, so that of several replicas only one writes")
+	f.StringVar(&opts.watchSelector, "watch-label-selector", "", "label selector of the HelmRelease and ManifestLock CRs served, such as sharding.helm-locker.io/shard=a, so that shards split the CRs between them; empty serves them all")
+	f.BoolVar(&opts.leaderElect, "leader-elect", true, "run only while holding the Lease --leader-elect-lease-name in the registration namespace, so that of several replicas only one writes")
+	f.StringVar(&opts.leaseName, "leader-elect-lease-name", "", "name of the Lease, in the registration namespace, that replicas compete for; it also names the webhook configuration <name>.<namespace> and the certificate Secret <name>-webhook. Empty is --controller-name; each shard needs its own")
 	f.DurationVar(&opts.leaseDuration, "leader-elect-lease-duration", 13*time.Second, "how long a standby waits, from when it saw the Lease last renewed, before taking it over: with startup, the longest a crashed leader goes unreplaced")
 	f.DurationVar(&opts.renewDeadline, "leader-elect-renew-deadline", 12*time.Second, "how long after its last renewal a leader that cannot renew stops leading (and stands by again); shorter than the lease duration, so it stops before a standby takes over")
 	f.DurationVar(&opts.retryPeriod, "leader-elect-retry-period", 10*time.Second, "how often the leader renews its Lease (the locker's only requests when nothing changes), and how long to wait after a failed request; standbys watch the Lease rather than poll it")
@@ -90,8 +95,9 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.StringVar(&opts.healthAddr, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 turns them off")
 	f.StringVar(&opts.logFormat, "log-format", "text", "log format: text (klog) or json")
 	f.StringVar(&opts.webhookAddr, "webhook-bind-address", ":9443", "address serving the admission webhook of Prevent mode, over TLS; 0 turns admission off")
-	f.StringVar(&opts.webhookURL, "webhook-url", "", "URL the API server calls the webhook at, for a locker outside the cluster (https://127.0.0.1:9443/validate); empty calls the Service helm-locker-webhook in the registration namespace")
-	f.StringVar(&opts.webhookCertDir, "webhook-cert-dir", "", "folder with the webhook's ca.crt, tls.crt and tls.key, such as a cert-manager Secret; empty keeps a self-signed CA and certificate in the Secret <controller-name>-webhook in the registration namespace")
+	f.StringVar(&opts.webhookURL, "webhook-url", "", "URL the API server calls the webhook at, for a locker outside the cluster (https://127.0.0.1:9443/validate); empty calls the Service --webhook-service")
+	f.StringVar(&opts.webhookService, "webhook-service", "helm-locker-webhook", "Service in the registration namespace the API server calls the webhook through (port 443), unless --webhook-url is set; each shard needs its own, selecting its own pods")
+	f.StringVar(&opts.webhookCertDir, "webhook-cert-dir", "", "folder with the webhook's ca.crt, tls.crt and tls.key, such as a cert-manager Secret; empty keeps a self-signed CA and certificate in the Secret <--leader-elect-lease-name>-webhook in the registration namespace")
 	f.DurationVar(&opts.helmTimeout, "helm-operation-timeout", controller.DefaultHelmOperationTimeout, "how long a release revision may stay pending or uninstalling before the lock holds the last verified revision again (a Helm killed mid-way never finishes; Helm's own --timeout is 5m)")
 	f.BoolVar(&opts.installCRDs, "install-crds", true, "create or update the HelmRelease and ManifestLock CRDs at startup; false when something else installs them (the Helm chart's crds/), so the locker needs no write on CRDs")
 	f.StringSliceVar(&opts.exemptGroups, "prevent-exempt-groups", nil, "groups whose writes to objects Prevent locks hold pass admission (break glass; the revert still applies unless the lock is suspended); Kubernetes' garbage collector and namespace controller always pass")

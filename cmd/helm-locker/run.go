@@ -49,7 +49,11 @@ func runOperator(ctx context.Context, opts *options) error {
 		logger = logger.WithValues("node", opts.nodeName)
 	}
 	ctx = klog.NewContext(ctx, logger)
-	logger.Info("Starting helm-locker", "version", versionString(), "namespace", opts.namespace)
+	selector, err := opts.served()
+	if err != nil {
+		return err
+	}
+	logger.Info("Starting helm-locker", "version", versionString(), "namespace", opts.namespace, "lease", opts.lease(), "selector", selector.String())
 
 	// current is the controller of this term of leadership (see
 	// runAsLeader); nil while standing by.
@@ -111,6 +115,7 @@ func runOperator(ctx context.Context, opts *options) error {
 			ReadOnly:              readOnly,
 			Namespace:             opts.namespace,
 			ControllerName:        opts.controllerName,
+			Selector:              selector,
 			HelmManagers:          opts.helmManagers,
 			DefaultServiceAccount: opts.defaultSA,
 			TenantManifestLocks:   opts.tenantLocks,
@@ -232,10 +237,6 @@ func runOperator(ctx context.Context, opts *options) error {
 	return runAsLeader(ctx, kube, opts, probe, run, standBy)
 }
 
-// webhookService is the Service the API server calls the webhook through
-// in a cluster.
-const webhookService = "helm-locker-webhook"
-
 // webhookCerts returns where the webhook's certificate comes from, or nil
 // with admission off.
 func webhookCerts(kube kubernetes.Interface, opts *options) (webhook.CertSource, error) {
@@ -245,7 +246,7 @@ func webhookCerts(kube kubernetes.Interface, opts *options) (webhook.CertSource,
 	if opts.webhookCertDir != "" {
 		return &webhook.DirCerts{Dir: opts.webhookCertDir}, nil
 	}
-	hosts := []string{webhookService + "." + opts.namespace + ".svc", webhookService + "." + opts.namespace + ".svc.cluster.local"}
+	hosts := []string{opts.webhookService + "." + opts.namespace + ".svc", opts.webhookService + "." + opts.namespace + ".svc.cluster.local"}
 	if opts.webhookURL != "" {
 		u, err := url.Parse(opts.webhookURL)
 		if err != nil || u.Scheme != "https" || u.Hostname() == "" {
@@ -253,15 +254,19 @@ func webhookCerts(kube kubernetes.Interface, opts *options) (webhook.CertSource,
 		}
 		hosts = append([]string{u.Hostname()}, hosts...)
 	}
-	return &webhook.SecretCerts{Kube: kube, Namespace: opts.namespace, Name: opts.controllerName + "-webhook", Hosts: hosts}, nil
+	return &webhook.SecretCerts{Kube: kube, Namespace: opts.namespace, Name: opts.lease() + "-webhook", Hosts: hosts}, nil
 }
 
 // webhookConfiguration keeps the ValidatingWebhookConfiguration named
-// after the controller and its registration namespace.
+// after the Lease and the registration namespace: the controller name by
+// default, and one of its own for each shard. The API server calls every
+// configuration that matches a request, and each shard denies what its
+// own locks hold, so no shard may overwrite another's rules, nor have its
+// calls answered by another's pods (see --webhook-service).
 func webhookConfiguration(kube kubernetes.Interface, opts *options, certs webhook.CertSource, types func() []schema.GroupVersionResource) *webhook.Configuration {
 	return &webhook.Configuration{
-		Kube: kube, Name: opts.controllerName + "." + opts.namespace, URL: opts.webhookURL,
-		Service: &admissionregistrationv1.ServiceReference{Namespace: opts.namespace, Name: webhookService, Path: ptr.To(webhook.Path), Port: ptr.To[int32](443)},
+		Kube: kube, Name: opts.lease() + "." + opts.namespace, URL: opts.webhookURL,
+		Service: &admissionregistrationv1.ServiceReference{Namespace: opts.namespace, Name: opts.webhookService, Path: ptr.To(webhook.Path), Port: ptr.To[int32](443)},
 		Types:   types, Certs: certs, Every: time.Second,
 	}
 }
@@ -302,7 +307,7 @@ func runAsLeader(ctx context.Context, kube kubernetes.Interface, opts *options, 
 	elector, err := leader.New(leader.Config{
 		Leases:        kube.CoordinationV1(),
 		Namespace:     opts.namespace,
-		Name:          opts.controllerName,
+		Name:          opts.lease(),
 		Identity:      identity,
 		LeaseDuration: opts.leaseDuration,
 		RenewDeadline: opts.renewDeadline,
@@ -314,7 +319,7 @@ func runAsLeader(ctx context.Context, kube kubernetes.Interface, opts *options, 
 	}
 	logger := klog.FromContext(ctx)
 	for {
-		logger.Info("Waiting to lead", "lease", opts.namespace+"/"+opts.controllerName, "identity", identity)
+		logger.Info("Waiting to lead", "lease", opts.namespace+"/"+opts.lease(), "identity", identity)
 		stop := standBy(ctx)
 		err := elector.Run(ctx, func(ctx context.Context) error { return run(ctx, stop) })
 		stop()

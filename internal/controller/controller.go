@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -48,6 +49,13 @@ type Config struct {
 	// ControllerName is written into, and matched against, the
 	// helmreleases.cattle.io/managed-by annotation.
 	ControllerName string
+	// Selector, if not empty, selects the HelmRelease and ManifestLock
+	// CRs served: one shard's. The API server filters the CR watches by
+	// it, so a shard never sees another's CRs, and a CR relabelled out
+	// of it is, to this controller, deleted: its lock opens and nothing
+	// more is written to it or for it (see patchStatus). Release Secrets
+	// and the engine's informers are not filtered.
+	Selector labels.Selector
 	// HelmManagers are the field managers Helm writes with ("helm" unless
 	// the binary is renamed). A locked object they changed after the lock
 	// engaged makes the locker confirm the release is still deployed
@@ -481,15 +489,23 @@ func (c *Controller) enqueueRelease(release string) {
 	}
 }
 
-// crInformer is an informer of the CRs r lists, paced by informers.Guard,
-// which reports whether it sees changes as they happen to health.
+// crInformer is an informer of the CRs r lists that Config.Selector
+// selects, paced by informers.Guard, which reports whether it sees changes
+// as they happen to health. The API server sends a watch event that takes
+// a CR out of the selector as a deletion.
 func (c *Controller) crInformer(client dynamic.Interface, r dynamic.ResourceInterface, health *informers.Health, indexers cache.Indexers, desc string) cache.SharedIndexInformer {
+	selector := ""
+	if c.cfg.Selector != nil {
+		selector = c.cfg.Selector.String()
+	}
 	return cache.NewSharedIndexInformerWithOptions(
 		cache.ToListWatcherWithWatchListSemantics(informers.Guard(&cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.LabelSelector = selector
 				return r.List(ctx, o)
 			},
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.LabelSelector = selector
 				return r.Watch(ctx, o)
 			},
 		}, c.cfg.Readiness, health), client),

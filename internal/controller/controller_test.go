@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/internal/admission"
 	"github.com/helm-locker/helm-locker/internal/storage"
@@ -79,10 +80,18 @@ func helmRelease(annotations map[string]any) *unstructured.Unstructured {
 // may not change while informers call it.
 func newTestController(t *testing.T, hr *unstructured.Unstructured, secret *corev1.Secret, setup func(*dynamicfake.FakeDynamicClient)) (*Controller, *dynamicfake.FakeDynamicClient) {
 	t.Helper()
+	return newTestControllerWith(t, nil, hr, secret, setup)
+}
+
+// newTestControllerWith is newTestController with configure, if set,
+// changing the controller's Config before it is built.
+func newTestControllerWith(t *testing.T, configure func(*Config), hr *unstructured.Unstructured, secret *corev1.Secret, setup func(*dynamicfake.FakeDynamicClient)) (*Controller, *dynamicfake.FakeDynamicClient) {
+	t.Helper()
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme.Scheme, map[schema.GroupVersionResource]string{
 		v1alpha1.Resource: "HelmReleaseList",
+		mlv1.Resource:     "ManifestLockList",
 		{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}: "CustomResourceDefinitionList",
 	}, hr)
 	if setup != nil {
@@ -98,11 +107,15 @@ func newTestController(t *testing.T, hr *unstructured.Unstructured, secret *core
 	if secret != nil {
 		metaObjs = append(metaObjs, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: secret.ObjectMeta})
 	}
-	c := New(Config{
+	cfg := Config{
 		Namespace: "cattle-helm-system", ControllerName: "helm-locker", HelmManagers: []string{"helm"},
 		Dynamic: dyn, Kube: fake.NewClientset(kubeObjs...), Metadata: metadatafake.NewSimpleMetadataClient(metaScheme, metaObjs...),
 		Mapper: resettable{mapper},
-	})
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	c := New(cfg)
 	// The informers run, on the fakes, so that the lock sees its objects'
 	// changes as they happen (see informers.Health); their events only
 	// queue keys, which these tests do not take from the queue.

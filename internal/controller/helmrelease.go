@@ -88,7 +88,9 @@ type verifying struct {
 // lockedElsewhere returns the name of another HelmRelease of this
 // controller that names the same release and came first, if any: one
 // release has one lock, or two CRs would report, and write, for it twice.
-// The oldest CR holds it; a tie goes to the first name.
+// The oldest CR holds it; a tie goes to the first name. A shard sees its
+// own CRs only (Config.Selector), so two CRs of one release in different
+// shards both hold it: the README says to keep them in one shard.
 func (c *Controller) lockedElsewhere(hr *v1alpha1.HelmRelease) string {
 	crs, err := c.crs.GetIndexer().ByIndex(byRelease, hr.Spec.Release.Namespace+"/"+hr.Spec.Release.Name)
 	if err != nil {
@@ -260,6 +262,12 @@ func (c *Controller) report(ctx context.Context, key string, hr *v1alpha1.HelmRe
 		}
 	}
 	wrote, err := c.writeStatus(ctx, hr, status)
+	if errors.Is(err, errLabelsChanged) {
+		// Nothing is written, the held-back events included, until
+		// the cache shows whether the CR is still this shard's.
+		res.requeueBy(labelsChangedRetry)
+		return res, syncErr
+	}
 	if err != nil {
 		return res, errors.Join(syncErr, err)
 	}

@@ -141,7 +141,12 @@ func (c *Controller) syncManifestLock(ctx context.Context, key string) (result, 
 	status.DriftsDetected, status.DriftsCorrected, status.LastDrift = st.driftsDetected, st.corrected, st.lastDrift
 	status.LastDenied = c.denials.get(key, ml.Status.LastDenied)
 	status.Inventory = st.inventory
-	return res, errors.Join(syncErr, c.writeManifestLockStatus(ctx, ml, status))
+	err = c.writeManifestLockStatus(ctx, ml, status)
+	if errors.Is(err, errLabelsChanged) {
+		res.requeueBy(labelsChangedRetry)
+		err = nil
+	}
+	return res, errors.Join(syncErr, err)
 }
 
 // reconcileManifestLock observes the lock's manifest, decides what it may

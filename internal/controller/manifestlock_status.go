@@ -34,6 +34,6 @@ func manifestLockedStatus(ml *mlv1.ManifestLock, st *manifestState, res engine.R
 
 // writeManifestLockStatus patches the lock's status if it changed.
 func (c *Controller) writeManifestLockStatus(ctx context.Context, ml *mlv1.ManifestLock, status mlv1.ManifestLockStatus) error {
-	_, err := c.patchStatus(ctx, mlv1.Resource, mlv1.Kind, ml.Namespace, ml.Name, ml.Status, status)
+	_, err := c.patchStatus(ctx, mlv1.Resource, mlv1.Kind, ml, ml.Status, status)
 	return err
 }

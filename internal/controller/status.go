@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"reflect"
 	"regexp"
 	"strings"
@@ -344,13 +345,29 @@ func fightMessage(f engine.Fight) string {
 // are not written, so a correction does not cost a second write; it
 // reports whether it wrote.
 func (c *Controller) writeStatus(ctx context.Context, hr *v1alpha1.HelmRelease, status v1alpha1.HelmReleaseStatus) (bool, error) {
-	return c.patchStatus(ctx, v1alpha1.Resource, v1alpha1.Kind, hr.Namespace, hr.Name, hr.Status, status)
+	return c.patchStatus(ctx, v1alpha1.Resource, v1alpha1.Kind, hr, hr.Status, status)
 }
 
-// patchStatus writes status as the status of the CR namespace/name of
-// resource, if it differs from written, the status the cache shows, as
-// written (see sameStatus).
-func (c *Controller) patchStatus(ctx context.Context, resource schema.GroupVersionResource, kind, namespace, name string, written, status any) (bool, error) {
+// errLabelsChanged says a shard's status write was refused because the
+// CR's labels are no longer those its cache showed: the CR may have moved
+// to another shard, which writes its status now. The watch event of the
+// change is on its way, and syncs the CR again if it is still this
+// shard's.
+var errLabelsChanged = errors.New("the CR's labels changed since it was read; it may have left this shard")
+
+// labelsChangedRetry is when a CR whose status write errLabelsChanged
+// refused is synced again at the latest. The watch event of the change
+// normally comes first: a deletion if the CR left the shard, an update if
+// its labels changed within the selector.
+const labelsChangedRetry = time.Second
+
+// patchStatus writes status as the status of the CR obj of resource, if
+// it differs from written, the status the cache shows, as written (see
+// sameStatus). In a shard (Config.Selector), the patch first tests that
+// the CR's labels are those the cache showed: a sync under way when the
+// CR is relabelled into another shard must not overwrite what that shard
+// writes.
+func (c *Controller) patchStatus(ctx context.Context, resource schema.GroupVersionResource, kind string, obj metav1.Object, written, status any) (bool, error) {
 	fields, err := toJSONMap(status)
 	if err != nil {
 		return false, err
@@ -362,18 +379,51 @@ func (c *Controller) patchStatus(ctx context.Context, resource schema.GroupVersi
 	if reflect.DeepEqual(fields, old) {
 		return false, nil
 	}
+	guarded := c.cfg.Selector != nil && !c.cfg.Selector.Empty()
+	patch, err := statusPatch(fields, obj.GetLabels(), guarded)
+	if err != nil {
+		return false, err
+	}
+	_, err = c.cfg.Dynamic.Resource(resource).Namespace(obj.GetNamespace()).Patch(ctx, obj.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{}, "status")
+	switch {
+	case err != nil && guarded && patchTestFailed(err):
+		return false, errLabelsChanged
+	case err != nil:
+		return false, fmt.Errorf("writing status of %s %s/%s: %w", kind, obj.GetNamespace(), obj.GetName(), err)
+	}
+	return true, nil
+}
+
+// statusPatch is the JSON patch that writes status; guarded, it first
+// tests that the object's labels are labels (none, if empty).
+func statusPatch(status map[string]any, labels map[string]string, guarded bool) ([]byte, error) {
 	// The whole status, not a merge patch from written: the cache may not
 	// show the last write yet, and a merge patch computed from an older
 	// status would leave what that write added and this one drops (a
 	// notLocked entry beside state Locked).
-	patch, err := json.Marshal([]map[string]any{{"op": "add", "path": "/status", "value": fields}})
-	if err != nil {
-		return false, err
+	ops := []map[string]any{{"op": "add", "path": "/status", "value": status}}
+	if guarded {
+		// A test of null passes only where there are no labels.
+		var want any
+		if len(labels) > 0 {
+			want = labels
+		}
+		ops = append([]map[string]any{{"op": "test", "path": "/metadata/labels", "value": want}}, ops...)
 	}
-	if _, err := c.cfg.Dynamic.Resource(resource).Namespace(namespace).Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		return false, fmt.Errorf("writing status of %s %s/%s: %w", kind, namespace, name, err)
+	return json.Marshal(ops)
+}
+
+// patchTestFailed reports whether a JSON patch was refused because a test
+// operation failed. The API server answers 422 with its own message for
+// any patch it cannot apply, and gives no causes, which every validation
+// error has; statusPatch's add always applies.
+func patchTestFailed(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
 	}
-	return true, nil
+	s := status.Status()
+	return s.Code == http.StatusUnprocessableEntity && (s.Details == nil || len(s.Details.Causes) == 0)
 }
 
 // sameStatus reports whether a and b are written alike. reflect.DeepEqual

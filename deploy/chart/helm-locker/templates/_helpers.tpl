@@ -46,3 +46,47 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "helm-locker.bind" -}}
 {{- if .enabled }}:{{ .port }}{{ else }}0{{ end }}
 {{- end }}
+
+{{/*
+The shards to run, as a JSON list: .Values.shards, or one unnamed shard
+that serves every CR. Each name must do as a label value and a name suffix.
+*/}}
+{{- define "helm-locker.shards" -}}
+{{- range .Values.shards }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$" (toString .)) }}
+{{- fail (printf "shards: %q is not a shard name: lower-case letters, digits and '-', at most 32" (toString .)) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.shards (ne (len .Values.shards) (len (uniq .Values.shards))) }}
+{{- fail "shards: a name is listed twice" }}
+{{- end }}
+{{- if .Values.shards }}{{ toJson .Values.shards }}{{ else }}[""]{{ end }}
+{{- end }}
+
+{{/* The label that assigns a CR to a shard, and marks a shard's pods. */}}
+{{- define "helm-locker.shardLabel" -}}
+sharding.helm-locker.io/shard
+{{- end }}
+
+{{/* A shard's suffix on the names of its objects: -<shard>, or none. */}}
+{{- define "helm-locker.shardSuffix" -}}
+{{- with . }}-{{ . }}{{ end }}
+{{- end }}
+
+{{/* The Lease a shard's replicas compete for (--leader-elect-lease-name). */}}
+{{- define "helm-locker.lease" -}}
+{{- .root.Values.controllerName }}{{ include "helm-locker.shardSuffix" .shard }}
+{{- end }}
+
+{{/* The Service the API server calls a shard's webhook through (--webhook-service). */}}
+{{- define "helm-locker.webhookService" -}}
+helm-locker-webhook{{ include "helm-locker.shardSuffix" . }}
+{{- end }}
+
+{{/* The selector labels of a shard's pods. */}}
+{{- define "helm-locker.shardSelectorLabels" -}}
+{{ include "helm-locker.selectorLabels" .root }}
+{{- with .shard }}
+{{ include "helm-locker.shardLabel" $ }}: {{ . }}
+{{- end }}
+{{- end }}
