@@ -155,25 +155,41 @@ type Fight struct {
 // or correct, joined; those objects stay dirty for the next Sync. A key that
 // holds no set syncs to an empty Result.
 func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
-	// The merge rules of the set's kinds are fetched before the lock is
-	// taken: the first Sync of a kind waits for them, no event does.
-	e.mu.Lock()
-	s := e.sets[key]
+	s, todo, schemaRetry := e.takeDirty(ctx, key)
 	if s == nil {
-		e.mu.Unlock()
 		return Result{}, nil
+	}
+	e.waitForLists(ctx, todo)
+	var res Result
+	if schemaRetry > 0 {
+		res.requeueBy(schemaRetry)
+	}
+	errs := e.checkAll(ctx, s, todo, &res)
+	e.summarize(key, s, todo, &res)
+	return res, errors.Join(errs...)
+}
+
+// takeDirty takes the objects of key's set that its last events marked,
+// and that key holds, in the order they are created. The merge rules of
+// the set's kinds are fetched first: the first Sync of a kind waits for
+// them, no event does. schemaRetry is when to try rules that failed again.
+func (e *Engine) takeDirty(ctx context.Context, key string) (s *objectSet, todo []dirtyObject, schemaRetry time.Duration) {
+	e.mu.Lock()
+	if s = e.sets[key]; s == nil {
+		e.mu.Unlock()
+		return nil, nil, 0
 	}
 	gvs := s.groupVersions()
 	e.mu.Unlock()
-	schemaRetry := e.schemas.load(ctx, gvs)
+	schemaRetry = e.schemas.load(ctx, gvs)
 
 	e.mu.Lock()
 	if s = e.sets[key]; s == nil {
 		e.mu.Unlock()
-		return Result{}, nil
+		return nil, nil, 0
 	}
 	acquire, notify := e.resolveLocked(key, s, nil)
-	todo := make([]dirtyObject, 0, len(s.dirty))
+	todo = make([]dirtyObject, 0, len(s.dirty))
 	for ref, at := range s.dirty {
 		// An object another set holds is that set's to check.
 		if e.holderLocked(ref) == key {
@@ -194,7 +210,11 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 		return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.ref.GVR.Resource, b.ref.GVR.Resource),
 			cmp.Compare(a.ref.Namespace, b.ref.Namespace), cmp.Compare(a.ref.Name, b.ref.Name))
 	})
+	return s, todo, schemaRetry
+}
 
+// waitForLists waits for the first list of each type of todo.
+func (e *Engine) waitForLists(ctx context.Context, todo []dirtyObject) {
 	// Reading a type's objects from its informer beats a GET per object,
 	// so a type whose informer is still listing (it was just acquired, or
 	// the locker just started) is waited for while its list runs: a cold
@@ -210,11 +230,10 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 			cancel()
 		}
 	}
+}
 
-	var res Result
-	if schemaRetry > 0 {
-		res.requeueBy(schemaRetry)
-	}
+// checkAll brings each of todo in line, into res.
+func (e *Engine) checkAll(ctx context.Context, s *objectSet, todo []dirtyObject, res *Result) []error {
 	var errs []error
 	for _, obj := range todo {
 		drift, err := e.syncObject(ctx, s, obj.lockedObject)
@@ -242,7 +261,12 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 			errs = append(errs, &ObjectError{Ref: obj.ref, Err: err})
 		}
 	}
+	return errs
+}
 
+// summarize completes res with where the whole set stands, and marks
+// what is not in line dirty again.
+func (e *Engine) summarize(key string, s *objectSet, todo []dirtyObject, res *Result) {
 	drifted := make(map[ObjectRef]bool, len(res.Drifts))
 	for _, d := range res.Drifts {
 		drifted[d.Ref] = true
@@ -320,7 +344,6 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 			break
 		}
 	}
-	return res, errors.Join(errs...)
 }
 
 // requeueBy makes RequeueAfter at most d (and at least a millisecond: zero
@@ -350,101 +373,156 @@ type dirtyObject struct {
 
 // syncObject brings one object in line, and returns the drift it found, if
 // any. obj.inLine says whether the object is in line afterwards; only the
-// goroutine syncing obj's set writes obj.
+// goroutine syncing obj's set writes obj. It reads in four steps: classify
+// what the event left (observe), recreate what is gone, compare the live
+// object with its declaration, and revert what differs.
 func (e *Engine) syncObject(ctx context.Context, s *objectSet, obj *lockedObject) (*Drift, error) {
-	spec := s.spec
+	o, err := e.observe(ctx, obj)
+	if err != nil || o.settled {
+		return nil, err
+	}
+	if o.live == nil {
+		return e.recreate(ctx, s, obj, o.declared)
+	}
+	c, err := e.compare(ctx, s.spec, obj, o)
+	if err != nil {
+		return nil, err
+	}
+	if c.patch == nil {
+		if !s.spec.ReportOnly {
+			if err := e.handOver(ctx, s.spec, obj, o.live); err != nil {
+				return nil, err
+			}
+		}
+		obj.settle()
+		return nil, nil
+	}
+	return e.revert(ctx, s, obj, o.live, o.declared, c)
+}
+
+// observed is what observe found of a locked object.
+type observed struct {
+	// settled is set when nothing is left to do: the object is in line,
+	// is a version the engine's own write replaced, or is a finished Job
+	// its TTL deleted.
+	settled bool
+	// live is the object as it is, nil when it does not exist.
+	live     *unstructured.Unstructured
+	declared *unstructured.Unstructured
+	// fresh is set when the object may not have been compared since its
+	// declaration or the last write (see lockedObject.fresh).
+	fresh bool
+}
+
+// observe reads obj as it is and classifies it.
+func (e *Engine) observe(ctx context.Context, obj *lockedObject) (observed, error) {
 	obj.inLine = false
 	live, inLine, err := e.live(ctx, obj)
-	fresh := obj.fresh
+	o := observed{fresh: obj.fresh}
 	if err == nil {
 		obj.fresh = false
 	}
 	if inLine {
 		obj.settle()
-		return nil, nil
+		return observed{settled: true}, nil
 	}
 	notFound := apierrors.IsNotFound(err)
 	if err != nil && !notFound {
-		return nil, err
+		return o, err
 	}
 	if !notFound {
 		if rv := live.GetResourceVersion(); rv != "" && slices.Contains(obj.superseded, rv) {
 			obj.settle()
-			return nil, nil
+			return observed{settled: true}, nil
 		}
 	}
-	declared, err := obj.declaration()
-	if err != nil {
-		return nil, err
+	if o.declared, err = obj.declaration(); err != nil {
+		return o, err
 	}
 	if notFound && obj.finished.Load() {
 		// Its TTL deleted it, as Kubernetes is meant to.
 		obj.expired = true
-		return nil, nil
+		return observed{settled: true}, nil
 	}
 	obj.expired = false
 	if !notFound {
 		obj.finished.Store(finishedWithTTL(live))
+		o.live = live
 	}
-	if notFound {
-		if obj.proof != nil {
-			// Only the owner creates what it declares; what the last
-			// verified declaration had is recreated as it had it.
-			obj.proof.missing()
-			return e.holdFallback(ctx, s, obj, nil)
-		}
-		drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Deleted: true, Applying: obj.applying}
-		return drift, e.correct(ctx, s, obj, drift, "", func() error { return e.create(ctx, spec, obj, declared) })
+	return o, nil
+}
+
+// recreate creates a locked object that does not exist.
+func (e *Engine) recreate(ctx context.Context, s *objectSet, obj *lockedObject, declared *unstructured.Unstructured) (*Drift, error) {
+	if obj.proof != nil {
+		// Only the owner creates what it declares; what the last
+		// verified declaration had is recreated as it had it.
+		obj.proof.missing()
+		return e.holdFallback(ctx, s, obj, nil)
 	}
+	drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Deleted: true, Applying: obj.applying}
+	return drift, e.correct(ctx, s, obj, drift, "", func() error { return e.create(ctx, s.spec, obj, declared) })
+}
+
+// comparison is how a live object differs from its declaration.
+type comparison struct {
+	rules   mergeRules
+	desired map[string]any
+	// patch makes live desired; nil when it is in line.
+	patch *mergePatch
+	// refused is the API server's refusal of the correction in the dry
+	// run canonicalize made: the write would get it too, so it is not
+	// sent.
+	refused error
+}
+
+// compare works out what o.live should be, and the patch that makes it so.
+func (e *Engine) compare(ctx context.Context, spec ObjectSet, obj *lockedObject, o observed) (comparison, error) {
 	rules, changes := e.schemas.rulesAt(obj.ref.GVR.GroupVersion())
+	fresh := o.fresh
 	if changes != obj.rulesSeen {
 		obj.rulesSeen = changes
 		fresh, obj.canonical = true, false
 	}
-	desired, err := obj.desired(rules, live.Object, declared.Object)
-	if err != nil {
-		return nil, err
+	live, declared := o.live, o.declared
+	c := comparison{rules: rules}
+	var err error
+	if c.desired, err = obj.desired(rules, live.Object, declared.Object); err != nil {
+		return c, err
 	}
-	patch, err := computePatch(live.Object, desired)
-	if err != nil {
-		return nil, err
+	if c.patch, err = computePatch(live.Object, c.desired); err != nil {
+		return c, err
 	}
 	// A mismatch where the declaration may just be in another form than
 	// the stored one is dry-run once (see canonicalize); an unverified
-	// object's is, by the dry run its verification makes. refused is the
-	// API server's refusal of the correction in that dry run: the write
-	// would get it too, so it is not sent.
-	var refused error
-	if patch != nil && fresh && !obj.canonical && obj.proof == nil {
+	// object's is, by the dry run its verification makes.
+	if c.patch != nil && fresh && !obj.canonical && obj.proof == nil {
 		obj.canonical = true
-		canon, err := e.canonicalize(ctx, spec, obj, rules, declared, patch)
+		canon, err := e.canonicalize(ctx, spec, obj, rules, declared, c.patch)
 		if permanentReason(err) != "" {
-			refused = err
+			c.refused = err
 		}
 		if err == nil {
-			declared = canon
-			if desired, err = obj.desired(rules, live.Object, declared.Object); err != nil {
-				return nil, err
+			if c.desired, err = obj.desired(rules, live.Object, canon.Object); err != nil {
+				return c, err
 			}
-			if patch, err = computePatch(live.Object, desired); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if patch != nil && obj.noop != nil && obj.noop.resourceVersion == live.GetResourceVersion() && obj.noop.data == string(patch.Data) {
-		patch = nil
-	}
-	if patch == nil {
-		if !spec.ReportOnly {
-			if err := e.handOver(ctx, spec, obj, live); err != nil {
-				return nil, err
+			if c.patch, err = computePatch(live.Object, c.desired); err != nil {
+				return c, err
 			}
 		}
-		obj.settle()
-		return nil, nil
 	}
+	if c.patch != nil && obj.noop != nil && obj.noop.resourceVersion == live.GetResourceVersion() && obj.noop.data == string(c.patch.Data) {
+		c.patch = nil
+	}
+	return c, nil
+}
+
+// revert writes c's patch to obj, once the drift is verified as someone
+// else's (see Verification) and unless the set only reports.
+func (e *Engine) revert(ctx context.Context, s *objectSet, obj *lockedObject, live, declared *unstructured.Unstructured, c comparison) (*Drift, error) {
+	spec := s.spec
 	if obj.proof != nil {
-		verified, err := e.verify(ctx, spec, obj, live, desired, patch)
+		verified, err := e.verify(ctx, spec, obj, live, c.desired, c.patch)
 		if err != nil || obj.inLine {
 			return nil, err
 		}
@@ -452,24 +530,24 @@ func (e *Engine) syncObject(ctx context.Context, s *objectSet, obj *lockedObject
 			return e.holdFallback(ctx, s, obj, live)
 		}
 	}
-	k := rules.kindOf(desired)
-	paths := k.driftPaths(live.Object, desired)
+	k := c.rules.kindOf(c.desired)
+	paths := k.driftPaths(live.Object, c.desired)
 	drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, k, paths, e.fieldManager), Applying: obj.applying}
 	return drift, e.correct(ctx, s, obj, drift, live.GetResourceVersion(), func() error {
 		if spec.BeforeWrite != nil {
-			if err := spec.BeforeWrite(ctx, Write{Ref: obj.ref, Live: live, Restores: restores(live.Object, desired, paths)}); err != nil {
+			if err := spec.BeforeWrite(ctx, Write{Ref: obj.ref, Live: live, Restores: restores(live.Object, c.desired, paths)}); err != nil {
 				return err
 			}
 		}
-		if refused != nil {
-			return shortRefusal("patching", refused)
+		if c.refused != nil {
+			return shortRefusal("patching", c.refused)
 		}
-		out, err := e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager})
+		out, err := e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, c.patch.Type, c.patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager})
 		if err != nil {
 			return shortRefusal("patching", err)
 		}
 		if rv := live.GetResourceVersion(); rv != "" && out.GetResourceVersion() == rv {
-			obj.noop = &noopPatch{resourceVersion: live.GetResourceVersion(), data: string(patch.Data)}
+			obj.noop = &noopPatch{resourceVersion: live.GetResourceVersion(), data: string(c.patch.Data)}
 		}
 		drift.Paths = k.storedKeys(drift.Paths, out.Object)
 		obj.superseded = []string{live.GetResourceVersion()}
