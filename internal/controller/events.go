@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
@@ -224,6 +225,12 @@ func truncate(s string, n int) string {
 // revision, not again after each corrected drift, and Unlocked when it
 // opens. In Warn mode the lock holds nothing, so there is nothing to
 // announce.
+// announced reports whether hr's status, as written before this sync,
+// already says its revision is locked.
+func announced(hr *v1alpha1.HelmRelease, revision int) bool {
+	return hr.Status.Version == revision && meta.IsStatusConditionTrue(hr.Status.Conditions, v1alpha1.ConditionLocked)
+}
+
 func (c *Controller) lockEvents(hr *v1alpha1.HelmRelease, before lock.Lock, st *releaseState, status v1alpha1.HelmReleaseStatus) {
 	if before.Warn || st.lock.Warn {
 		return
@@ -237,6 +244,12 @@ func (c *Controller) lockEvents(hr *v1alpha1.HelmRelease, before lock.Lock, st *
 	switch after := st.lock.Phase; {
 	case after == lock.Locked && st.announced != st.lock.Revision:
 		st.announced = st.lock.Revision
+		if announced(hr, st.lock.Revision) {
+			// A restarted locker, or a new leader, finds the lock
+			// it holds again already reported: no news, and one
+			// request less per release at start.
+			return
+		}
 		c.cfg.Recorder.Event(crRef(hr), corev1.EventTypeNormal, EventLocked, msg)
 	case after == lock.Unlocked:
 		st.announced = 0

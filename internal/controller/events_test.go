@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/record"
 
@@ -94,7 +95,8 @@ func TestHoldCountsPastTheBound(t *testing.T) {
 
 // TestLockEventsOncePerRevision: a drift corrected within a revision takes
 // the lock through Reconciling and back, which is not news; a new revision
-// and the lock opening are.
+// and the lock opening are. A revision the CR already says is locked, as a
+// restarted locker finds it, is not news either.
 func TestLockEventsOncePerRevision(t *testing.T) {
 	rec := record.NewFakeRecorder(10)
 	c := &Controller{cfg: Config{Recorder: rec}}
@@ -119,8 +121,16 @@ func TestLockEventsOncePerRevision(t *testing.T) {
 		{lock.Lock{Phase: lock.Watching, Revision: 3, Warn: true}, ""},
 		{lock.Lock{Phase: lock.Reconciling, Revision: 3, Warn: true}, ""},
 		{lock.Lock{Phase: lock.Unlocked}, ""},
+		// A restarted locker finds revision 4 already reported locked
+		// in the CR's status: no news.
+		{lock.Lock{Phase: lock.Reconciling, Revision: 4}, ""},
+		{lock.Lock{Phase: lock.Locked, Revision: 4}, ""},
 	}
 	for i, step := range steps {
+		if step.to.Revision == 4 {
+			hr.Status = v1alpha1.HelmReleaseStatus{Version: 4}
+			hr.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionLocked, Status: metav1.ConditionTrue}}
+		}
 		before := st.lock
 		st.lock = step.to
 		c.lockEvents(hr, before, st, v1alpha1.HelmReleaseStatus{})
