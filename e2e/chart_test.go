@@ -31,18 +31,22 @@ func operatorChart(t *testing.T) string {
 
 // TestChartLintsAndApplies: both helm CLIs lint the chart, and what it
 // renders, CRDs included, passes the API server's validation in a
-// server-side dry run, with the default values and with every optional
-// object but the ServiceMonitor (whose CRD this control plane lacks).
+// server-side dry run, with the default values, with every optional
+// object but the ServiceMonitor (whose CRD this control plane lacks), and
+// in shards.
 func TestChartLintsAndApplies(t *testing.T) {
 	t.Parallel()
 	chart := operatorChart(t)
 	for _, v := range []framework.HelmVersion{framework.Helm3, framework.Helm4} {
-		if out, err := env.HelmE(t, v, "lint", "--strict", chart); err != nil {
-			t.Errorf("helm %s lint: %v\n%s", v, err, out)
+		for _, args := range [][]string{nil, {"--set", "shards={a,b},selfLock.enabled=true"}} {
+			if out, err := env.HelmE(t, v, append([]string{"lint", "--strict", chart}, args...)...); err != nil {
+				t.Errorf("helm %s lint %v: %v\n%s", v, args, err, out)
+			}
 		}
 	}
 	ns := env.Namespace(t)
-	for _, set := range []string{"", "selfLock.enabled=true,installCRDs=true,webhook.certSecret=tls,podDisruptionBudget.enabled=true", "rbac.writeAll=true,webhook.enabled=false,metrics.enabled=false"} {
+	for _, set := range []string{"", "selfLock.enabled=true,installCRDs=true,webhook.certSecret=tls,podDisruptionBudget.enabled=true", "rbac.writeAll=true,webhook.enabled=false,metrics.enabled=false",
+		"shards={a,b},selfLock.enabled=true"} {
 		args := []string{"template", "dry-run", chart, "-n", ns, "--include-crds"}
 		if set != "" {
 			args = append(args, "--set", set)
@@ -151,13 +155,26 @@ func TestChartRunsWithLeastPrivilege(t *testing.T) {
 func startChartLocker(t *testing.T, registration, release string, helmArgs ...string) *framework.Locker {
 	t.Helper()
 	env.Helm(t, framework.Helm4, append([]string{"install", release, operatorChart(t), "-n", registration}, helmArgs...)...)
-	fullname := release
-	if !strings.Contains(release, "helm-locker") {
-		fullname += "-helm-locker"
+	fullname := chartFullname(release)
+	return runChartDeployment(t, registration, release, fullname, fullname)
+}
+
+// chartFullname is the name the chart gives its objects in release.
+func chartFullname(release string) string {
+	if strings.Contains(release, "helm-locker") {
+		return release
 	}
-	deploy := env.Get(t, "apps/v1", "deployments", registration, fullname)
+	return release + "-helm-locker"
+}
+
+// runChartDeployment runs, as the locker name, the locker of the chart's
+// Deployment in registration as its ServiceAccount would (see
+// startChartLocker).
+func runChartDeployment(t *testing.T, registration, name, deployment, serviceAccount string) *framework.Locker {
+	t.Helper()
+	deploy := env.Get(t, "apps/v1", "deployments", registration, deployment)
 	if deploy == nil {
-		t.Fatalf("the chart made no Deployment %s", fullname)
+		t.Fatalf("the chart made no Deployment %s", deployment)
 	}
 	containers, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
 	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
@@ -172,7 +189,7 @@ func startChartLocker(t *testing.T, registration, release string, helmArgs ...st
 	_ = ln.Close()
 	args = append(args, "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--tenant-manifest-locks=false",
 		"--webhook-bind-address="+webhookAddr, "--webhook-url=https://"+webhookAddr+"/validate", "--v=4")
-	locker, err := env.StartLockerWith(release, serviceAccountKubeconfig(t, registration, fullname), args...)
+	locker, err := env.StartLockerWith(name, serviceAccountKubeconfig(t, registration, serviceAccount), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +198,7 @@ func startChartLocker(t *testing.T, registration, release string, helmArgs ...st
 		if t.Failed() {
 			log, _ := os.ReadFile(locker.Log)
 			lines := strings.Split(string(log), "\n")
-			t.Logf("the log of the locker %s, last lines:\n%s", release, strings.Join(lines[max(0, len(lines)-60):], "\n"))
+			t.Logf("the log of the locker %s, last lines:\n%s", name, strings.Join(lines[max(0, len(lines)-60):], "\n"))
 		}
 	})
 	return locker
