@@ -56,7 +56,11 @@ demo: ## Lock a real chart on a local control plane and watch an edit being reve
 crd: ## Copy the CRDs the operator installs to deploy/chart/helm-locker/crds
 	cp api/helm.cattle.io_helmreleases.yaml api/helm-locker.io_manifestlocks.yaml deploy/chart/helm-locker/crds/
 
+# SERIES is the scale series of `make bench`: locked objects per row, each
+# with as many untracked (about 40 minutes for the three rows here).
+SERIES ?= 25000,50000,100000
+
 .PHONY: bench
-bench: build ## Measure cold lock, revert latency against the floor, memory and idle load; writes docs/benchmarks.*
+bench: build ## Measure cold lock, revert latency against the floor, memory, idle load, churn and the scale series; writes docs/benchmarks.*
 	go test -run '^$$' -bench . -benchmem -count 5 ./manifest/ ./internal/storage/ ./engine/ ./informers/ | tee docs/go-benchmarks.txt
-	HELM_LOCKER_TOOLS_BIN=$$(bash hack/tools.sh) go run ./e2e/cmd/bench $(BENCH_FLAGS)
+	HELM_LOCKER_TOOLS_BIN=$$(bash hack/tools.sh) go run ./e2e/cmd/bench -series $(SERIES) $(BENCH_FLAGS)

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -67,6 +68,69 @@ func (p params) namespaces() int { return max(1, p.Releases/10) }
 // profiles is the folder heap profiles are kept in; empty keeps none.
 var profiles string
 
+// statusRate is the rate the status churn measurement aims at.
+var statusRate float64
+
+// massDriftObjects is how many locked objects the mass drift changes at
+// once; a scenario with fewer locked ConfigMaps skips it.
+const massDriftObjects = 5000
+
+// seriesRelease is how many objects each release of the scale series has.
+const seriesRelease = 50
+
+// seriesCounts parses -series.
+func seriesCounts(s string) ([]int, error) {
+	var counts []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < seriesRelease {
+			return nil, fmt.Errorf("-series %q: want counts of locked objects, each at least %d", s, seriesRelease)
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
+}
+
+// runSeries runs one scenario per count of locked objects, with as many
+// untracked, each measured in full, and adds the rows to the report in out
+// (run's, when it ran first).
+func runSeries(ctx context.Context, counts []int, full *fullMeasure, out, lockerBinary string) error {
+	tools, err := controlplane.FindTools(ctx)
+	if err != nil {
+		return err
+	}
+	if lockerBinary, err = filepath.Abs(lockerBinary); err != nil {
+		return err
+	}
+	data, err := os.ReadFile(filepath.Join(out, "benchmarks.json"))
+	if err != nil {
+		return fmt.Errorf("the scale series adds to a report: %w", err)
+	}
+	rep := &report{}
+	if err := json.Unmarshal(data, rep); err != nil {
+		return err
+	}
+	rep.Series = nil
+	for _, n := range counts {
+		p := params{Releases: n / seriesRelease, Objects: seriesRelease, Untracked: n}
+		fmt.Fprintf(os.Stderr, "bench: series %+v\n", p)
+		res, err := scenario(ctx, tools, lockerBinary, p, full)
+		if err != nil {
+			return err
+		}
+		res.Floor.Samples, res.Single.Samples, res.ConcurrentFloor.Samples, res.Concurrent.Samples, res.BackToBack.Samples = nil, nil, nil, nil, nil
+		rep.Series = append(rep.Series, res)
+		// Each row is written as it ends: the largest takes longest.
+		if err := write(out, rep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func main() {
 	var (
 		base         params
@@ -88,11 +152,14 @@ func main() {
 	flag.StringVar(&out, "out", "docs", "folder for benchmarks.json, benchmarks.md, revert-latency.png and dashboard-panels.png")
 	flag.StringVar(&lockerBinary, "locker", "bin/helm-locker", "helm-locker binary to measure")
 	flag.StringVar(&profiles, "profiles", "", "keep a heap profile of the locker in this folder for every scenario, read when its memory is")
+	flag.Float64Var(&statusRate, "status-rate", 1000, "status writes a second to locked Deployments in the status churn measurement")
 	flag.BoolVar(&churnDuring, "churn-during", true, "touch every Deployment, Service and Secret about once a minute all through the latency measurement")
 	memoryOnly := flag.Bool("memory-only", false, "measure the base scenario's cold lock and memory alone, print them and write no report: for memory work, with -profiles")
 	render := flag.String("render", "", "measure nothing: write the report in this benchmarks.json again, with the per-object figures derived anew")
 	admission := flag.Bool("admission", true, "also measure Prevent mode's admission against a no-op webhook, into admission.md and admission.json")
 	admissionOnly := flag.Bool("admission-only", false, "measure admission alone")
+	series := flag.String("series", "", "also run the scale series: comma-separated counts of locked objects, each with as many untracked, in releases of 50 objects (make bench: 25000,50000,100000)")
+	seriesOnly := flag.Bool("series-only", false, "run the scale series alone, and add it to the report already in -out")
 	flag.Parse()
 	if *render != "" {
 		if err := rerender(*render, out); err != nil {
@@ -118,9 +185,27 @@ func main() {
 		}
 		return
 	}
+	counts, err := seriesCounts(*series)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if *seriesOnly {
+		if err := runSeries(ctx, counts, &fullMeasure{edits: edits, concurrency: concurrency, idle: idle}, out, lockerBinary); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(ctx, base, &fullMeasure{edits: edits, concurrency: concurrency, idle: idle, churnDuring: churnDuring}, scale, out, lockerBinary); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
+	}
+	if len(counts) > 0 {
+		if err := runSeries(ctx, counts, &fullMeasure{edits: edits, concurrency: concurrency, idle: idle}, out, lockerBinary); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
 	}
 	if *admission {
 		if err := runAdmission(ctx, out, lockerBinary); err != nil {
@@ -150,12 +235,15 @@ func measureMemory(ctx context.Context, p params, lockerBinary string) error {
 
 // report is everything one `make bench` measures.
 type report struct {
-	Date     string          `json:"date"`
-	Machine  string          `json:"machine"`
-	Base     *scenarioResult `json:"base"`
-	Growth   []growthRow     `json:"growth,omitempty"`
-	Derived  derived         `json:"derived"`
-	Settings map[string]any  `json:"settings"`
+	Date    string          `json:"date"`
+	Machine string          `json:"machine"`
+	Base    *scenarioResult `json:"base"`
+	Growth  []growthRow     `json:"growth,omitempty"`
+	// Series is the scale series: one replica from 25,000 to 100,000
+	// locked objects (see runSeries).
+	Series   []*scenarioResult `json:"series,omitempty"`
+	Derived  derived           `json:"derived"`
+	Settings map[string]any    `json:"settings"`
 }
 
 type growthRow struct {
@@ -327,6 +415,8 @@ type scenarioResult struct {
 	BackToBack            distribution       `json:"backToBack"`
 	Churn                 *churnResult       `json:"churn,omitempty"`
 	ChurnDuring           *churnDuring       `json:"churnDuringLatency,omitempty"`
+	StatusChurn           *statusChurnResult `json:"statusChurn,omitempty"`
+	MassDrift             *massDriftResult   `json:"massDrift,omitempty"`
 	Idle                  *idleResult        `json:"idle,omitempty"`
 	// dashboard holds the scrapes of the locker's /metrics, from its start
 	// to the end of the latency measurement, that docs/dashboard.md's
@@ -450,6 +540,21 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 	if full != nil {
 		quiet := func() error { return waitQuiet(ctx, kube, baseline) }
 		if res.Churn, err = churn(ctx, dyn, l, p, quiet); err != nil {
+			return nil, err
+		}
+		if err := quiet(); err != nil {
+			return nil, err
+		}
+		if res.StatusChurn, err = statusChurn(ctx, dyn, l, p, statusRate, 20*time.Second); err != nil {
+			return nil, err
+		}
+		if err := quiet(); err != nil {
+			return nil, err
+		}
+		if res.MassDrift, err = massDrift(ctx, kube, dyn, restored, locked, p, massDriftObjects, full.concurrency, quiet); err != nil {
+			return nil, err
+		}
+		if err := quiet(); err != nil {
 			return nil, err
 		}
 		if full.churnDuring {

@@ -32,6 +32,11 @@ func write(dir string, rep *report) error {
 			return err
 		}
 	}
+	if len(rep.Series) > 0 {
+		if err := plotSeries(filepath.Join(dir, "scale-series.png"), rep.Series); err != nil {
+			return err
+		}
+	}
 	md := markdown(rep)
 	fmt.Print(md)
 	return os.WriteFile(filepath.Join(dir, "benchmarks.md"), []byte(md), 0o644)
@@ -47,12 +52,21 @@ func markdown(rep *report) string {
 	fmt.Fprintf(b, "## Cold lock\n\n| figure | value |\n|---|---|\n")
 	fmt.Fprintf(b, "| every CR `Deployed` | %.2f s after process start |\n", r.DeployedS)
 	fmt.Fprintf(b, "| every object drifted before start restored (each by its own watch event) | %.2f s |\n", r.RestoredS)
-	fmt.Fprintf(b, "| cold lock | %.2f s, **%.0f objects/s** |\n\n", r.ColdLockS, r.ObjectsPerS)
+	fmt.Fprintf(b, "| cold lock | %.2f s, **%.0f objects/s** |\n", r.ColdLockS, r.ObjectsPerS)
+	if r.StartRequests > 0 {
+		fmt.Fprintf(b, "| the locker's requests from start until quiet | **%.0f** (%.2f per release; by method %v) |\n", r.StartRequests, r.StartRequests/float64(p.Releases), r.StartRequestsByMethod)
+	}
+	b.WriteString("\n")
 	if c := r.Churn; c != nil {
 		fmt.Fprintf(b, "## Churn\n\nAnother field manager touched each of the %d locked objects once with a label, as other controllers and people do. What the locker did in answer must be nothing.\n\n| figure | value |\n|---|---|\n| the locker's writes (POST, PATCH, DELETE) | **%.0f** |\n| drifts counted | **%d** |\n\n", c.Touched, c.LockerWrites, c.Drifts)
 		if d := r.ChurnDuring; d != nil {
 			fmt.Fprintf(b, "All through the latency measurement below, the same manager also touched every Deployment, Service and Secret of the releases about once a minute (%d touches in %.0f s); the measured edits are of ConfigMaps. The locker's writes to those kinds are the API server's count less the churn's own.\n\n| figure | value |\n|---|---|\n| the locker's writes to Deployments, Services and Secrets | **%.0f** |\n| drifts counted on them | **%.0f** |\n\n", d.Touched, d.Seconds, d.LockerWrites, d.Drifts)
 		}
+	}
+	if c := r.StatusChurn; c != nil {
+		fmt.Fprintf(b, "## Status churn\n\nOther controllers writing the status of locked objects change nothing a lock holds, and make most of a busy cluster's events. 48 writers sent status writes to the %d locked Deployments, round and round, aiming at %.0f a second for %.0f s; the locker's CPU is read from /proc, less its idle CPU over as long just before.\n\n| figure | value | target |\n|---|---|---|\n", c.Deployments, c.TargetPerS, c.Seconds)
+		fmt.Fprintf(b, "| status writes the API server took | %d (%.0f/s) | 1000/s |\n| **the locker's CPU per event** | **%.1f µs** | ≤ 20 µs |\n| the locker's CPU at that rate | %.3f cores | ≤ 0.1 core at 1000/s |\n| the locker's writes | %.0f | 0 |\n| drifts counted | %d | 0 |\n\n",
+			c.Writes, c.WritesPerS, c.CPUPerEvent, c.Cores, c.LockerWrites, c.Drifts)
 	}
 	fmt.Fprintf(b, "## Revert latency\n\nFrom the watch event showing the edit, the moment the drift exists for any watcher, to the one showing the value restored. The floor, measured in the same run, is an edit of an untracked ConfigMap until its own watch event arrives: one PATCH round trip plus watch delivery. The concurrent floor sends as many such edits at once as the concurrent measurement does, since the API server slows under that load for every client. Floor and reverts are taken in turns, one sample or one round of each, so that both meet the same load (the churn below, the locker's bookkeeping of earlier reverts); each concurrent round starts once the API server is quiet again. Back to back: %d edits to three ConfigMaps of one release (A B C A B), each sent as soon as the one before is answered, one release at a time; every edit, the first of two to one object too, must be followed by its object's restoration.\n\n", burst)
 	fmt.Fprintf(b, "| | samples | timeouts | p50 ms | p90 ms | p99 ms | max ms | p50 / floor p50 | p99 / floor p99 |\n|---|---|---|---|---|---|---|---|---|\n")
@@ -91,8 +105,107 @@ func markdown(rep *report) string {
 			fmt.Fprintf(b, "| %s | %d× | %d | %d | %d | %.1f | %.1f | %.2f |\n", g.Dimension, g.Factor, g.Params.Releases, g.Params.Objects, g.Params.Untracked, g.RSSMiB, g.HeapMiB, g.ColdLockS)
 		}
 	}
+	if len(rep.Series) > 0 {
+		seriesMarkdown(b, rep.Series)
+	}
 	fmt.Fprintf(b, "\nRaw figures: [benchmarks.json](benchmarks.json).\n")
 	return b.String()
+}
+
+// seriesMarkdown is the scale series: a table of each row's figures, the
+// targets at the largest row, and the plot.
+func seriesMarkdown(b *strings.Builder, series []*scenarioResult) {
+	fmt.Fprintf(b, "\n## Scale series: one replica\n\nEach row is its own control plane: N releases of 50 objects each (shaped as above), plus as many untracked objects, measured in full as the base scenario is. Revert latency is against the floor of the same run. Idle requests leave out the Lease renewals (6 a minute). CPU per status event is from the status churn (above), the mass drift from a script changing one held field of 5,000 locked ConfigMaps at once at 50 at a time, against the same 5,000 PATCHes to untracked ConfigMaps sent the same way.\n\n")
+	fmt.Fprintf(b, "| locked objects | releases | cold lock s | objects/s | requests at start (per release) | RSS MiB | live heap MiB | single p50 / p99 ms | × floor p50 / p99 | idle requests/min | idle CPU s/min | µs per status event | mass drift: restored after / floor s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range series {
+		idleReq, idleCPU := 0.0, 0.0
+		if r.Idle != nil {
+			idleReq, idleCPU = max(0, r.Idle.LockerRequestsPerMin-r.Idle.LockerLeaseRequestsPerMin), r.Idle.LockerCPUSecondsPerMin
+		}
+		churn := "—"
+		if c := r.StatusChurn; c != nil {
+			churn = fmt.Sprintf("%.1f (%.0f/s)", c.CPUPerEvent, c.WritesPerS)
+		}
+		mass := "—"
+		if m := r.MassDrift; m != nil {
+			mass = fmt.Sprintf("%.2f / %.2f (%d lost)", m.RestoredS, m.FloorS, m.Lost)
+		}
+		fmt.Fprintf(b, "| %d | %d | %.1f | %.0f | %.0f (%.2f) | %.0f | %.0f | %.1f / %.1f | %.2f× / %.2f× | %.1f | %.3f | %s | %s |\n",
+			r.Params.Releases*r.Params.Objects, r.Params.Releases, r.ColdLockS, r.ObjectsPerS, r.StartRequests, r.StartRequests/float64(r.Params.Releases),
+			r.RSSMiB, r.HeapMiB, r.Single.P50, r.Single.P99, r.Single.P50/r.Floor.P50, r.Single.P99/r.Floor.P99, idleReq, idleCPU, churn, mass)
+	}
+	top := series[len(series)-1]
+	var points [][3]float64
+	for _, r := range series {
+		points = append(points, [3]float64{float64(r.Params.Releases * r.Params.Objects), r.RSSMiB * (1 << 20), r.HeapMiB * (1 << 20)})
+	}
+	perObject := 0.0
+	if len(points) >= 2 {
+		perObject = slope(points, 1)
+	}
+	type goal struct {
+		name, value, target string
+		met                 bool
+	}
+	goals := []goal{
+		{"RSS", fmt.Sprintf("%.0f MiB", top.RSSMiB), "≤ 512 MiB", top.RSSMiB <= 512},
+		{"revert p99 / floor p99", fmt.Sprintf("%.2f×", top.Single.P99/top.Floor.P99), "≤ 3×", top.Single.P99/top.Floor.P99 <= 3},
+		{"cold lock", fmt.Sprintf("%.0f objects/s", top.ObjectsPerS), "≥ 2000 objects/s", top.ObjectsPerS >= 2000},
+		{"idle requests, Lease renewals included", fmt.Sprintf("%.1f/min", top.Idle.LockerRequestsPerMin), "≤ 6/min", top.Idle.LockerRequestsPerMin <= 6},
+		{"RSS per locked object (slope over the series, one untracked object each included)", fmt.Sprintf("%.0f bytes", perObject), "≤ 1536 bytes", perObject <= 1536},
+	}
+	if c := top.StatusChurn; c != nil {
+		goals = append(goals, goal{"CPU per status event", fmt.Sprintf("%.1f µs", c.CPUPerEvent), "≤ 20 µs", c.CPUPerEvent <= 20},
+			goal{"the locker's writes and drifts under status churn", fmt.Sprintf("%.0f, %d", c.LockerWrites, c.Drifts), "0, 0", c.LockerWrites == 0 && c.Drifts == 0})
+	}
+	if m := top.MassDrift; m != nil {
+		goals = append(goals, goal{"mass drift: last restored, after the drift, / floor", fmt.Sprintf("%.2f×, %d lost", m.RestoredS/m.FloorS, m.Lost), "≤ 1.5×, 0 lost", m.RestoredS/m.FloorS <= 1.5 && m.Lost == 0},
+			goal{"mass drift: events and status writes", fmt.Sprintf("%.0f and %.0f for %d releases", m.Events, m.StatusWrites, m.Releases), "about one each per release", m.Events <= float64(3*m.Releases) && m.StatusWrites <= float64(3*m.Releases)})
+	}
+	fmt.Fprintf(b, "\nTargets at %d locked objects:\n\n| figure | measured | target | met |\n|---|---|---|---|\n", top.Params.Releases*top.Params.Objects)
+	for _, g := range goals {
+		met := "no"
+		if g.met {
+			met = "yes"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", g.name, g.value, g.target, met)
+	}
+	fmt.Fprintf(b, "\n![scale series](scale-series.png)\n")
+}
+
+// plotSeries draws the scale series: RSS and cold lock rate against the
+// number of locked objects.
+func plotSeries(path string, series []*scenarioResult) error {
+	p := plot.New()
+	p.Title.Text = "One replica: memory and cold lock against locked objects"
+	p.X.Label.Text = "locked objects (and as many untracked)"
+	p.Y.Label.Text = "RSS MiB; cold lock, hundreds of objects/s"
+	var rss, rate plotter.XYs
+	for _, r := range series {
+		x := float64(r.Params.Releases * r.Params.Objects)
+		rss = append(rss, plotter.XY{X: x, Y: r.RSSMiB})
+		rate = append(rate, plotter.XY{X: x, Y: r.ObjectsPerS / 100})
+	}
+	for _, l := range []struct {
+		name string
+		xys  plotter.XYs
+		c    color.RGBA
+	}{
+		{"RSS, MiB", rss, color.RGBA{R: 30, G: 100, B: 200, A: 255}},
+		{"cold lock, 100 objects/s", rate, color.RGBA{R: 200, G: 60, B: 40, A: 255}},
+	} {
+		line, points, err := plotter.NewLinePoints(l.xys)
+		if err != nil {
+			return err
+		}
+		line.Color, points.Color = l.c, l.c
+		line.Width = vg.Points(2)
+		p.Add(line, points)
+		p.Legend.Add(l.name, line)
+	}
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	return p.Save(7*vg.Inch, 4*vg.Inch, path)
 }
 
 // plotLatency draws the cumulative distributions of the floor and of both

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+)
+
+// statusChurnResult is what the locker spent while other controllers
+// wrote the status of locked Deployments, which changes nothing a lock
+// holds: the commonest event on a busy cluster.
+type statusChurnResult struct {
+	Deployments int     `json:"deployments"`
+	Writes      int64   `json:"statusWrites"`
+	Seconds     float64 `json:"seconds"`
+	// TargetPerS is the rate the writers aimed at; WritesPerS what the
+	// API server took.
+	TargetPerS float64 `json:"targetWritesPerSecond"`
+	WritesPerS float64 `json:"writesPerSecond"`
+	// LockerCPUS is the locker's CPU over the window, less its idle CPU
+	// over a window as long, measured just before.
+	LockerCPUS   float64 `json:"lockerCpuSeconds"`
+	IdleCPUS     float64 `json:"idleCpuSeconds"`
+	CPUPerEvent  float64 `json:"cpuMicrosecondsPerEvent"`
+	Cores        float64 `json:"lockerCores"`
+	LockerWrites float64 `json:"lockerWrites"`
+	Drifts       int64   `json:"driftsDetected"`
+}
+
+// statusChurn writes the status of every locked Deployment, round and
+// round, at up to target writes a second for window, and reads the
+// locker's CPU from /proc before and after. Each write changes
+// status.readyReplicas, so every one is a watch event.
+func statusChurn(ctx context.Context, dyn dynamic.Interface, l *locker, p params, target float64, window time.Duration) (*statusChurnResult, error) {
+	var deployments []objectRef
+	for _, r := range releaseRefs(p) {
+		if r.gvr == deployGVR {
+			deployments = append(deployments, r)
+		}
+	}
+	if len(deployments) == 0 {
+		return nil, nil
+	}
+	res := &statusChurnResult{Deployments: len(deployments), TargetPerS: target, Seconds: window.Seconds()}
+	idle0, err := l.cpu()
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(window)
+	idle1, err := l.cpu()
+	if err != nil {
+		return nil, err
+	}
+	res.IdleCPUS = (idle1 - idle0).Seconds()
+
+	drifts0, err := driftsDetected(ctx, dyn)
+	if err != nil {
+		return nil, err
+	}
+	writes0, err := l.writes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cpu0, err := l.cpu()
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, window)
+	defer cancel()
+	tick := time.NewTicker(time.Duration(float64(time.Second) / target))
+	defer tick.Stop()
+	var done atomic.Int64
+	var failed atomic.Value
+	work := make(chan int, 64)
+	var wg sync.WaitGroup
+	for range 48 {
+		wg.Go(func() {
+			for i := range work {
+				r := deployments[i%len(deployments)]
+				patch := fmt.Sprintf(`{"status":{"observedGeneration":1,"replicas":10,"readyReplicas":%d}}`, 1+i/len(deployments)%7)
+				_, err := dyn.Resource(r.gvr).Namespace(r.ns).Patch(ctx, r.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "kube-controller-manager"}, "status")
+				if err != nil {
+					failed.Store(fmt.Errorf("writing the status of %s/%s: %w", r.ns, r.name, err))
+					continue
+				}
+				done.Add(1)
+			}
+		})
+	}
+	for i := 0; wctx.Err() == nil; i++ {
+		select {
+		case <-tick.C:
+		case <-wctx.Done():
+		}
+		select {
+		case work <- i:
+		default: // the writers are behind: this tick is not sent
+		}
+	}
+	close(work)
+	wg.Wait()
+	cpu1, err := l.cpu()
+	if err != nil {
+		return nil, err
+	}
+	if err, ok := failed.Load().(error); ok {
+		return nil, err
+	}
+	// Drift is recorded up to 2 s later (see bookkeepingDelay).
+	time.Sleep(3 * time.Second)
+	writes1, err := l.writes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	drifts1, err := driftsDetected(ctx, dyn)
+	if err != nil {
+		return nil, err
+	}
+	res.Writes = done.Load()
+	res.WritesPerS = float64(res.Writes) / window.Seconds()
+	res.LockerCPUS = (cpu1 - cpu0).Seconds() - res.IdleCPUS
+	res.Cores = res.LockerCPUS / window.Seconds()
+	if res.Writes > 0 {
+		res.CPUPerEvent = res.LockerCPUS / float64(res.Writes) * 1e6
+	}
+	res.LockerWrites = writes1 - writes0
+	res.Drifts = drifts1 - drifts0
+	fmt.Fprintf(os.Stderr, "bench: status churn: %d writes in %s (%.0f/s of %.0f/s aimed), the locker's CPU %.2f s (idle %.2f s): %.1f µs an event, %.3f cores; %.0f writes, %d drifts\n",
+		res.Writes, window, res.WritesPerS, target, res.LockerCPUS, res.IdleCPUS, res.CPUPerEvent, res.Cores, res.LockerWrites, res.Drifts)
+	return res, nil
+}
