@@ -94,7 +94,7 @@ func markdown(rep *report) string {
 	if r.Idle != nil {
 		fmt.Fprintf(b, "| API server requests/min with nothing running (baseline) | %.1f |\n", r.Idle.BaselineRequestsPerMin)
 		fmt.Fprintf(b, "| the same with the locker idle | %.1f |\n", r.Idle.WithLockerPerMin)
-		fmt.Fprintf(b, "| **the locker's idle requests/min** (the difference) | %.1f |\n", r.Idle.LockerRequestsPerMin)
+		fmt.Fprintf(b, "| **the locker's idle requests/min** (its own client's count) | %.1f |\n", r.Idle.LockerRequestsPerMin)
 		fmt.Fprintf(b, "| of which leader-election Lease renewals (`--leader-elect-retry-period`, default 10s) | %.1f |\n", r.Idle.LockerLeaseRequestsPerMin)
 		fmt.Fprintf(b, "| **without Lease renewals** | %.1f |\n", max(0, r.Idle.LockerRequestsPerMin-r.Idle.LockerLeaseRequestsPerMin))
 		fmt.Fprintf(b, "| the locker's idle CPU | %.3f s/min |\n", r.Idle.LockerCPUSecondsPerMin)
