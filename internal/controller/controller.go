@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -122,6 +123,10 @@ type Controller struct {
 
 	writersMu sync.Mutex
 	writers   map[string]dynamic.Interface // by impersonated user
+
+	// prefetched holds the page of deployed release Secrets declareAll
+	// listed, by namespace/name, for readRelease to take rather than GET.
+	prefetched sync.Map
 }
 
 // bookkeepingDelay is how long drift events and status counts wait before
@@ -377,11 +382,68 @@ func (c *Controller) Informers() []schema.GroupVersionResource {
 // finds the objects it must keep whole already tracked, and the first sync
 // of every release reads them from the cache instead of one GET each.
 func (c *Controller) declareAll(ctx context.Context) {
-	keys := make(chan string)
+	// Most releases' latest revision is the deployed one: listing those
+	// a page at a time costs a request per page rather than a GET per
+	// release, and holds one page at once.
+	declared := map[string]bool{}
+	err := c.listDeployed(ctx, func(page []corev1.Secret) {
+		var keys []string
+		for i := range page {
+			secret := &page[i]
+			c.prefetched.Store(secret.Namespace+"/"+secret.Name, secret)
+			crs, _ := c.crs.GetIndexer().ByIndex(byRelease, secret.Namespace+"/"+secret.Labels[storage.LabelName])
+			for _, obj := range crs {
+				if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil && !declared[key] {
+					declared[key] = true
+					keys = append(keys, key)
+				}
+			}
+		}
+		c.declareKeys(ctx, keys)
+		for i := range page {
+			c.prefetched.Delete(page[i].Namespace + "/" + page[i].Name)
+		}
+	})
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Could not list the deployed release Secrets at startup; reading them one by one", "err", err)
+	}
+	var rest []string
+	for _, key := range c.crs.GetIndexer().ListKeys() {
+		if !declared[key] {
+			rest = append(rest, key)
+		}
+	}
+	c.declareKeys(ctx, rest)
+	c.engine.Prepare(ctx)
+}
+
+// startupPage is how many release Secrets declareAll lists at once.
+const startupPage = 100
+
+// listDeployed lists the deployed revisions of every release, calling
+// page with each page of them.
+func (c *Controller) listDeployed(ctx context.Context, page func([]corev1.Secret)) error {
+	opts := metav1.ListOptions{LabelSelector: storage.OwnedSelector + "," + storage.LabelStatus + "=deployed", Limit: startupPage}
+	for {
+		list, err := c.cfg.Kube.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			return err
+		}
+		page(list.Items)
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			return nil
+		}
+	}
+}
+
+// declareKeys declares the objects of the releases keys name, with the
+// controller's workers.
+func (c *Controller) declareKeys(ctx context.Context, keys []string) {
+	work := make(chan string)
 	var wg sync.WaitGroup
-	for range c.cfg.Workers {
+	for range min(c.cfg.Workers, len(keys)) {
 		wg.Go(func() {
-			for key := range keys {
+			for key := range work {
 				err := recovered(ctx, key, func() error {
 					hr, st, ok := c.observe(ctx, key)
 					if !ok {
@@ -396,12 +458,11 @@ func (c *Controller) declareAll(ctx context.Context) {
 			}
 		})
 	}
-	for _, key := range c.crs.GetIndexer().ListKeys() {
-		keys <- key
+	for _, key := range keys {
+		work <- key
 	}
-	close(keys)
+	close(work)
 	wg.Wait()
-	c.engine.Prepare(ctx)
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {

@@ -395,3 +395,30 @@ func TestReadOnlyDeclaresAndWritesNothing(t *testing.T) {
 		t.Errorf("a read-only controller recorded an event: %s", ev)
 	}
 }
+
+// TestDeclareAllListsDeployedReleases: at startup the deployed revisions
+// are read with one list a page, not a GET per release.
+func TestDeclareAllListsDeployedReleases(t *testing.T) {
+	c, _ := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
+	kube := c.cfg.Kube.(*fake.Clientset)
+	kube.ClearActions()
+	c.declareAll(context.Background())
+	lists, gets := 0, 0
+	for _, a := range kube.Actions() {
+		if a.GetResource().Resource != "secrets" {
+			continue
+		}
+		switch a.GetVerb() {
+		case "list":
+			lists++
+		case "get":
+			gets++
+		}
+	}
+	if lists != 1 || gets != 0 {
+		t.Errorf("declareAll sent %d lists and %d GETs of Secrets, want 1 and 0", lists, gets)
+	}
+	if st := c.state("cattle-helm-system/hr"); st.rel == nil || st.rel.Version != 1 {
+		t.Errorf("the release is not declared: %+v", st.rel)
+	}
+}

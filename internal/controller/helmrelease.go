@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -469,9 +470,14 @@ func (c *Controller) latestSecret(rk v1alpha1.ReleaseKey) *metav1.PartialObjectM
 
 // readRelease reads and decodes the release Secret and parses its manifest.
 func (c *Controller) readRelease(ctx context.Context, latest *metav1.PartialObjectMetadata) (*storage.Release, []*unstructured.Unstructured, error) {
-	secret, err := c.cfg.Kube.CoreV1().Secrets(latest.Namespace).Get(ctx, latest.Name, metav1.GetOptions{})
-	if err != nil {
-		return nil, nil, err
+	var secret *corev1.Secret
+	if v, ok := c.prefetched.Load(latest.Namespace + "/" + latest.Name); ok && v.(*corev1.Secret).ResourceVersion == latest.ResourceVersion {
+		secret = v.(*corev1.Secret)
+	} else {
+		var err error
+		if secret, err = c.cfg.Kube.CoreV1().Secrets(latest.Namespace).Get(ctx, latest.Name, metav1.GetOptions{}); err != nil {
+			return nil, nil, err
+		}
 	}
 	rel, err := storage.Read(secret)
 	if err != nil {
