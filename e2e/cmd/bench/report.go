@@ -143,6 +143,10 @@ func seriesMarkdown(b *strings.Builder, series []*scenarioResult) {
 	if len(points) >= 2 {
 		perObject = slope(points, 1)
 	}
+	idle := "—"
+	if top.Idle != nil {
+		idle = fmt.Sprintf("%.1f/min", top.Idle.LockerRequestsPerMin)
+	}
 	type goal struct {
 		name, value, target string
 		met                 bool
@@ -151,8 +155,10 @@ func seriesMarkdown(b *strings.Builder, series []*scenarioResult) {
 		{"RSS", fmt.Sprintf("%.0f MiB", top.RSSMiB), "≤ 512 MiB", top.RSSMiB <= 512},
 		{"revert p99 / floor p99", fmt.Sprintf("%.2f×", top.Single.P99/top.Floor.P99), "≤ 3×", top.Single.P99/top.Floor.P99 <= 3},
 		{"cold lock", fmt.Sprintf("%.0f objects/s", top.ObjectsPerS), "≥ 2000 objects/s", top.ObjectsPerS >= 2000},
-		{"idle requests, Lease renewals included", fmt.Sprintf("%.1f/min", top.Idle.LockerRequestsPerMin), "≤ 6/min", top.Idle.LockerRequestsPerMin <= 6},
-		{"RSS per locked object (slope over the series, one untracked object each included)", fmt.Sprintf("%.0f bytes", perObject), "≤ 1536 bytes", perObject <= 1536},
+		{"idle requests, Lease renewals included", idle, "≤ 6/min", top.Idle != nil && top.Idle.LockerRequestsPerMin <= 6},
+	}
+	if len(points) >= 2 {
+		goals = append(goals, goal{"RSS per locked object (slope over the series, one untracked object each included)", fmt.Sprintf("%.0f bytes", perObject), "≤ 1536 bytes", perObject <= 1536})
 	}
 	if c := top.StatusChurn; c != nil {
 		goals = append(goals, goal{"CPU per status event", fmt.Sprintf("%.1f µs", c.CPUPerEvent), "≤ 20 µs", c.CPUPerEvent <= 20},
