@@ -137,6 +137,11 @@ type Controller struct {
 // at once.
 const bookkeepingDelay = 2 * time.Second
 
+// maxBookkeepingDelay bounds how long drift that goes on holds its
+// bookkeeping back (see nextFlush): a mass drift of a release's objects
+// spread over seconds costs a status write every 10 s, not every 2.
+const maxBookkeepingDelay = 10 * time.Second
+
 // New builds a controller. It does no I/O; Run starts it.
 func New(cfg Config) *Controller {
 	if cfg.Workers <= 0 {

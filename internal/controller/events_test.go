@@ -196,3 +196,23 @@ func TestDriftAndFightMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestNextFlush: bookkeeping waits for drift to stop for bookkeepingDelay,
+// and never longer than maxBookkeepingDelay after it began.
+func TestNextFlush(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name      string
+		now, want time.Duration // after t0
+	}{
+		{name: "the first drift", now: 0, want: bookkeepingDelay},
+		{name: "more drift, soon after", now: 3 * time.Second, want: 3*time.Second + bookkeepingDelay},
+		{name: "drift that goes on", now: 9 * time.Second, want: maxBookkeepingDelay},
+		{name: "past the bound", now: 12 * time.Second, want: maxBookkeepingDelay},
+	}
+	for _, tt := range tests {
+		if got := nextFlush(t0, t0.Add(tt.now)); !got.Equal(t0.Add(tt.want)) {
+			t.Errorf("%s: nextFlush = +%s, want +%s", tt.name, got.Sub(t0), tt.want)
+		}
+	}
+}

@@ -69,6 +69,10 @@ type bookkeeping struct {
 	// bookkeepingDelay.
 	pending []pendingEvent
 	flushAt time.Time
+	// flushSince is when the held-back bookkeeping began, and flushDrifts
+	// the drift count flushAt was set for (see nextFlush).
+	flushSince  time.Time
+	flushDrifts int64
 	// announced is the revision the Locked event was recorded for.
 	announced int
 	// unheld counts the events past maxPendingEvents, by type and reason.
@@ -255,7 +259,10 @@ func (c *Controller) report(ctx context.Context, key string, hr *v1alpha1.HelmRe
 	if wait || len(st.pending) > 0 {
 		now := time.Now()
 		if st.flushAt.IsZero() {
-			st.flushAt = now.Add(bookkeepingDelay)
+			st.flushSince = now
+		}
+		if st.flushAt.IsZero() || st.driftsDetected != st.flushDrifts {
+			st.flushAt, st.flushDrifts = nextFlush(st.flushSince, now), st.driftsDetected
 		}
 		if now.Before(st.flushAt) && wait {
 			res.requeueBy(st.flushAt.Sub(now))
@@ -282,6 +289,19 @@ func (c *Controller) report(ctx context.Context, key string, hr *v1alpha1.HelmRe
 
 // onlyBookkeeping reports whether next differs from the written status in
 // the drift record and counts alone, which may wait (see bookkeepingDelay).
+// nextFlush is when bookkeeping held back since since is written, now that
+// more came: bookkeepingDelay after the last drift, so that a burst costs
+// one status write and one event per reason, but no later than
+// maxBookkeepingDelay after the first, so that a drift that goes on is
+// still reported.
+func nextFlush(since, now time.Time) time.Time {
+	at := now.Add(bookkeepingDelay)
+	if limit := since.Add(maxBookkeepingDelay); at.After(limit) {
+		return limit
+	}
+	return at
+}
+
 func onlyBookkeeping(written, next v1alpha1.HelmReleaseStatus) bool {
 	n := *next.DeepCopy()
 	n.LastDrift, n.DriftsDetected, n.DriftsCorrected = written.LastDrift, written.DriftsDetected, written.DriftsCorrected
