@@ -520,7 +520,7 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 	if full != nil {
 		// The API server's own requests, with nothing else running.
 		idle = &idleResult{}
-		if idle.BaselineRequestsPerMin, _, err = requestRate(ctx, kube, full.idle); err != nil {
+		if idle.BaselineRequestsPerMin, err = requestRate(ctx, kube, full.idle); err != nil {
 			return nil, err
 		}
 		baseline = idle.BaselineRequestsPerMin
@@ -588,7 +588,7 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 		if err != nil {
 			return nil, err
 		}
-		if idle.WithLockerPerMin, _, err = requestRate(ctx, kube, full.idle); err != nil {
+		if idle.WithLockerPerMin, err = requestRate(ctx, kube, full.idle); err != nil {
 			return nil, err
 		}
 		cpu1, _ := l.cpu()
@@ -760,7 +760,7 @@ func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 func waitQuiet(ctx context.Context, kube kubernetes.Interface, baselinePerMin float64) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
-		rate, _, err := requestRate(ctx, kube, 5*time.Second)
+		rate, err := requestRate(ctx, kube, 5*time.Second)
 		if err != nil {
 			return err
 		}
@@ -802,31 +802,29 @@ func waitLockerQuiet(ctx context.Context, l *locker) error {
 }
 
 // requestRate counts the requests the API server answers per minute over a
-// window, in all and to Leases, and names what they were.
-func requestRate(ctx context.Context, kube kubernetes.Interface, window time.Duration) (total, leases float64, err error) {
+// window, and names what they were.
+func requestRate(ctx context.Context, kube kubernetes.Interface, window time.Duration) (float64, error) {
 	before, err := requestCounts(ctx, kube)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	select {
 	case <-time.After(window):
 	case <-ctx.Done():
-		return 0, 0, ctx.Err()
+		return 0, ctx.Err()
 	}
 	after, err := requestCounts(ctx, kube)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
+	var total float64
 	for k, v := range after {
 		if d := v - before[k]; d > 0 {
 			total += d
-			if strings.Contains(k, `resource="leases"`) {
-				leases += d
-			}
 			fmt.Fprintf(os.Stderr, "bench: idle window: %.0f × %s\n", d, k)
 		}
 	}
-	return total / window.Minutes(), leases / window.Minutes(), nil
+	return total / window.Minutes(), nil
 }
 
 func later(a, b time.Time) time.Time {
