@@ -65,17 +65,26 @@ func startReplicas(t *testing.T, registration, controller string, metrics bool) 
 		}
 	})
 	for _, r := range replicas {
-		env.Eventually(t, 30*time.Second, func() error {
-			log, _ := os.ReadFile(r.Log)
-			m := waitingToLead.FindSubmatch(log)
-			if m == nil {
-				return fmt.Errorf("%s has not said which identity it competes with", r.Name)
-			}
-			r.identity = string(m[1])
-			return nil
-		})
+		r.identity = leaseIdentity(t, r.Locker)
 	}
 	return replicas
+}
+
+// leaseIdentity waits until l has logged the identity it competes for the
+// Lease with, and returns it.
+func leaseIdentity(t *testing.T, l *framework.Locker) string {
+	t.Helper()
+	var identity string
+	env.Eventually(t, 30*time.Second, func() error {
+		log, _ := os.ReadFile(l.Log)
+		m := waitingToLead.FindSubmatch(log)
+		if m == nil {
+			return fmt.Errorf("%s has not said which identity it competes with", l.Name)
+		}
+		identity = string(m[1])
+		return nil
+	})
+	return identity
 }
 
 // leaderOf waits until one of replicas holds the Lease and returns it

@@ -57,15 +57,7 @@ func startShard(t *testing.T, registration, controller, shard string, replica in
 			t.Logf("--- log of %s ---\n%s", r.Name, logTail(r.Log, 40))
 		}
 	})
-	env.Eventually(t, 30*time.Second, func() error {
-		log, _ := os.ReadFile(r.Log)
-		m := waitingToLead.FindSubmatch(log)
-		if m == nil {
-			return fmt.Errorf("%s has not said which identity it competes with", r.Name)
-		}
-		r.identity = string(m[1])
-		return nil
-	})
+	r.identity = leaseIdentity(t, r.Locker)
 	return r
 }
 
