@@ -3,12 +3,14 @@ package engine
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -252,6 +254,10 @@ type lockedObject struct {
 	// generation tells this declaration from earlier ones of the same
 	// object, for inLineStub.
 	generation uint64
+	// metadata names the labels and annotations the declaration holds
+	// (see Engine.heldMetadata); interned, as a chart's objects share a
+	// handful.
+	metadata unique.Handle[informers.HeldMetadata]
 	// rank is the kind's CreationOrder: a Sync checks, and so creates,
 	// the set's objects in that order.
 	rank uint8
@@ -376,6 +382,7 @@ func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func
 	e.informers = informers.NewRegistry(client, informers.Options{
 		Handler:         e.onEvent,
 		Tracked:         e.tracked,
+		HeldMetadata:    e.heldMetadata,
 		Store:           e.store,
 		OnTypesChanged:  e.typesChanged,
 		OnHealthChanged: e.healthChanged,
@@ -714,6 +721,7 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 		ref:        ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()},
 		ignore:     ignore,
 		generation: e.generations.Add(1),
+		metadata:   unique.Make(informers.NewHeldMetadata(slices.Collect(maps.Keys(declared.GetLabels())), slices.Collect(maps.Keys(declared.GetAnnotations())))),
 		digest:     digestOf(data),
 		rank:       uint8(CreationOrder(gvk.GroupKind())),
 		applying:   !spec.Applied,
@@ -856,6 +864,25 @@ func (e *Engine) tracked(gvr schema.GroupVersionResource, namespace, name string
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return len(e.owners[ObjectRef{GVR: gvr, Namespace: namespace, Name: name}]) > 0
+}
+
+// heldMetadata names the labels and annotations the set that holds an
+// object declares of it: a change to any other one is not drift, since
+// the merge keeps what the declaration does not say. An object still to
+// be verified may be held as its fallback has it, so all of its are held.
+func (e *Engine) heldMetadata(gvr schema.GroupVersionResource, namespace, name string) (informers.HeldMetadata, bool) {
+	ref := ObjectRef{GVR: gvr, Namespace: namespace, Name: name}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.sets[e.holderLocked(ref)]
+	if s == nil || s.objects[ref] == nil {
+		return informers.HeldMetadata{}, false
+	}
+	o := s.objects[ref]
+	if o.unproved.Load() {
+		return informers.HeldMetadata{}, false
+	}
+	return o.metadata.Value(), true
 }
 
 // typesChanged runs when a CRD changes: the RESTMapper forgets what it

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/helm-locker/helm-locker/informers"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -298,5 +299,63 @@ spec:
 	}
 	if _, err := client.Resource(jobGVR).Namespace("ns").Get(ctx, "migrate", metav1.GetOptions{}); err == nil {
 		t.Error("the finished Job was recreated")
+	}
+}
+
+// TestHeldMetadataIsWhatTheMergeKeeps: the labels and annotations the
+// engine tells the informers it holds are the declared ones, and a live
+// object that has others besides is in line, so the informers may skip
+// changes to those alone. A change to a declared one is drift.
+func TestHeldMetadataIsWhatTheMergeKeeps(t *testing.T) {
+	e, _, _ := newTestEngine(t)
+	declared := &unstructured.Unstructured{Object: obj(t, `
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: c
+  labels: {app.kubernetes.io/name: web, helm.sh/chart: web-1.0.0}
+  annotations: {checksum/config: abc}
+data: {key: declared}
+`)}
+	e.Declare("k", ObjectSet{Objects: []*unstructured.Unstructured{declared}, DefaultNamespace: "ns"})
+
+	got, ok := e.heldMetadata(cmGVR, "ns", "c")
+	want := informers.NewHeldMetadata([]string{"helm.sh/chart", "app.kubernetes.io/name"}, []string{"checksum/config"})
+	if !ok || got != want {
+		t.Errorf("heldMetadata = %+v, %v; want %+v, true", got, ok, want)
+	}
+	if _, ok := e.heldMetadata(cmGVR, "ns", "other"); ok {
+		t.Error("heldMetadata of an object no set declares: ok, want all held")
+	}
+
+	live := func(edit func(u *unstructured.Unstructured)) *unstructured.Unstructured {
+		u := declared.DeepCopy()
+		u.SetNamespace("ns")
+		u.SetResourceVersion("7")
+		edit(u)
+		return u
+	}
+	tests := []struct {
+		name   string
+		edit   func(u *unstructured.Unstructured)
+		inLine bool
+	}{
+		{"as declared", func(*unstructured.Unstructured) {}, true},
+		{"a label and an annotation of another controller", func(u *unstructured.Unstructured) {
+			u.SetLabels(map[string]string{"app.kubernetes.io/name": "web", "helm.sh/chart": "web-1.0.0", "team": "x"})
+			u.SetAnnotations(map[string]string{"checksum/config": "abc", "deployment.kubernetes.io/revision": "3"})
+		}, true},
+		{"a declared label changed", func(u *unstructured.Unstructured) {
+			u.SetLabels(map[string]string{"app.kubernetes.io/name": "other", "helm.sh/chart": "web-1.0.0"})
+		}, false},
+		{"a declared annotation removed", func(u *unstructured.Unstructured) { u.SetAnnotations(nil) }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, stub := e.store(cmGVR, live(tt.edit)).(*inLineStub)
+			if stub != tt.inLine {
+				t.Errorf("stored as in line = %v, want %v", stub, tt.inLine)
+			}
+		})
 	}
 }

@@ -53,12 +53,10 @@ func newWatchClient(config *rest.Config) (*watchClient, error) {
 	return &watchClient{config: config, http: h}, nil
 }
 
-// watch watches gvr. tracked decides, per object, whether it is decoded
-// whole or becomes a *Stub; unchanged, whether a tracked object is the
-// version its stored stub stands for in all a lock holds.
-func (c *watchClient) watch(ctx context.Context, gvr schema.GroupVersionResource, tracked func(namespace, name string) bool, unchanged func(namespace, name string, fingerprint uint64) bool, options metav1.ListOptions) (watch.Interface, error) {
+// watch watches gvr, its objects decoded by d.
+func (c *watchClient) watch(ctx context.Context, gvr schema.GroupVersionResource, d *objectDecoder, options metav1.ListOptions) (watch.Interface, error) {
 	config := *c.config
-	config.NegotiatedSerializer = watchSerializer{objects: &objectDecoder{tracked: tracked, unchanged: unchanged}}
+	config.NegotiatedSerializer = watchSerializer{objects: d}
 	rc, err := rest.UnversionedRESTClientForConfigAndClient(&config, c.http)
 	if err != nil {
 		return nil, fmt.Errorf("informers: making a REST client for watches: %w", err)
@@ -108,7 +106,12 @@ var errNotAnEvent = errors.New("informers: watch stream holds something other th
 
 // objectDecoder decodes one object of a watch event.
 type objectDecoder struct {
+	// tracked decides, per object, whether it is decoded whole or
+	// becomes a *Stub.
 	tracked func(namespace, name string) bool
+	// held, if set, names the labels and annotations held of a tracked
+	// object (see Options.HeldMetadata).
+	held func(namespace, name string) (HeldMetadata, bool)
 	// unchanged reports whether the tracked object namespace/name is
 	// stored as a stub of a version with this held fingerprint.
 	unchanged func(namespace, name string, fingerprint uint64) bool
@@ -146,10 +149,17 @@ func (d *objectDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, i
 		if !d.tracked(string(h.namespace), string(h.name)) {
 			return stub(false), nil, nil
 		}
-		// Another controller writing a locked object's status, the
-		// commonest event on a busy cluster, changes nothing a lock
-		// holds: it is neither decoded nor checked again.
-		fingerprint = heldFingerprint(data)
+		// Another controller writing a locked object's status, or a
+		// label of its own, the commonest events on a busy cluster,
+		// change nothing a lock holds: they are neither decoded nor
+		// checked again.
+		var held *HeldMetadata
+		if d.held != nil {
+			if m, ok := d.held(string(h.namespace), string(h.name)); ok {
+				held = &m
+			}
+		}
+		fingerprint = heldFingerprint(data, held)
 		if fingerprint != 0 && d.unchanged != nil && d.unchanged(string(h.namespace), string(h.name), fingerprint) {
 			return stub(true), nil, nil
 		}

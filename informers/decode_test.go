@@ -95,7 +95,7 @@ func TestWatchDecodesOnlyTrackedObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := c.watch(context.Background(), cmGVR, func(_, name string) bool { return name == "tracked" }, nil, metav1.ListOptions{})
+	w, err := c.watch(context.Background(), cmGVR, &objectDecoder{tracked: func(_, name string) bool { return name == "tracked" }}, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestWatchErrorResponseIsAnAPIError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.watch(context.Background(), cmGVR, func(string, string) bool { return true }, nil, metav1.ListOptions{})
+	_, err = c.watch(context.Background(), cmGVR, &objectDecoder{tracked: func(string, string) bool { return true }}, metav1.ListOptions{})
 	if !apierrors.IsResourceExpired(err) {
 		t.Errorf("watch error = %v, want a ResourceExpired API error", err)
 	}
@@ -227,7 +227,7 @@ func BenchmarkWatchDecode(b *testing.B) {
 			return dyn.Resource(cmGVR).Watch(context.Background(), metav1.ListOptions{})
 		}},
 		{"registry", func() (watch.Interface, error) {
-			return ours.watch(context.Background(), cmGVR, tracked, nil, metav1.ListOptions{})
+			return ours.watch(context.Background(), cmGVR, &objectDecoder{tracked: tracked}, metav1.ListOptions{})
 		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {

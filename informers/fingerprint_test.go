@@ -2,7 +2,9 @@ package informers
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
+	"slices"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,18 +42,33 @@ func edited(t testing.TB, data []byte, edit func(u *unstructured.Unstructured)) 
 
 // TestHeldFingerprint: what another controller writes on every status
 // update leaves the fingerprint as it was; anything a lock may hold
-// changes it.
+// changes it. With HeldMetadata, labels and annotations it does not name
+// are not held either.
 func TestHeldFingerprint(t *testing.T) {
 	base := edited(t, storedDeployment(t), func(*unstructured.Unstructured) {})
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(base); err != nil {
+		t.Fatal(err)
+	}
+	var declared []string
+	for k := range u.GetLabels() {
+		declared = append(declared, k)
+	}
+	if len(declared) < 3 {
+		t.Fatalf("the stored Deployment has labels %v, want a chart's", u.GetLabels())
+	}
+	held := NewHeldMetadata(declared, []string{"checksum/config"})
 	tests := []struct {
 		name string
 		edit func(u *unstructured.Unstructured)
-		same bool
+		// same and sameHeld: whether the fingerprint stays, taken
+		// without HeldMetadata and with it.
+		same, sameHeld bool
 	}{
-		{name: "status", same: true, edit: func(u *unstructured.Unstructured) {
+		{name: "status", same: true, sameHeld: true, edit: func(u *unstructured.Unstructured) {
 			_ = unstructured.SetNestedField(u.Object, int64(3), "status", "readyReplicas")
 		}},
-		{name: "resourceVersion and managedFields", same: true, edit: func(u *unstructured.Unstructured) {
+		{name: "resourceVersion and managedFields", same: true, sameHeld: true, edit: func(u *unstructured.Unstructured) {
 			u.SetResourceVersion("999")
 			m := u.GetManagedFields()
 			m[1].Manager = "kube-controller-manager"
@@ -60,32 +77,77 @@ func TestHeldFingerprint(t *testing.T) {
 		{name: "spec", edit: func(u *unstructured.Unstructured) {
 			_ = unstructured.SetNestedField(u.Object, int64(5), "spec", "replicas")
 		}},
-		{name: "a label", edit: func(u *unstructured.Unstructured) {
+		{name: "a label added", sameHeld: true, edit: func(u *unstructured.Unstructured) {
+			u.SetLabels(with(u.GetLabels(), "team", "x"))
+		}},
+		{name: "an annotation added", sameHeld: true, edit: func(u *unstructured.Unstructured) {
+			u.SetAnnotations(with(u.GetAnnotations(), "note", "x"))
+		}},
+		{name: "a held label changed", edit: func(u *unstructured.Unstructured) {
+			u.SetLabels(with(u.GetLabels(), declared[0], "other"))
+		}},
+		{name: "a held label removed", edit: func(u *unstructured.Unstructured) {
+			l := u.GetLabels()
+			delete(l, declared[1])
+			u.SetLabels(l)
+		}},
+		{name: "every label replaced", edit: func(u *unstructured.Unstructured) {
 			u.SetLabels(map[string]string{"team": "x"})
 		}},
-		{name: "an annotation", edit: func(u *unstructured.Unstructured) {
-			u.SetAnnotations(map[string]string{"note": "x"})
+		{name: "labels removed", edit: func(u *unstructured.Unstructured) { u.SetLabels(nil) }},
+		{name: "a held annotation added", edit: func(u *unstructured.Unstructured) {
+			u.SetAnnotations(with(u.GetAnnotations(), "checksum/config", "abc"))
 		}},
 		{name: "generation", edit: func(u *unstructured.Unstructured) { u.SetGeneration(7) }},
 		{name: "uid (deleted and created again)", edit: func(u *unstructured.Unstructured) { u.SetUID("other") }},
 		{name: "finalizers", edit: func(u *unstructured.Unstructured) { u.SetFinalizers([]string{"x"}) }},
 	}
-	want := heldFingerprint(base)
-	if want == 0 {
+	want, wantHeld := heldFingerprint(base, nil), heldFingerprint(base, &held)
+	if want == 0 || wantHeld == 0 {
 		t.Fatal("no fingerprint for a stored Deployment")
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := heldFingerprint(edited(t, base, tt.edit)); (got == want) != tt.same {
-				t.Errorf("fingerprint equal = %v, want %v", got == want, tt.same)
+			data := edited(t, base, tt.edit)
+			if got := heldFingerprint(data, nil); (got == want) != tt.same {
+				t.Errorf("without HeldMetadata: fingerprint equal = %v, want %v", got == want, tt.same)
+			}
+			if got := heldFingerprint(data, &held); (got == wantHeld) != tt.sameHeld {
+				t.Errorf("with HeldMetadata: fingerprint equal = %v, want %v", got == wantHeld, tt.sameHeld)
 			}
 		})
 	}
+	// A fingerprint taken by other keys never matches: the keys a stub
+	// was judged by are part of it.
+	fewer := NewHeldMetadata(declared[1:], nil)
+	if heldFingerprint(base, &fewer) == wantHeld || want == wantHeld {
+		t.Error("fingerprints taken with other HeldMetadata match")
+	}
 	for _, bad := range []string{``, `[]`, `{"metadata":[1}`, `{"spec":`} {
-		if got := heldFingerprint([]byte(bad)); got != 0 {
-			t.Errorf("heldFingerprint(%q) = %d, want 0", bad, got)
+		for _, h := range []*HeldMetadata{nil, &held} {
+			if got := heldFingerprint([]byte(bad), h); got != 0 {
+				t.Errorf("heldFingerprint(%q, %v) = %d, want 0", bad, h, got)
+			}
 		}
 	}
+	if got := heldFingerprint([]byte(`{"metadata":{"labels":[1,2]}}`), &held); got != 0 {
+		t.Errorf("labels that are not an object, with HeldMetadata: fingerprint %d, want 0", got)
+	}
+	// Escapes in a key are legal JSON that no held key is written as.
+	if escaped := []byte(`{"metadata":{"labels":{"te\u0061m":"x"}}}`); heldFingerprint(escaped, &held) != 0 || heldFingerprint(escaped, nil) == 0 {
+		t.Error("a label key with escapes: want 0 with HeldMetadata, and a fingerprint without")
+	}
+}
+
+// with is m, copied, with key set to value.
+func with(m map[string]string, key, value string) map[string]string {
+	out := map[string]string{key: value}
+	for k, v := range m {
+		if k != key {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // TestSameObjectIsNotStoredOrTold: a tracked object whose stored stub has
@@ -93,7 +155,7 @@ func TestHeldFingerprint(t *testing.T) {
 // and the handler is not called. Any other version is decoded whole.
 func TestSameObjectIsNotStoredOrTold(t *testing.T) {
 	data := storedDeployment(t)
-	fp := heldFingerprint(data)
+	fp := heldFingerprint(data, nil)
 	var stored uint64
 	d := &objectDecoder{
 		tracked:   func(string, string) bool { return true },
@@ -148,6 +210,60 @@ func TestSameObjectIsNotStoredOrTold(t *testing.T) {
 	}
 }
 
+// TestOtherLabelIsSkipped: with HeldMetadata, a label another controller
+// adds to a tracked object is skipped as a status write is; a held one
+// changed is decoded whole.
+func TestOtherLabelIsSkipped(t *testing.T) {
+	data := storedDeployment(t)
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(data); err != nil {
+		t.Fatal(err)
+	}
+	held := NewHeldMetadata(slices.Collect(maps.Keys(u.GetLabels())), nil)
+	d := &objectDecoder{
+		tracked: func(string, string) bool { return true },
+		held:    func(string, string) (HeldMetadata, bool) { return held, true },
+	}
+	r := &Registry{opts: Options{Store: func(_ schema.GroupVersionResource, u *unstructured.Unstructured) metav1.Object {
+		return inLine{NewStub(u)}
+	}}}
+	s := newTrackingStore(cmGVR, r.strip, nil)
+	d.unchanged = unchanged(s)
+	obj, _, err := d.Decode(data, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(obj); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		edit    func(u *unstructured.Unstructured)
+		skipped bool
+	}{
+		{"a label of another controller", func(u *unstructured.Unstructured) {
+			u.SetLabels(with(u.GetLabels(), "team", "x"))
+		}, true},
+		{"an annotation of another controller", func(u *unstructured.Unstructured) {
+			u.SetAnnotations(with(u.GetAnnotations(), "deployment.kubernetes.io/revision", "2"))
+		}, true},
+		{"a held label", func(u *unstructured.Unstructured) {
+			u.SetLabels(with(u.GetLabels(), "app.kubernetes.io/name", "other"))
+		}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			obj, _, err := d.Decode(edited(t, data, tt.edit), nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, ok := obj.(*watchStub)
+			if skipped := ok && w.same; skipped != tt.skipped {
+				t.Errorf("decoded to %T, skipped = %v; want %v", obj, skipped, tt.skipped)
+			}
+		})
+	}
+}
+
 // inLine stands for what a lock's Store keeps of an object that is as
 // declared: a type that embeds a Stub (a bare *Stub is an untracked object,
 // which the store drops).
@@ -158,21 +274,36 @@ type inLine struct{ *Stub }
 // look at.
 func BenchmarkTrackedEvent(b *testing.B) {
 	data := storedDeployment(b)
-	fp := heldFingerprint(data)
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(data); err != nil {
+		b.Fatal(err)
+	}
+	held := NewHeldMetadata(slices.Collect(maps.Keys(u.GetLabels())), nil)
+	// The label event is data with a label of another controller.
+	labelled := edited(b, data, func(u *unstructured.Unstructured) { u.SetLabels(with(u.GetLabels(), "team", "x")) })
+	fp, fpHeld := heldFingerprint(data, nil), heldFingerprint(data, &held)
 	for _, bench := range []struct {
 		name      string
+		event     []byte
+		held      func(string, string) (HeldMetadata, bool)
 		unchanged func(string, string, uint64) bool
 	}{
-		{"decoded", func(string, string, uint64) bool { return false }},
-		{"status-only", func(_, _ string, f uint64) bool { return f == fp }},
+		{"decoded", data, nil, func(string, string, uint64) bool { return false }},
+		{"status-only", data, nil, func(_, _ string, f uint64) bool { return f == fp }},
+		{"other-label", labelled, func(string, string) (HeldMetadata, bool) { return held, true }, func(_, _ string, f uint64) bool { return f == fpHeld }},
 	} {
 		b.Run(bench.name, func(b *testing.B) {
-			d := &objectDecoder{tracked: func(string, string) bool { return true }, unchanged: bench.unchanged}
+			data := bench.event
+			d := &objectDecoder{tracked: func(string, string) bool { return true }, held: bench.held, unchanged: bench.unchanged}
 			b.ReportAllocs()
 			b.SetBytes(int64(len(data)))
 			for b.Loop() {
-				if _, _, err := d.Decode(data, nil, nil); err != nil {
+				obj, _, err := d.Decode(data, nil, nil)
+				if err != nil {
 					b.Fatal(err)
+				}
+				if w, ok := obj.(*watchStub); ok != (bench.name != "decoded") || (ok && !w.same) {
+					b.Fatalf("decoded to %T", obj)
 				}
 			}
 		})

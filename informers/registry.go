@@ -36,6 +36,13 @@ type Options struct {
 	// object itself, trimmed, or a smaller stand-in of the caller's own
 	// (a bare *Stub means untracked, and is not stored).
 	Store func(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) metav1.Object
+	// HeldMetadata, if set, names the labels and annotations the caller
+	// holds of a tracked object that Store keeps as a stand-in: a change
+	// to any other label or annotation alone is then skipped, as a
+	// change to its status is. ok false holds them all. It is called
+	// from watch goroutines for every event of a tracked object, so it
+	// must be quick, and name every key Store's judgement reads.
+	HeldMetadata func(gvr schema.GroupVersionResource, namespace, name string) (held HeldMetadata, ok bool)
 	// OnTypesChanged is called when a CustomResourceDefinition is created,
 	// changed or deleted, so that callers can refresh their RESTMapper and
 	// retry kinds that did not exist before.
@@ -376,10 +383,16 @@ func (r *Registry) listWatch(gvr schema.GroupVersionResource, store *trackingSto
 				w, err := resource.Watch(ctx, options)
 				return w, missing(ctx, err)
 			}
-			tracked := func(namespace, name string) bool {
-				return r.opts.Tracked == nil || r.opts.Tracked(gvr, namespace, name)
+			d := &objectDecoder{
+				tracked: func(namespace, name string) bool {
+					return r.opts.Tracked == nil || r.opts.Tracked(gvr, namespace, name)
+				},
+				unchanged: unchanged(store),
 			}
-			w, err := r.watches.watch(ctx, gvr, tracked, unchanged(store), options)
+			if held := r.opts.HeldMetadata; held != nil {
+				d.held = func(namespace, name string) (HeldMetadata, bool) { return held(gvr, namespace, name) }
+			}
+			w, err := r.watches.watch(ctx, gvr, d, options)
 			return w, missing(ctx, err)
 		},
 	}

@@ -203,10 +203,13 @@ var fingerprintSeed = maphash.MakeSeed()
 
 // heldFingerprint hashes what a lock may hold of an object: all of it but
 // its status and the metadata the API server rewrites on every write
-// (resourceVersion, managedFields). Two versions of an object with the same
-// fingerprint differ at most there, as when another controller writes the
-// status. It returns 0, which no caller trusts, for data it cannot read.
-func heldFingerprint(data []byte) uint64 {
+// (resourceVersion, managedFields), and, when held is not nil, all labels
+// and annotations but the ones it names. Two versions of an object with
+// the same fingerprint differ at most there, as when another controller
+// writes the status. The keys held are hashed too, so fingerprints taken
+// with different HeldMetadata never match. It returns 0, which no caller
+// trusts, for data it cannot read.
+func heldFingerprint(data []byte, held *HeldMetadata) uint64 {
 	var h maphash.Hash
 	h.SetSeed(fingerprintSeed)
 	ok := true
@@ -219,12 +222,16 @@ func heldFingerprint(data []byte) uint64 {
 			ok = eachField(value, 0, func(key, value []byte) bool {
 				switch string(key) {
 				case "resourceVersion", "managedFields":
+				case "labels":
+					ok = hashHeld(&h, key, value, held, held.labelKeys())
+				case "annotations":
+					ok = hashHeld(&h, key, value, held, held.annotationKeys())
 				default:
 					h.Write(key)
 					h.Write(value)
 				}
-				return true
-			}) >= 0
+				return ok
+			}) >= 0 && ok
 			return ok
 		}
 		h.Write(key)
@@ -234,4 +241,32 @@ func heldFingerprint(data []byte) uint64 {
 		return 0
 	}
 	return max(h.Sum64(), 1)
+}
+
+// hashHeld writes the labels or annotations in value to h: all of them
+// when held is nil, else the keys held names, with the names themselves.
+// It returns false for a value it cannot read.
+func hashHeld(h *maphash.Hash, field, value []byte, held *HeldMetadata, keys string) bool {
+	h.Write(field)
+	if held == nil {
+		h.Write(value)
+		return true
+	}
+	h.WriteString(keys)
+	h.WriteByte(0)
+	if string(value) == "null" {
+		return true
+	}
+	ok := true
+	return eachField(value, 0, func(key, value []byte) bool {
+		// A key written with escapes is not one HeldMetadata can
+		// name: the object is taken as changed.
+		if ok = bytes.IndexByte(key, '\\') < 0; ok && holds(keys, key) {
+			h.Write(key)
+			h.WriteByte(0)
+			h.Write(value)
+			h.WriteByte(0)
+		}
+		return ok
+	}) >= 0 && ok
 }
