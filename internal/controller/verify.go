@@ -1,11 +1,13 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,16 +26,16 @@ import (
 // objects carried over unchanged need no proof.
 type trust struct {
 	verified *v1alpha1.VerifiedRevision
-	// objects are digests of the verified revision's objects, by
-	// objectID; nil when they are not known (the revision's Secret is gone
-	// or was rewritten since).
-	objects map[string]string
+	// objects are the digests of the verified revision's objects; nil
+	// when they are not known (the revision's Secret is gone or was
+	// rewritten since).
+	objects objectDigests
 }
 
 // candidate is a revision the lock holds before it is verified.
 type candidate struct {
 	record  v1alpha1.VerifiedRevision
-	objects map[string]string
+	objects objectDigests
 }
 
 // manifestDigest is the sha256 of a manifest, as a VerifiedRevision and a
@@ -49,25 +51,44 @@ func objectID(obj *unstructured.Unstructured) string {
 	return strings.Join([]string{obj.GetAPIVersion(), obj.GetKind(), obj.GetNamespace(), obj.GetName()}, "/")
 }
 
-// objectDigest is a digest of a manifest object's content, as raw bytes:
-// it is only compared in memory, and one is kept per locked object.
-// encoding/json writes map keys sorted, so equal objects have equal
-// digests.
-func objectDigest(obj *unstructured.Unstructured) string {
+// objectDigest is the sha256 of a manifest object's ID and content. One is
+// kept per locked object, so it is a value with no pointers for the
+// garbage collector to follow. encoding/json writes map keys sorted, so
+// equal objects have equal digests.
+func objectDigest(obj *unstructured.Unstructured) [sha256.Size]byte {
 	data, err := json.Marshal(obj.Object)
 	if err != nil {
-		return ""
+		// Never for a decoded manifest; an object that cannot be
+		// encoded matches no digest but the ID's own.
+		data = nil
 	}
-	sum := sha256.Sum256(data)
-	return string(sum[:])
+	h := sha256.New()
+	h.Write([]byte(objectID(obj)))
+	h.Write([]byte{0})
+	h.Write(data)
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
-func objectDigests(objs []*unstructured.Unstructured) map[string]string {
-	out := make(map[string]string, len(objs))
+// objectDigests are a revision's objects' digests, sorted: an object is in
+// it only when an object of the revision has its ID and content.
+type objectDigests [][sha256.Size]byte
+
+func digestsOf(objs []*unstructured.Unstructured) objectDigests {
+	out := make(objectDigests, 0, len(objs))
 	for _, obj := range objs {
-		out[objectID(obj)] = objectDigest(obj)
+		out = append(out, objectDigest(obj))
 	}
+	slices.SortFunc(out, func(a, b [sha256.Size]byte) int { return bytes.Compare(a[:], b[:]) })
 	return out
+}
+
+// has reports whether the revision had obj as it is.
+func (d objectDigests) has(obj *unstructured.Unstructured) bool {
+	sum := objectDigest(obj)
+	_, found := slices.BinarySearchFunc(d, sum, func(a, b [sha256.Size]byte) int { return bytes.Compare(a[:], b[:]) })
+	return found
 }
 
 // verification decides how far the lock may trust rel, the release's
@@ -89,7 +110,7 @@ func objectDigests(objs []*unstructured.Unstructured) map[string]string {
 func (c *Controller) verification(ctx context.Context, st *releaseState, latest *metav1.PartialObjectMetadata, rel *storage.Release, objs []*unstructured.Unstructured) *engine.Verification {
 	rk := st.release
 	record := v1alpha1.VerifiedRevision{Release: rk, Revision: rel.Version, ManifestDigest: manifestDigest(rel.Manifest)}
-	digests := objectDigests(objs)
+	digests := digestsOf(objs)
 	v := st.trust.verified
 	switch {
 	case v == nil:
@@ -109,7 +130,7 @@ func (c *Controller) verification(ctx context.Context, st *releaseState, latest 
 	// Helm is seen to apply it.
 	verifiedObjs := c.verifiedObjects(ctx, latest.Namespace, *v)
 	if st.trust.objects == nil && verifiedObjs != nil {
-		st.trust.objects = objectDigests(verifiedObjs)
+		st.trust.objects = digestsOf(verifiedObjs)
 	}
 	st.candidate = &candidate{record: record, objects: digests}
 	since := latest.CreationTimestamp.Time
@@ -119,10 +140,7 @@ func (c *Controller) verification(ctx context.Context, st *releaseState, latest 
 		since = time.Time{}
 	}
 	trusted := st.trust.objects
-	needed := func(obj *unstructured.Unstructured) bool {
-		d, ok := trusted[objectID(obj)]
-		return !ok || d != objectDigest(obj)
-	}
+	needed := func(obj *unstructured.Unstructured) bool { return !trusted.has(obj) }
 	// Only the objects the new revision changes need a fallback.
 	changed := map[string]*unstructured.Unstructured{}
 	for _, obj := range verifiedObjs {
