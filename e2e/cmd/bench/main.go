@@ -160,7 +160,15 @@ func main() {
 	admissionOnly := flag.Bool("admission-only", false, "measure admission alone")
 	series := flag.String("series", "", "also run the scale series: comma-separated counts of locked objects, each with as many untracked, in releases of 50 objects (make bench: 25000,50000,100000)")
 	seriesOnly := flag.Bool("series-only", false, "run the scale series alone, and add it to the report already in -out")
+	watchFloor := flag.String("watch-floor", "", "be the bare watcher the churn measurements start, against this kubeconfig, and do nothing else")
 	flag.Parse()
+	if *watchFloor != "" {
+		if err := runWatchFloor(*watchFloor); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: watch floor:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *render != "" {
 		if err := rerender(*render, out); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -416,6 +424,7 @@ type scenarioResult struct {
 	Churn                 *churnResult       `json:"churn,omitempty"`
 	ChurnDuring           *churnDuring       `json:"churnDuringLatency,omitempty"`
 	StatusChurn           *statusChurnResult `json:"statusChurn,omitempty"`
+	LabelChurn            *statusChurnResult `json:"labelChurn,omitempty"`
 	MassDrift             *massDriftResult   `json:"massDrift,omitempty"`
 	Idle                  *idleResult        `json:"idle,omitempty"`
 	// dashboard holds the scrapes of the locker's /metrics, from its start
@@ -544,7 +553,13 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 		if err := quiet(); err != nil {
 			return nil, err
 		}
-		if res.StatusChurn, err = statusChurn(ctx, dyn, l, p, statusRate, 20*time.Second); err != nil {
+		if res.StatusChurn, err = statusChurn(ctx, dyn, l, env.cp.Kubeconfig, dir, p, statusRate, 20*time.Second, false); err != nil {
+			return nil, err
+		}
+		if err := quiet(); err != nil {
+			return nil, err
+		}
+		if res.LabelChurn, err = statusChurn(ctx, dyn, l, env.cp.Kubeconfig, dir, p, statusRate, 20*time.Second, true); err != nil {
 			return nil, err
 		}
 		if err := quiet(); err != nil {

@@ -196,8 +196,11 @@ func (l *locker) rss() (int64, error) {
 }
 
 // cpu is the process's user plus system time.
-func (l *locker) cpu() (time.Duration, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", l.PID()))
+func (l *locker) cpu() (time.Duration, error) { return processCPU(l.PID()) }
+
+// processCPU is the user and system CPU pid has used, from /proc.
+func processCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}

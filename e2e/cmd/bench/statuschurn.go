@@ -14,9 +14,12 @@ import (
 )
 
 // statusChurnResult is what the locker spent while other controllers
-// wrote the status of locked Deployments, which changes nothing a lock
-// holds: the commonest event on a busy cluster.
+// wrote the status of locked Deployments, or labels of their own on them,
+// which change nothing a lock holds: the commonest events on a busy
+// cluster.
 type statusChurnResult struct {
+	// Labels is set for label writes, where status writes are the rest.
+	Labels      bool    `json:"labels,omitempty"`
 	Deployments int     `json:"deployments"`
 	Writes      int64   `json:"statusWrites"`
 	Seconds     float64 `json:"seconds"`
@@ -32,13 +35,20 @@ type statusChurnResult struct {
 	Cores        float64 `json:"lockerCores"`
 	LockerWrites float64 `json:"lockerWrites"`
 	Drifts       int64   `json:"driftsDetected"`
+	// FloorCPUS is the CPU of a bare watcher of the same Deployments over
+	// the same window, less its idle CPU, and FloorPerEvent that per
+	// event (see runWatchFloor).
+	FloorCPUS     float64 `json:"watchFloorCpuSeconds"`
+	FloorPerEvent float64 `json:"watchFloorMicrosecondsPerEvent"`
 }
 
 // statusChurn writes the status of every locked Deployment, round and
 // round, at up to target writes a second for window, and reads the
 // locker's CPU from /proc before and after. Each write changes
-// status.readyReplicas, so every one is a watch event.
-func statusChurn(ctx context.Context, dyn dynamic.Interface, l *locker, p params, target float64, window time.Duration) (*statusChurnResult, error) {
+// status.readyReplicas, so every one is a watch event. With labels, each
+// write changes a label no chart declares instead, as a controller that
+// marks objects does.
+func statusChurn(ctx context.Context, dyn dynamic.Interface, l *locker, kubeconfig, dir string, p params, target float64, window time.Duration, labels bool) (*statusChurnResult, error) {
 	var deployments []objectRef
 	for _, r := range releaseRefs(p) {
 		if r.gvr == deployGVR {
@@ -48,13 +58,26 @@ func statusChurn(ctx context.Context, dyn dynamic.Interface, l *locker, p params
 	if len(deployments) == 0 {
 		return nil, nil
 	}
-	res := &statusChurnResult{Deployments: len(deployments), TargetPerS: target, Seconds: window.Seconds()}
-	idle0, err := l.cpu()
+	res := &statusChurnResult{Labels: labels, Deployments: len(deployments), TargetPerS: target, Seconds: window.Seconds()}
+	floor, err := startWatchFloor(ctx, kubeconfig, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = floor.Stop(5 * time.Second) }()
+	// both reads the locker's CPU and the bare watcher's at one moment.
+	both := func() (locker, bare time.Duration, err error) {
+		if locker, err = l.cpu(); err != nil {
+			return 0, 0, err
+		}
+		bare, err = floor.cpu()
+		return locker, bare, err
+	}
+	idle0, floorIdle0, err := both()
 	if err != nil {
 		return nil, err
 	}
 	time.Sleep(window)
-	idle1, err := l.cpu()
+	idle1, floorIdle1, err := both()
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +91,7 @@ func statusChurn(ctx context.Context, dyn dynamic.Interface, l *locker, p params
 	if err != nil {
 		return nil, err
 	}
-	cpu0, err := l.cpu()
+	cpu0, floor0, err := both()
 	if err != nil {
 		return nil, err
 	}
@@ -84,10 +107,14 @@ func statusChurn(ctx context.Context, dyn dynamic.Interface, l *locker, p params
 		wg.Go(func() {
 			for i := range work {
 				r := deployments[i%len(deployments)]
-				patch := fmt.Sprintf(`{"status":{"observedGeneration":1,"replicas":10,"readyReplicas":%d}}`, 1+i/len(deployments)%7)
-				_, err := dyn.Resource(r.gvr).Namespace(r.ns).Patch(ctx, r.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "kube-controller-manager"}, "status")
+				round := 1 + i/len(deployments)%7
+				patch, manager, sub := fmt.Sprintf(`{"status":{"observedGeneration":1,"replicas":10,"readyReplicas":%d}}`, round), "kube-controller-manager", []string{"status"}
+				if labels {
+					patch, manager, sub = fmt.Sprintf(`{"metadata":{"labels":{"costs.example.com/round":"%d"}}}`, round), "cost-labeller", nil
+				}
+				_, err := dyn.Resource(r.gvr).Namespace(r.ns).Patch(ctx, r.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: manager}, sub...)
 				if err != nil {
-					failed.Store(fmt.Errorf("writing the status of %s/%s: %w", r.ns, r.name, err))
+					failed.Store(fmt.Errorf("writing %s/%s: %w", r.ns, r.name, err))
 					continue
 				}
 				done.Add(1)
@@ -106,7 +133,7 @@ func statusChurn(ctx context.Context, dyn dynamic.Interface, l *locker, p params
 	}
 	close(work)
 	wg.Wait()
-	cpu1, err := l.cpu()
+	cpu1, floor1, err := both()
 	if err != nil {
 		return nil, err
 	}
@@ -127,12 +154,18 @@ func statusChurn(ctx context.Context, dyn dynamic.Interface, l *locker, p params
 	res.WritesPerS = float64(res.Writes) / window.Seconds()
 	res.LockerCPUS = (cpu1 - cpu0).Seconds() - res.IdleCPUS
 	res.Cores = res.LockerCPUS / window.Seconds()
+	res.FloorCPUS = (floor1 - floor0 - (floorIdle1 - floorIdle0)).Seconds()
 	if res.Writes > 0 {
 		res.CPUPerEvent = res.LockerCPUS / float64(res.Writes) * 1e6
+		res.FloorPerEvent = res.FloorCPUS / float64(res.Writes) * 1e6
 	}
 	res.LockerWrites = writes1 - writes0
 	res.Drifts = drifts1 - drifts0
-	fmt.Fprintf(os.Stderr, "bench: status churn: %d writes in %s (%.0f/s of %.0f/s aimed), the locker's CPU %.2f s (idle %.2f s): %.1f µs an event, %.3f cores; %.0f writes, %d drifts\n",
-		res.Writes, window, res.WritesPerS, target, res.LockerCPUS, res.IdleCPUS, res.CPUPerEvent, res.Cores, res.LockerWrites, res.Drifts)
+	what := "status"
+	if labels {
+		what = "label"
+	}
+	fmt.Fprintf(os.Stderr, "bench: %s churn: %d writes in %s (%.0f/s of %.0f/s aimed), the locker's CPU %.2f s (idle %.2f s): %.1f µs an event, %.3f cores; a bare watcher's %.1f µs an event; %.0f writes, %d drifts\n",
+		what, res.Writes, window, res.WritesPerS, target, res.LockerCPUS, res.IdleCPUS, res.CPUPerEvent, res.Cores, res.FloorPerEvent, res.LockerWrites, res.Drifts)
 	return res, nil
 }
