@@ -826,7 +826,8 @@ func (e *Engine) onEvent(gvr schema.GroupVersionResource, obj any) {
 // the cache holds little more than a name for them; an object that drifts
 // is stored whole until it is back in line.
 type inLineStub struct {
-	*informers.Stub
+	// The Stub is kept by value: one allocation per object, not two.
+	informers.Stub
 	generation uint64
 	// readsStatus marks a Job that its TTL deletes once it finishes: its
 	// status tells when (see finishedWithTTL).
@@ -852,7 +853,7 @@ func (e *Engine) store(gvr schema.GroupVersionResource, obj *unstructured.Unstru
 	if locked != nil && !(spec.ApplyManager != "" && hasUpdateEntry(obj, e.fieldManager)) {
 		if declared, err := locked.declaration(); err == nil {
 			if desired, err := locked.desired(e.schemas.rules(gvr.GroupVersion()), obj.Object, declared.Object); err == nil && reflect.DeepEqual(desired, obj.Object) {
-				return &inLineStub{Stub: informers.NewStub(obj), generation: locked.generation, readsStatus: waitsToFinish(obj)}
+				return &inLineStub{Stub: *informers.NewStub(obj), generation: locked.generation, readsStatus: waitsToFinish(obj)}
 			}
 		}
 	}
