@@ -319,13 +319,13 @@ data: {key: declared}
 `)}
 	e.Declare("k", ObjectSet{Objects: []*unstructured.Unstructured{declared}, DefaultNamespace: "ns"})
 
-	got, ok := e.heldMetadata(cmGVR, "ns", "c")
+	got := e.heldMetadata(cmGVR, "ns", "c")
 	want := informers.NewHeldMetadata([]string{"helm.sh/chart", "app.kubernetes.io/name"}, []string{"checksum/config"})
-	if !ok || got != want {
-		t.Errorf("heldMetadata = %+v, %v; want %+v, true", got, ok, want)
+	if got == nil || *got != want {
+		t.Errorf("heldMetadata = %+v, want %+v", got, want)
 	}
-	if _, ok := e.heldMetadata(cmGVR, "ns", "other"); ok {
-		t.Error("heldMetadata of an object no set declares: ok, want all held")
+	if got := e.heldMetadata(cmGVR, "ns", "other"); got != nil {
+		t.Errorf("heldMetadata of an object no set declares = %+v, want nil: all held", got)
 	}
 
 	live := func(edit func(u *unstructured.Unstructured)) *unstructured.Unstructured {

@@ -111,7 +111,7 @@ type objectDecoder struct {
 	tracked func(namespace, name string) bool
 	// held, if set, names the labels and annotations held of a tracked
 	// object (see Options.HeldMetadata).
-	held func(namespace, name string) (HeldMetadata, bool)
+	held func(namespace, name string) *HeldMetadata
 	// unchanged reports whether the tracked object namespace/name is
 	// stored as a stub of a version with this held fingerprint.
 	unchanged func(namespace, name string, fingerprint uint64) bool
@@ -155,9 +155,7 @@ func (d *objectDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, i
 		// checked again.
 		var held *HeldMetadata
 		if d.held != nil {
-			if m, ok := d.held(string(h.namespace), string(h.name)); ok {
-				held = &m
-			}
+			held = d.held(string(h.namespace), string(h.name))
 		}
 		fingerprint = heldFingerprint(data, held)
 		if fingerprint != 0 && d.unchanged != nil && d.unchanged(string(h.namespace), string(h.name), fingerprint) {

@@ -222,7 +222,7 @@ func TestOtherLabelIsSkipped(t *testing.T) {
 	held := NewHeldMetadata(slices.Collect(maps.Keys(u.GetLabels())), nil)
 	d := &objectDecoder{
 		tracked: func(string, string) bool { return true },
-		held:    func(string, string) (HeldMetadata, bool) { return held, true },
+		held:    func(string, string) *HeldMetadata { return &held },
 	}
 	r := &Registry{opts: Options{Store: func(_ schema.GroupVersionResource, u *unstructured.Unstructured) metav1.Object {
 		return inLine{NewStub(u)}
@@ -285,12 +285,12 @@ func BenchmarkTrackedEvent(b *testing.B) {
 	for _, bench := range []struct {
 		name      string
 		event     []byte
-		held      func(string, string) (HeldMetadata, bool)
+		held      func(string, string) *HeldMetadata
 		unchanged func(string, string, uint64) bool
 	}{
 		{"decoded", data, nil, func(string, string, uint64) bool { return false }},
 		{"status-only", data, nil, func(_, _ string, f uint64) bool { return f == fp }},
-		{"other-label", labelled, func(string, string) (HeldMetadata, bool) { return held, true }, func(_, _ string, f uint64) bool { return f == fpHeld }},
+		{"other-label", labelled, func(string, string) *HeldMetadata { return &held }, func(_, _ string, f uint64) bool { return f == fpHeld }},
 	} {
 		b.Run(bench.name, func(b *testing.B) {
 			data := bench.event

@@ -39,10 +39,11 @@ type Options struct {
 	// HeldMetadata, if set, names the labels and annotations the caller
 	// holds of a tracked object that Store keeps as a stand-in: a change
 	// to any other label or annotation alone is then skipped, as a
-	// change to its status is. ok false holds them all. It is called
+	// change to its status is. Nil holds them all. The HeldMetadata must
+	// not change once returned: callers share one among many objects. It is called
 	// from watch goroutines for every event of a tracked object, so it
 	// must be quick, and name every key Store's judgement reads.
-	HeldMetadata func(gvr schema.GroupVersionResource, namespace, name string) (held HeldMetadata, ok bool)
+	HeldMetadata func(gvr schema.GroupVersionResource, namespace, name string) *HeldMetadata
 	// OnTypesChanged is called when a CustomResourceDefinition is created,
 	// changed or deleted, so that callers can refresh their RESTMapper and
 	// retry kinds that did not exist before.
@@ -390,7 +391,7 @@ func (r *Registry) listWatch(gvr schema.GroupVersionResource, store *trackingSto
 				unchanged: unchanged(store),
 			}
 			if held := r.opts.HeldMetadata; held != nil {
-				d.held = func(namespace, name string) (HeldMetadata, bool) { return held(gvr, namespace, name) }
+				d.held = func(namespace, name string) *HeldMetadata { return held(gvr, namespace, name) }
 			}
 			w, err := r.watches.watch(ctx, gvr, d, options)
 			return w, missing(ctx, err)
