@@ -898,10 +898,8 @@ func (e *Engine) heldMetadata(gvr schema.GroupVersionResource, namespace, name s
 const maxHeldKeys = 4096
 
 // internHeldLocked returns the HeldMetadata of declared's labels and
-// annotations, shared with every object that holds the same keys. It
-// allocates nothing for keys it has seen: garbage made beside every
-// locked object at a cold lock left the heap fragmented, 25 MiB more RSS
-// at 20,000 objects, measured. e.mu must be held.
+// annotations, shared with every object that holds the same keys. For
+// keys it has seen, it allocates nothing. e.mu must be held.
 func (e *Engine) internHeldLocked(declared *unstructured.Unstructured) *informers.HeldMetadata {
 	var labels, annotations [32]string
 	l, a := sortedKeys(declared, "labels", labels[:0]), sortedKeys(declared, "annotations", annotations[:0])

@@ -39,10 +39,10 @@ type Options struct {
 	// HeldMetadata, if set, names the labels and annotations the caller
 	// holds of a tracked object that Store keeps as a stand-in: a change
 	// to any other label or annotation alone is then skipped, as a
-	// change to its status is. Nil holds them all. The HeldMetadata must
-	// not change once returned: callers share one among many objects. It is called
-	// from watch goroutines for every event of a tracked object, so it
-	// must be quick, and name every key Store's judgement reads.
+	// change to its status is. Nil holds them all. It must name every key
+	// Store's judgement reads, and be quick: it is called from watch
+	// goroutines for every event of a tracked object. What it returns is
+	// not changed afterwards, so callers may share one among objects.
 	HeldMetadata func(gvr schema.GroupVersionResource, namespace, name string) *HeldMetadata
 	// OnTypesChanged is called when a CustomResourceDefinition is created,
 	// changed or deleted, so that callers can refresh their RESTMapper and
