@@ -449,7 +449,10 @@ type idleResult struct {
 	// LockerLeaseRequestsPerMin are the locker's Lease requests: leader
 	// election renewals.
 	LockerLeaseRequestsPerMin float64 `json:"lockerLeaseRequestsPerMinute"`
-	LockerCPUSecondsPerMin    float64 `json:"lockerCpuSecondsPerMinute"`
+	// LockerRequestsByMethod are the locker's requests a minute by HTTP
+	// method: a watch reopened is a GET.
+	LockerRequestsByMethod map[string]float64 `json:"lockerRequestsPerMinuteByMethod,omitempty"`
+	LockerCPUSecondsPerMin float64            `json:"lockerCpuSecondsPerMinute"`
 }
 
 // fullMeasure asks a scenario for latency and idle figures too.
@@ -603,6 +606,10 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 		if err != nil {
 			return nil, err
 		}
+		method0, err := l.requestsByMethod(ctx)
+		if err != nil {
+			return nil, err
+		}
 		if idle.WithLockerPerMin, err = requestRate(ctx, kube, full.idle); err != nil {
 			return nil, err
 		}
@@ -614,6 +621,16 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 		put1, err := l.sum(ctx, "rest_client_requests_total", puts)
 		if err != nil {
 			return nil, err
+		}
+		method1, err := l.requestsByMethod(ctx)
+		if err != nil {
+			return nil, err
+		}
+		idle.LockerRequestsByMethod = map[string]float64{}
+		for m, n := range method1 {
+			if d := n - method0[m]; d > 0 {
+				idle.LockerRequestsByMethod[m] = d / full.idle.Minutes()
+			}
 		}
 		// The locker's own count of what it sent: the API server's
 		// difference from its baseline also holds its own watches

@@ -410,21 +410,34 @@ func requestCounts(ctx context.Context, kube kubernetes.Interface) (map[string]f
 	return counts, nil
 }
 
+// requestsByMethod is the locker's own count of the requests it sent, by
+// HTTP method (a watch is a GET).
+func (l *locker) requestsByMethod(ctx context.Context) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, method := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+		n, err := l.sum(ctx, "rest_client_requests_total", func(labels string) bool { return strings.Contains(labels, `method="`+method+`"`) })
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			out[method] = n
+		}
+	}
+	return out, nil
+}
+
 // startRequests records what the locker's start cost in requests, by its
 // own client's count, and prints what the API server served meanwhile by
 // verb and resource (the bench's own polling included), to tell where a
 // figure comes from.
 func startRequests(ctx context.Context, l *locker, res *scenarioResult, apiBefore map[string]float64, kube kubernetes.Interface) error {
-	res.StartRequestsByMethod = map[string]float64{}
-	for _, method := range []string{"GET", "LIST", "WATCH", "POST", "PUT", "PATCH", "DELETE"} {
-		n, err := l.sum(ctx, "rest_client_requests_total", func(labels string) bool { return strings.Contains(labels, `method="`+method+`"`) })
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			res.StartRequestsByMethod[method] = n
-			res.StartRequests += n
-		}
+	byMethod, err := l.requestsByMethod(ctx)
+	if err != nil {
+		return err
+	}
+	res.StartRequestsByMethod = byMethod
+	for _, n := range byMethod {
+		res.StartRequests += n
 	}
 	after, err := requestCounts(ctx, kube)
 	if err != nil {

@@ -154,6 +154,9 @@ func seriesMarkdown(b *strings.Builder, series []*scenarioResult) {
 	idle := "—"
 	if top.Idle != nil {
 		idle = fmt.Sprintf("%.1f/min", top.Idle.LockerRequestsPerMin)
+		if m := top.Idle.LockerRequestsByMethod; len(m) > 0 {
+			idle += fmt.Sprintf(" (by method %v; the PUTs are Lease renewals, a GET a watch reopened)", m)
+		}
 	}
 	type goal struct {
 		name, value, target string
