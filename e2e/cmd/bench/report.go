@@ -155,7 +155,7 @@ func seriesMarkdown(b *strings.Builder, series []*scenarioResult) {
 	if top.Idle != nil {
 		idle = fmt.Sprintf("%.1f/min", top.Idle.LockerRequestsPerMin)
 		if m := top.Idle.LockerRequestsByMethod; len(m) > 0 {
-			idle += fmt.Sprintf(" (by method %v; the PUTs are Lease renewals, a GET a watch reopened)", m)
+			idle += fmt.Sprintf(" (by method %v: Lease renewals are PUTs; a watch reopened is a GET)", m)
 		}
 	}
 	type goal struct {
