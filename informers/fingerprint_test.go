@@ -224,18 +224,7 @@ func TestOtherLabelIsSkipped(t *testing.T) {
 		tracked: func(string, string) bool { return true },
 		held:    func(string, string) *HeldMetadata { return &held },
 	}
-	r := &Registry{opts: Options{Store: func(_ schema.GroupVersionResource, u *unstructured.Unstructured) metav1.Object {
-		return inLine{NewStub(u)}
-	}}}
-	s := newTrackingStore(cmGVR, r.strip, nil)
-	d.unchanged = unchanged(s)
-	obj, _, err := d.Decode(data, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Update(obj); err != nil {
-		t.Fatal(err)
-	}
+	storeOnce(t, d, data, func(s *Stub) metav1.Object { return inLine{s} })
 	for _, tt := range []struct {
 		name    string
 		edit    func(u *unstructured.Unstructured)
@@ -261,6 +250,24 @@ func TestOtherLabelIsSkipped(t *testing.T) {
 				t.Errorf("decoded to %T, skipped = %v; want %v", obj, skipped, tt.skipped)
 			}
 		})
+	}
+}
+
+// storeOnce gives d a store whose Store keeps stand(stub) of an object,
+// and stores data's object in it through d.
+func storeOnce(t *testing.T, d *objectDecoder, data []byte, stand func(*Stub) metav1.Object) {
+	t.Helper()
+	r := &Registry{opts: Options{Store: func(_ schema.GroupVersionResource, u *unstructured.Unstructured) metav1.Object {
+		return stand(NewStub(u))
+	}}}
+	s := newTrackingStore(cmGVR, r.strip, nil)
+	d.unchanged = unchanged(s)
+	obj, _, err := d.Decode(data, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(obj); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -321,18 +328,7 @@ func (readsStatus) ReadsStatus() bool { return true }
 func TestStatusReaderSeesStatus(t *testing.T) {
 	data := storedDeployment(t)
 	d := &objectDecoder{tracked: func(string, string) bool { return true }}
-	r := &Registry{opts: Options{Store: func(_ schema.GroupVersionResource, u *unstructured.Unstructured) metav1.Object {
-		return readsStatus{NewStub(u)}
-	}}}
-	s := newTrackingStore(cmGVR, r.strip, nil)
-	d.unchanged = unchanged(s)
-	obj, _, err := d.Decode(data, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Update(obj); err != nil {
-		t.Fatal(err)
-	}
+	storeOnce(t, d, data, func(s *Stub) metav1.Object { return readsStatus{s} })
 	if obj, _, _ := d.Decode(data, nil, nil); obj != nil {
 		if w, ok := obj.(*watchStub); ok && w.same {
 			t.Error("an object whose status is read was skipped")
