@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -142,7 +141,7 @@ func (d *objectDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, i
 		return statusDecoder.Decode(data, defaults, into)
 	}
 	stub := func(same bool) runtime.Object {
-		return &watchStub{Stub: Stub{namespace: unique.Make(string(h.namespace)), name: string(h.name), resourceVersion: string(h.resourceVersion)}, same: same}
+		return &watchStub{Stub: *newStub(string(h.namespace), string(h.name), string(h.resourceVersion)), same: same}
 	}
 	var fingerprint uint64
 	if ok && into == nil && len(h.name) > 0 {

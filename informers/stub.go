@@ -17,9 +17,12 @@ import (
 // Stub implements metav1.Object so caches can key and version it; the
 // other getters return zero values and the setters do nothing.
 type Stub struct {
-	namespace       unique.Handle[string]
-	name            string
-	resourceVersion string
+	namespace unique.Handle[string]
+	// nameVersion is the name then the resourceVersion, in one
+	// allocation of their own: strings of a decoded object kept alone
+	// would keep the decode's mostly freed spans in use.
+	nameVersion string
+	nameLen     int
 	// fingerprint is the held fingerprint (see heldFingerprint) of the
 	// version of a tracked object this stub stands in for; 0 if unknown.
 	fingerprint uint64
@@ -42,12 +45,16 @@ var _ metav1.Object = (*Stub)(nil)
 
 // NewStub returns the stand-in for obj.
 func NewStub(obj metav1.Object) *Stub {
-	return &Stub{namespace: unique.Make(obj.GetNamespace()), name: obj.GetName(), resourceVersion: obj.GetResourceVersion()}
+	return newStub(obj.GetNamespace(), obj.GetName(), obj.GetResourceVersion())
+}
+
+func newStub(namespace, name, resourceVersion string) *Stub {
+	return &Stub{namespace: unique.Make(namespace), nameVersion: name + resourceVersion, nameLen: len(name)}
 }
 
 func (s *Stub) GetNamespace() string                          { return s.namespace.Value() }
-func (s *Stub) GetName() string                               { return s.name }
-func (s *Stub) GetResourceVersion() string                    { return s.resourceVersion }
+func (s *Stub) GetName() string                               { return s.nameVersion[:s.nameLen] }
+func (s *Stub) GetResourceVersion() string                    { return s.nameVersion[s.nameLen:] }
 func (s *Stub) GetGenerateName() string                       { return "" }
 func (s *Stub) GetUID() types.UID                             { return "" }
 func (s *Stub) GetGeneration() int64                          { return 0 }
