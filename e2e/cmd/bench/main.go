@@ -888,11 +888,7 @@ func writeJSON(path string, v any) error {
 // Half the releases are real-chart-shaped (see releaseObjects), so this is
 // also where a value the API server normalizes would show as a write.
 func churn(ctx context.Context, dyn dynamic.Interface, l *locker, p params, quiet func() error) (*churnResult, error) {
-	drifts0, err := driftsDetected(ctx, dyn)
-	if err != nil {
-		return nil, err
-	}
-	writes0, err := l.writes(ctx)
+	writes0, drifts0, err := l.answers(ctx, dyn)
 	if err != nil {
 		return nil, err
 	}
@@ -929,15 +925,21 @@ func churn(ctx context.Context, dyn dynamic.Interface, l *locker, p params, quie
 	if err := quiet(); err != nil {
 		return nil, err
 	}
-	writes1, err := l.writes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	drifts1, err := driftsDetected(ctx, dyn)
+	writes1, drifts1, err := l.answers(ctx, dyn)
 	if err != nil {
 		return nil, err
 	}
 	return &churnResult{Touched: len(refs), LockerWrites: writes1 - writes0, Drifts: drifts1 - drifts0}, nil
+}
+
+// answers reads what the locker did in answer to others' writes so far:
+// its own writes, and the drifts counted on every HelmRelease CR.
+func (l *locker) answers(ctx context.Context, dyn dynamic.Interface) (writes float64, drifts int64, err error) {
+	if writes, err = l.writes(ctx); err != nil {
+		return 0, 0, err
+	}
+	drifts, err = driftsDetected(ctx, dyn)
+	return writes, drifts, err
 }
 
 // driftsDetected sums status.driftsDetected over every HelmRelease CR.

@@ -83,11 +83,7 @@ func statusChurn(ctx context.Context, dyn dynamic.Interface, l *locker, kubeconf
 	}
 	res.IdleCPUS = (idle1 - idle0).Seconds()
 
-	drifts0, err := driftsDetected(ctx, dyn)
-	if err != nil {
-		return nil, err
-	}
-	writes0, err := l.writes(ctx)
+	writes0, drifts0, err := l.answers(ctx, dyn)
 	if err != nil {
 		return nil, err
 	}
@@ -142,11 +138,7 @@ func statusChurn(ctx context.Context, dyn dynamic.Interface, l *locker, kubeconf
 	}
 	// Drift is recorded up to 2 s later (see bookkeepingDelay).
 	time.Sleep(3 * time.Second)
-	writes1, err := l.writes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	drifts1, err := driftsDetected(ctx, dyn)
+	writes1, drifts1, err := l.answers(ctx, dyn)
 	if err != nil {
 		return nil, err
 	}
