@@ -154,6 +154,7 @@ func main() {
 	flag.StringVar(&profiles, "profiles", "", "keep a heap profile of the locker in this folder for every scenario, read when its memory is")
 	flag.Float64Var(&statusRate, "status-rate", 1000, "status writes a second to locked Deployments in the status churn measurement")
 	flag.BoolVar(&churnDuring, "churn-during", true, "touch every Deployment, Service and Secret about once a minute all through the latency measurement")
+	massDriftOnly := flag.Int("mass-drift-only", 0, "measure the base scenario's cold lock and then only this many rounds of the mass drift, print them and write no report: for mass-drift work")
 	memoryOnly := flag.Bool("memory-only", false, "measure the base scenario's cold lock and memory alone, print them and write no report: for memory work, with -profiles")
 	render := flag.String("render", "", "measure nothing: write the report in this benchmarks.json again, with the per-object figures derived anew")
 	admission := flag.Bool("admission", true, "also measure Prevent mode's admission against a no-op webhook, into admission.md and admission.json")
@@ -181,6 +182,13 @@ func main() {
 	defer stop()
 	if *admissionOnly {
 		if err := runAdmission(ctx, out, lockerBinary); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *massDriftOnly > 0 {
+		if err := measureMassDrift(ctx, base, &fullMeasure{concurrency: concurrency, idle: idle, massDriftRounds: *massDriftOnly}, lockerBinary); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -239,6 +247,21 @@ func measureMemory(ctx context.Context, p params, lockerBinary string) error {
 	fmt.Printf("N=%d M=%d B=%d: cold lock %.2f s (%.0f objects/s), RSS %.1f MiB, live heap %.1f MiB\n",
 		p.Releases, p.Objects, p.Untracked, res.ColdLockS, res.ObjectsPerS, res.RSSMiB, res.HeapMiB)
 	return nil
+}
+
+// measureMassDrift runs the mass drift alone, full.massDriftRounds times
+// on one control plane, so that a change to it can be measured against
+// the noise in a few minutes.
+func measureMassDrift(ctx context.Context, p params, full *fullMeasure, lockerBinary string) error {
+	tools, err := controlplane.FindTools(ctx)
+	if err != nil {
+		return err
+	}
+	if lockerBinary, err = filepath.Abs(lockerBinary); err != nil {
+		return err
+	}
+	_, err = scenario(ctx, tools, lockerBinary, p, full)
+	return err
 }
 
 // report is everything one `make bench` measures.
@@ -460,6 +483,9 @@ type fullMeasure struct {
 	edits, concurrency int
 	idle               time.Duration
 	churnDuring        bool
+	// massDriftRounds, if set, is how many times the mass drift is
+	// measured, and nothing else is.
+	massDriftRounds int
 }
 
 // benchEnv is one scenario's control plane and clients.
@@ -548,6 +574,17 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 	defer l.stop()
 	defer rec.stop()
 
+	if full != nil && full.massDriftRounds > 0 {
+		for round := range full.massDriftRounds {
+			if err := waitQuiet(ctx, kube, baseline); err != nil {
+				return nil, err
+			}
+			if res.MassDrift, err = massDrift(ctx, kube, dyn, l, restored, locked, p, massDriftObjects, full.concurrency, round, func() error { return waitQuiet(ctx, kube, baseline) }); err != nil {
+				return nil, err
+			}
+		}
+		return res, nil
+	}
 	if full != nil {
 		quiet := func() error { return waitQuiet(ctx, kube, baseline) }
 		if res.Churn, err = churn(ctx, dyn, l, p, quiet); err != nil {
@@ -568,7 +605,7 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 		if err := quiet(); err != nil {
 			return nil, err
 		}
-		if res.MassDrift, err = massDrift(ctx, kube, dyn, restored, locked, p, massDriftObjects, full.concurrency, quiet); err != nil {
+		if res.MassDrift, err = massDrift(ctx, kube, dyn, l, restored, locked, p, massDriftObjects, full.concurrency, 0, quiet); err != nil {
 			return nil, err
 		}
 		if err := quiet(); err != nil {
@@ -730,7 +767,7 @@ func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if profiles != "" {
-		go l.cpuProfile(cctx, filepath.Join(profiles, fmt.Sprintf("cpu-N%d-M%d-B%d.pprof", p.Releases, p.Objects, p.Untracked)))
+		go l.cpuProfile(cctx, filepath.Join(profiles, fmt.Sprintf("cpu-N%d-M%d-B%d.pprof", p.Releases, p.Objects, p.Untracked)), 6)
 	}
 	deployedAt, err := waitDeployed(cctx, dyn, p.Releases)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -29,6 +30,9 @@ type massDriftResult struct {
 	RestoredS float64 `json:"restoredAfterDriftSeconds"`
 	TotalS    float64 `json:"totalSeconds"`
 	Lost      int     `json:"lost"`
+	// LockerCPUS is the locker's CPU from the first PATCH until the last
+	// object was restored.
+	LockerCPUS float64 `json:"lockerCPUSeconds"`
 	// Events and StatusWrites are what the API server took of both in
 	// the window, against Releases, the releases the drift touched.
 	Releases     int     `json:"releases"`
@@ -37,8 +41,10 @@ type massDriftResult struct {
 }
 
 // massDrift edits n locked ConfigMaps at concurrency c and times them all
-// restored; the floor is measured first, on untracked ConfigMaps.
-func massDrift(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, cw *configMapWatch, locked map[string][]ref, p params, n, c int, quiet func() error) (*massDriftResult, error) {
+// restored; the floor is measured first, on untracked ConfigMaps. Each
+// round writes values of its own, since a PATCH that changes nothing is
+// not written.
+func massDrift(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, l *locker, cw *configMapWatch, locked map[string][]ref, p params, n, c, round int, quiet func() error) (*massDriftResult, error) {
 	var releases []string
 	for name := range locked {
 		releases = append(releases, name)
@@ -73,7 +79,7 @@ func massDrift(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Inter
 		return nil, fmt.Errorf("mass drift: %d untracked ConfigMaps for a floor of %d", len(floorRefs), n)
 	}
 	floorStart := time.Now()
-	if _, err := patchAll(ctx, dyn, floorRefs, c, "floor"); err != nil {
+	if _, err := patchAll(ctx, dyn, floorRefs, c, fmt.Sprintf("floor-%d", round)); err != nil {
 		return nil, err
 	}
 	res.FloorS = time.Since(floorStart).Seconds()
@@ -85,9 +91,16 @@ func massDrift(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Inter
 	if err != nil {
 		return nil, err
 	}
+	if profiles != "" {
+		go l.cpuProfile(ctx, filepath.Join(profiles, fmt.Sprintf("cpu-massdrift-N%d-M%d.pprof", p.Releases, p.Objects)), 20)
+	}
+	cpu0, err := l.cpu()
+	if err != nil {
+		return nil, err
+	}
 	restored := make([]<-chan time.Time, len(targets))
 	start := time.Now()
-	rvs, err := patchAll(ctx, dyn, targets, c, "mass-drift")
+	rvs, err := patchAll(ctx, dyn, targets, c, fmt.Sprintf("mass-drift-%d", round))
 	if err != nil {
 		return nil, err
 	}
@@ -108,12 +121,18 @@ func massDrift(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Inter
 	}
 	res.RestoredS = max(0, last.Sub(end).Seconds())
 	res.TotalS = last.Sub(start).Seconds()
+	cpu1, err := l.cpu()
+	if err != nil {
+		return nil, err
+	}
+	res.LockerCPUS = (cpu1 - cpu0).Seconds()
 	// Events and status counts follow within 2 s (bookkeepingDelay).
 	time.Sleep(3 * time.Second)
 	after, err := requestCounts(ctx, kube)
 	if err != nil {
 		return nil, err
 	}
+	printServed("mass drift", before, after)
 	for k, v := range after {
 		d := v - before[k]
 		switch {
@@ -124,8 +143,8 @@ func massDrift(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Inter
 			res.StatusWrites += d
 		}
 	}
-	fmt.Fprintf(os.Stderr, "bench: mass drift: %d objects of %d releases at %d at once: drift sent in %.2f s, last restored %.2f s after it (%.2f s in all), floor %.2f s; %d lost; %.0f events, %.0f status writes\n",
-		n, res.Releases, c, res.DriftS, res.RestoredS, res.TotalS, res.FloorS, res.Lost, res.Events, res.StatusWrites)
+	fmt.Fprintf(os.Stderr, "bench: mass drift: %d objects of %d releases at %d at once: drift sent in %.2f s, last restored %.2f s after it (%.2f s in all), floor %.2f s; %d lost; %.0f events, %.0f status writes; the locker used %.2f s of CPU\n",
+		n, res.Releases, c, res.DriftS, res.RestoredS, res.TotalS, res.FloorS, res.Lost, res.Events, res.StatusWrites, res.LockerCPUS)
 	return res, nil
 }
 

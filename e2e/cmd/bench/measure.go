@@ -72,12 +72,12 @@ func (l *locker) get(ctx context.Context, path string) (*http.Response, error) {
 	return resp, nil
 }
 
-// cpuProfile keeps a CPU profile of the locker's first seconds in file,
-// for cold-lock work. It waits for the metrics address to be logged and
-// gives up quietly if ctx ends first.
-func (l *locker) cpuProfile(ctx context.Context, file string) {
+// cpuProfile keeps a CPU profile of the locker's next seconds in file: its
+// first ones for cold-lock work. It waits for the metrics address to be
+// logged and gives up quietly if ctx ends first.
+func (l *locker) cpuProfile(ctx context.Context, file string, seconds int) {
 	for ctx.Err() == nil {
-		resp, err := l.get(ctx, "/debug/pprof/profile?seconds=6")
+		resp, err := l.get(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds))
 		if err != nil {
 			time.Sleep(20 * time.Millisecond)
 			continue
@@ -443,10 +443,18 @@ func startRequests(ctx context.Context, l *locker, res *scenarioResult, apiBefor
 	if err != nil {
 		return err
 	}
+	printServed("start", apiBefore, after)
+	fmt.Fprintf(os.Stderr, "bench: start: the locker sent %.0f requests %v\n", res.StartRequests, res.StartRequestsByMethod)
+	return nil
+}
+
+// printServed prints, by resource and verb, what the API server served
+// between two of its request counts, to tell where a figure comes from.
+func printServed(what string, before, after map[string]float64) {
 	byVerb := map[string]float64{}
 	verbResource := regexp.MustCompile(`(resource|verb)="([^"]*)"`)
 	for k, v := range after {
-		if d := v - apiBefore[k]; d > 0 {
+		if d := v - before[k]; d > 0 {
 			key := ""
 			for _, m := range verbResource.FindAllStringSubmatch(k, -1) {
 				key += m[2] + " "
@@ -456,11 +464,9 @@ func startRequests(ctx context.Context, l *locker, res *scenarioResult, apiBefor
 	}
 	for k, v := range byVerb {
 		if v >= 10 {
-			fmt.Fprintf(os.Stderr, "bench: start: the API server served %.0f × %s\n", v, k)
+			fmt.Fprintf(os.Stderr, "bench: %s: the API server served %.0f × %s\n", what, v, k)
 		}
 	}
-	fmt.Fprintf(os.Stderr, "bench: start: the locker sent %.0f requests %v\n", res.StartRequests, res.StartRequestsByMethod)
-	return nil
 }
 
 // distribution summarises latency samples.
