@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -124,6 +125,10 @@ type Controller struct {
 	writersMu sync.Mutex
 	writers   map[string]dynamic.Interface // by impersonated user
 
+	// bookkeeping is the budget of status writes that carry only
+	// bookkeeping (see bookkeepingRate).
+	bookkeeping *rate.Limiter
+
 	// prefetched holds the page of deployed release Secrets declareAll
 	// listed, by namespace/name, for readRelease to take rather than GET.
 	prefetched sync.Map
@@ -142,6 +147,20 @@ const bookkeepingDelay = 2 * time.Second
 // spread over seconds costs a status write every 10 s, not every 2.
 const maxBookkeepingDelay = 10 * time.Second
 
+// bookkeepingRate and bookkeepingBurst are the budget, shared by every
+// release, of status writes that carry only bookkeeping: drift counts and
+// the Reconciling that awaits the lock's own corrections. Someone who
+// changes thousands of locked objects at once makes every release's
+// bookkeeping due within seconds; written as it falls due, it took a
+// quarter of the API server's writes, slowing the reverts that are the
+// point. With the budget, releases take turns, first due first written,
+// and a drift that goes on under that load is reported later than
+// maxBookkeepingDelay. Conditions are not bookkeeping and never wait.
+const (
+	bookkeepingRate  = 20
+	bookkeepingBurst = 20
+)
+
 // New builds a controller. It does no I/O; Run starts it.
 func New(cfg Config) *Controller {
 	if cfg.Workers <= 0 {
@@ -158,8 +177,9 @@ func New(cfg Config) *Controller {
 			),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "helmreleases", MetricsProvider: cfg.Metrics.WorkqueueProvider()},
 		),
-		states:  map[string]*releaseState{},
-		writers: map[string]dynamic.Interface{},
+		states:      map[string]*releaseState{},
+		writers:     map[string]dynamic.Interface{},
+		bookkeeping: rate.NewLimiter(bookkeepingRate, bookkeepingBurst),
 	}
 	if c.cfg.Recorder == nil {
 		c.cfg.Recorder = noEvents{}

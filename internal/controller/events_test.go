@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -214,5 +215,44 @@ func TestNextFlush(t *testing.T) {
 		if got := nextFlush(t0, t0.Add(tt.now)); !got.Equal(t0.Add(tt.want)) {
 			t.Errorf("%s: nextFlush = +%s, want +%s", tt.name, got.Sub(t0), tt.want)
 		}
+	}
+}
+
+// TestBookkeepingTakesTurns: when many releases' bookkeeping falls due at
+// once, as a mass drift makes it, the budget they share writes
+// bookkeepingBurst of them at once and the rest in turns, first due first;
+// a release that has its turn is not pushed back by more drift, and one
+// whose status changes beyond bookkeeping writes at once.
+func TestBookkeepingTakesTurns(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	budget := rate.NewLimiter(bookkeepingRate, bookkeepingBurst)
+	step := time.Second / bookkeepingRate
+	releases := make([]*bookkeeping, bookkeepingBurst+5)
+	for i := range releases {
+		releases[i] = &bookkeeping{driftsDetected: 1}
+		if d := releases[i].holdFor(t0, true, budget); d != bookkeepingDelay {
+			t.Fatalf("release %d, first drift: holds %s, want %s", i, d, bookkeepingDelay)
+		}
+	}
+	due := t0.Add(bookkeepingDelay)
+	for i, b := range releases {
+		want := time.Duration(0)
+		if i >= bookkeepingBurst {
+			want = time.Duration(i-bookkeepingBurst+1) * step
+		}
+		if d := b.holdFor(due, true, budget); d != want {
+			t.Errorf("release %d, due: holds %s, want %s", i, d, want)
+		}
+	}
+
+	waiting := releases[bookkeepingBurst+2]
+	waiting.driftsDetected++
+	if d, want := waiting.holdFor(due.Add(step), true, budget), 2*step; d != want {
+		t.Errorf("more drift while it has its turn: holds %s, want %s", d, want)
+	}
+
+	changed := releases[bookkeepingBurst]
+	if d := changed.holdFor(due, false, budget); d != 0 {
+		t.Errorf("a change beyond bookkeeping: holds %s, want 0", d)
 	}
 }

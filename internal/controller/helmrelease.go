@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -73,6 +74,10 @@ type bookkeeping struct {
 	// the drift count flushAt was set for (see nextFlush).
 	flushSince  time.Time
 	flushDrifts int64
+	// turn, once the held-back bookkeeping fell due, is its turn in the
+	// budget all releases share (see bookkeepingRate); flushAt is then
+	// when that turn comes.
+	turn *rate.Reservation
 	// announced is the revision the Locked event was recorded for.
 	announced int
 	// unheld counts the events past maxPendingEvents, by type and reason.
@@ -256,18 +261,9 @@ func (c *Controller) report(ctx context.Context, key string, hr *v1alpha1.HelmRe
 	// would write now (Reconciling) would be overwritten a moment later,
 	// so it waits like the bookkeeping does.
 	wait := awaiting || onlyBookkeeping(hr.Status, status)
-	if wait || len(st.pending) > 0 {
-		now := time.Now()
-		if st.flushAt.IsZero() {
-			st.flushSince = now
-		}
-		if st.flushAt.IsZero() || st.driftsDetected != st.flushDrifts {
-			st.flushAt, st.flushDrifts = nextFlush(st.flushSince, now), st.driftsDetected
-		}
-		if now.Before(st.flushAt) && wait {
-			res.requeueBy(st.flushAt.Sub(now))
-			return res, syncErr
-		}
+	if d := st.holdFor(time.Now(), wait, c.bookkeeping); d > 0 {
+		res.requeueBy(d)
+		return res, syncErr
 	}
 	wrote, err := c.writeStatus(ctx, hr, status)
 	if errors.Is(err, errLabelsChanged) {
@@ -283,7 +279,7 @@ func (c *Controller) report(ctx context.Context, key string, hr *v1alpha1.HelmRe
 		st.own.wroteStatus(hr, status)
 	}
 	c.flushEvents(crRef(hr), &st.bookkeeping)
-	st.flushAt = time.Time{}
+	st.flushAt, st.turn = time.Time{}, nil
 	return res, syncErr
 }
 
@@ -300,6 +296,30 @@ func nextFlush(since, now time.Time) time.Time {
 		return limit
 	}
 	return at
+}
+
+// holdFor is how long the status a sync would write waits, zero when it is
+// written now; wait says it carries only bookkeeping. Bookkeeping waits
+// until nextFlush, then for its turn in budget; once it has a turn, more
+// drift does not push it back.
+func (b *bookkeeping) holdFor(now time.Time, wait bool, budget *rate.Limiter) time.Duration {
+	if !wait && len(b.pending) == 0 {
+		return 0
+	}
+	if b.flushAt.IsZero() {
+		b.flushSince = now
+	}
+	if b.turn == nil && (b.flushAt.IsZero() || b.driftsDetected != b.flushDrifts) {
+		b.flushAt, b.flushDrifts = nextFlush(b.flushSince, now), b.driftsDetected
+	}
+	if !wait {
+		return 0
+	}
+	if b.turn == nil && !now.Before(b.flushAt) {
+		b.turn = budget.ReserveN(now, 1)
+		b.flushAt = now.Add(b.turn.DelayFrom(now))
+	}
+	return max(0, b.flushAt.Sub(now))
 }
 
 func onlyBookkeeping(written, next v1alpha1.HelmReleaseStatus) bool {
