@@ -2,6 +2,7 @@ package informers
 
 import (
 	"context"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -71,6 +72,16 @@ func (h *Health) setErr(current bool, err error) {
 // 10 s.
 const maxGuardBackoff = 10 * time.Second
 
+// minWatchTimeout is the least time a guarded watch asks the API server to
+// last before the reflector watches again; each asks for a random time up
+// to twice that, so that renewals spread. client-go asks for 5 to 10
+// minutes, which cost an idle locker a request a minute for every eight
+// types it watches, and the idle cost grew with the charts' kinds. 30 to
+// 60 minutes is what kube-apiserver gives a watch that asks for nothing
+// (its --min-request-timeout). A watch that fails, or an API server that
+// goes away, still ends a watch at once.
+const minWatchTimeout = 30 * time.Minute
+
 // Guard wraps lw for a reflector. A list or watch that fails because the
 // API server is unavailable (see Unavailable) is not returned to the
 // reflector, whose backoff would have grown to 30 s by the end of an
@@ -78,7 +89,8 @@ const maxGuardBackoff = 10 * time.Second
 // backoff of its own while the API server says it is ready yet the call
 // still fails. Other errors go to the reflector as they are. health, if
 // not nil, follows whether the informer is current; ready, if nil, leaves
-// only the backoff.
+// only the backoff. Its watches last 30 to 60 minutes (see
+// minWatchTimeout).
 func Guard(lw *cache.ListWatch, ready Readiness, health *Health) *cache.ListWatch {
 	if health == nil {
 		health = NewHealth(nil)
@@ -94,6 +106,10 @@ func Guard(lw *cache.ListWatch, ready Readiness, health *Health) *cache.ListWatc
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			if t := options.TimeoutSeconds; t != nil && time.Duration(*t)*time.Second < minWatchTimeout {
+				long := int64((minWatchTimeout + rand.N(minWatchTimeout)) / time.Second)
+				options.TimeoutSeconds = &long
+			}
 			w, err := retryUnavailable(ctx, ready, health, func() (watch.Interface, error) {
 				return lw.WatchWithContext(ctx, options)
 			})

@@ -167,6 +167,44 @@ func TestGuardWatchHealth(t *testing.T) {
 	}
 }
 
+// TestGuardWatchesLong: the 5 to 10 minutes client-go's reflector asks a
+// watch to last become 30 to 60, so that an idle locker renews few
+// watches; a longer timeout and none at all are left as they are.
+func TestGuardWatchesLong(t *testing.T) {
+	seconds := func(d time.Duration) *int64 { s := int64(d / time.Second); return &s }
+	tests := []struct {
+		name     string
+		timeout  *int64
+		min, max time.Duration
+	}{
+		{name: "client-go's least", timeout: seconds(5 * time.Minute), min: minWatchTimeout, max: 2 * minWatchTimeout},
+		{name: "client-go's most", timeout: seconds(10 * time.Minute), min: minWatchTimeout, max: 2 * minWatchTimeout},
+		{name: "longer already", timeout: seconds(90 * time.Minute), min: 90 * time.Minute, max: 90 * time.Minute},
+		{name: "none: the API server's own"},
+	}
+	for _, tt := range tests {
+		var asked *int64
+		lw := Guard(&cache.ListWatch{WatchFuncWithContext: func(_ context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			asked = o.TimeoutSeconds
+			return watch.NewFake(), nil
+		}}, nil, nil)
+		w, err := lw.WatchWithContext(context.Background(), metav1.ListOptions{TimeoutSeconds: tt.timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Stop()
+		if tt.timeout == nil {
+			if asked != nil {
+				t.Errorf("%s: the watch asked for %d s, want no timeout", tt.name, *asked)
+			}
+			continue
+		}
+		if got := time.Duration(*asked) * time.Second; got < tt.min || got > tt.max {
+			t.Errorf("%s: the watch asked for %s, want %s to %s", tt.name, got, tt.min, tt.max)
+		}
+	}
+}
+
 // TestProbe asks a stand-in /readyz, which starts failing and then says
 // ok, and shares one answer among waiters that ask at once.
 func TestProbe(t *testing.T) {

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/helm-locker/helm-locker/informers"
 )
 
 // source is a ConfigMap or Secret a ManifestLock reads its manifest from.
@@ -98,7 +100,7 @@ func (s *sourceWatches) startLocked(w *sourceWatch) {
 	lw := cache.NewFilteredListWatchFromClient(client, w.kind, w.namespace, func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", w.name).String()
 	})
-	inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
+	inf := cache.NewSharedIndexInformer(informers.Guard(lw, nil, nil), obj, 0, cache.Indexers{})
 	// Only the lock's key is needed; the object is read afresh by the
 	// sync it queues.
 	_ = inf.SetTransform(func(o any) (any, error) {
