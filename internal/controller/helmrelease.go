@@ -74,10 +74,10 @@ type bookkeeping struct {
 	// the drift count flushAt was set for (see nextFlush).
 	flushSince  time.Time
 	flushDrifts int64
-	// turn, once the held-back bookkeeping fell due, is its turn in the
-	// budget all releases share (see bookkeepingRate); flushAt is then
-	// when that turn comes.
-	turn *rate.Reservation
+	// turned is set once the held-back bookkeeping fell due and took
+	// its turn in the budget all releases share (see bookkeepingRate);
+	// flushAt is then when that turn comes.
+	turned bool
 	// announced is the revision the Locked event was recorded for.
 	announced int
 	// unheld counts the events past maxPendingEvents, by type and reason.
@@ -279,12 +279,10 @@ func (c *Controller) report(ctx context.Context, key string, hr *v1alpha1.HelmRe
 		st.own.wroteStatus(hr, status)
 	}
 	c.flushEvents(crRef(hr), &st.bookkeeping)
-	st.flushAt, st.turn = time.Time{}, nil
+	st.flushAt, st.turned = time.Time{}, false
 	return res, syncErr
 }
 
-// onlyBookkeeping reports whether next differs from the written status in
-// the drift record and counts alone, which may wait (see bookkeepingDelay).
 // nextFlush is when bookkeeping held back since since is written, now that
 // more came: bookkeepingDelay after the last drift, so that a burst costs
 // one status write and one event per reason, but no later than
@@ -309,19 +307,21 @@ func (b *bookkeeping) holdFor(now time.Time, wait bool, budget *rate.Limiter) ti
 	if b.flushAt.IsZero() {
 		b.flushSince = now
 	}
-	if b.turn == nil && (b.flushAt.IsZero() || b.driftsDetected != b.flushDrifts) {
+	if !b.turned && (b.flushAt.IsZero() || b.driftsDetected != b.flushDrifts) {
 		b.flushAt, b.flushDrifts = nextFlush(b.flushSince, now), b.driftsDetected
 	}
 	if !wait {
 		return 0
 	}
-	if b.turn == nil && !now.Before(b.flushAt) {
-		b.turn = budget.ReserveN(now, 1)
-		b.flushAt = now.Add(b.turn.DelayFrom(now))
+	if !b.turned && !now.Before(b.flushAt) {
+		b.turned = true
+		b.flushAt = now.Add(budget.ReserveN(now, 1).DelayFrom(now))
 	}
 	return max(0, b.flushAt.Sub(now))
 }
 
+// onlyBookkeeping reports whether next differs from the written status in
+// the drift record and counts alone, which may wait (see bookkeepingDelay).
 func onlyBookkeeping(written, next v1alpha1.HelmReleaseStatus) bool {
 	n := *next.DeepCopy()
 	n.LastDrift, n.DriftsDetected, n.DriftsCorrected = written.LastDrift, written.DriftsDetected, written.DriftsCorrected
