@@ -574,19 +574,19 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 	defer l.stop()
 	defer rec.stop()
 
+	quiet := func() error { return waitQuiet(ctx, kube, baseline) }
 	if full != nil && full.massDriftRounds > 0 {
 		for round := range full.massDriftRounds {
-			if err := waitQuiet(ctx, kube, baseline); err != nil {
+			if err := quiet(); err != nil {
 				return nil, err
 			}
-			if res.MassDrift, err = massDrift(ctx, kube, dyn, l, restored, locked, p, massDriftObjects, full.concurrency, round, func() error { return waitQuiet(ctx, kube, baseline) }); err != nil {
+			if res.MassDrift, err = massDrift(ctx, kube, dyn, l, restored, locked, p, massDriftObjects, full.concurrency, round, quiet); err != nil {
 				return nil, err
 			}
 		}
 		return res, nil
 	}
 	if full != nil {
-		quiet := func() error { return waitQuiet(ctx, kube, baseline) }
 		if res.Churn, err = churn(ctx, dyn, l, p, quiet); err != nil {
 			return nil, err
 		}
