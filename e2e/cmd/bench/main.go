@@ -68,6 +68,10 @@ func (p params) namespaces() int { return max(1, p.Releases/10) }
 // profiles is the folder heap profiles are kept in; empty keeps none.
 var profiles string
 
+// lockerArgs are flags every locker the bench starts is given besides
+// its own.
+var lockerArgs []string
+
 // statusRate is the rate the status churn measurement aims at.
 var statusRate float64
 
@@ -155,6 +159,8 @@ func main() {
 	flag.Float64Var(&statusRate, "status-rate", 1000, "status writes a second to locked Deployments in the status churn measurement")
 	flag.BoolVar(&churnDuring, "churn-during", true, "touch every Deployment, Service and Secret about once a minute all through the latency measurement")
 	massDriftOnly := flag.Int("mass-drift-only", 0, "measure the base scenario's cold lock and then only this many rounds of the mass drift, print them and write no report: for mass-drift work")
+	coldLockRounds := flag.Int("cold-lock-rounds", 0, "measure only the base scenario's cold lock, this many times on one control plane, with -locker and each binary of -compare in turns: for cold-lock work")
+	compare := flag.String("compare", "", "comma-separated helm-locker binaries whose cold lock -cold-lock-rounds measures in turns with -locker's")
 	memoryOnly := flag.Bool("memory-only", false, "measure the base scenario's cold lock and memory alone, print them and write no report: for memory work, with -profiles")
 	render := flag.String("render", "", "measure nothing: write the report in this benchmarks.json again, with the per-object figures derived anew")
 	admission := flag.Bool("admission", true, "also measure Prevent mode's admission against a no-op webhook, into admission.md and admission.json")
@@ -189,6 +195,17 @@ func main() {
 	}
 	if *massDriftOnly > 0 {
 		if err := measureMassDrift(ctx, base, &fullMeasure{concurrency: concurrency, idle: idle, massDriftRounds: *massDriftOnly}, lockerBinary); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *coldLockRounds > 0 {
+		binaries := []string{lockerBinary}
+		if *compare != "" {
+			binaries = append(binaries, strings.Split(*compare, ",")...)
+		}
+		if err := measureColdLocks(ctx, base, binaries, *coldLockRounds); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -751,7 +768,7 @@ func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 		return nil, err
 	}
 	logFile := filepath.Join(dir, fmt.Sprintf("locker-%d.log", p.Untracked))
-	l, err := startLocker(lockerBinary, kubeconfig, logFile)
+	l, err := startLocker(lockerBinary, kubeconfig, logFile, lockerArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -767,7 +784,7 @@ func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if profiles != "" {
-		go l.cpuProfile(cctx, filepath.Join(profiles, fmt.Sprintf("cpu-N%d-M%d-B%d.pprof", p.Releases, p.Objects, p.Untracked)), 6)
+		go l.cpuProfile(cctx, filepath.Join(profiles, fmt.Sprintf("cpu-N%d-M%d-B%d.pprof", p.Releases, p.Objects, p.Untracked)), max(6, p.Releases*p.Objects/1000))
 	}
 	deployedAt, err := waitDeployed(cctx, dyn, p.Releases)
 	if err != nil {
