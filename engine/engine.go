@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
+	"runtime"
 	"slices"
 	"sort"
 	"sync"
@@ -181,7 +183,9 @@ type Engine struct {
 	// that holds it first (see holderLocked); almost always one.
 	owners map[ObjectRef][]string
 	// heldKeys interns the HeldMetadata of locked objects by their keys,
-	// written into heldBuf (see internHeldLocked).
+	// written into heldBuf (see internHeld), under heldMu: objects are
+	// resolved outside mu (see Prepare).
+	heldMu   sync.Mutex
 	heldKeys map[string]*informers.HeldMetadata
 	heldBuf  []byte
 }
@@ -270,7 +274,7 @@ type lockedObject struct {
 	generation uint64
 	// metadata names the labels and annotations the declaration holds
 	// (see Engine.heldMetadata), shared by the objects that hold the same
-	// keys (see Engine.internHeldLocked).
+	// keys (see Engine.internHeld).
 	metadata *informers.HeldMetadata
 	// digest identifies the declaration as the caller gave it, so that a
 	// new declaration of the same object can tell whether it changed.
@@ -494,7 +498,7 @@ func (e *Engine) Declare(key string, set ObjectSet) {
 	if old != nil {
 		released = e.disownLocked(key, old)
 	}
-	acquire, notify := e.resolveLocked(key, s, old)
+	acquire, notify := e.resolveLocked(key, s, old, nil)
 	notify = append(notify, e.handOffLocked(released)...)
 	e.mu.Unlock()
 	for _, gvr := range acquire {
@@ -528,11 +532,12 @@ func (e *Engine) Prepare(ctx context.Context) {
 	}
 	e.mu.Unlock()
 	e.schemas.load(ctx, gvs)
+	resolved := e.resolveAll()
 	e.mu.Lock()
 	var acquire []schema.GroupVersionResource
 	var notify []string
 	for key, s := range e.sets {
-		a, n := e.resolveLocked(key, s, nil)
+		a, n := e.resolveLocked(key, s, nil, resolved)
 		acquire, notify = append(acquire, a...), append(notify, n...)
 	}
 	e.mu.Unlock()
@@ -652,22 +657,77 @@ func (e *Engine) releaseInformers(s *objectSet) {
 	}
 }
 
+// resolution is an object resolved outside e.mu (see resolveAll).
+type resolution struct {
+	obj *lockedObject
+	err error
+}
+
+// resolveAll resolves the unresolved objects of every set whose merge
+// rules are read, outside e.mu and on every core: at startup, that is most
+// of the engine's work, and each object's is its own. One worker resolves
+// a set's objects, so a set's callbacks (ObjectSet.Ignore, Verify) are
+// never called at once. resolveLocked takes the results in.
+func (e *Engine) resolveAll() map[*unresolvedObject]resolution {
+	type work struct {
+		spec    ObjectSet
+		objects []*unresolvedObject
+	}
+	var sets []work
+	e.mu.Lock()
+	for _, s := range e.sets {
+		if len(s.unresolved) > 0 {
+			sets = append(sets, work{spec: s.spec, objects: slices.Clone(s.unresolved)})
+		}
+	}
+	e.mu.Unlock()
+	var (
+		mu       sync.Mutex
+		resolved = map[*unresolvedObject]resolution{}
+		next     atomic.Int64
+		wg       sync.WaitGroup
+	)
+	for range min(runtime.GOMAXPROCS(0), len(sets)) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(sets); i = int(next.Add(1)) - 1 {
+				mine := map[*unresolvedObject]resolution{}
+				for _, u := range sets[i].objects {
+					if e.schemas.known(u.obj.GroupVersionKind().GroupVersion()) {
+						obj, err := e.resolve(u.obj, sets[i].spec)
+						mine[u] = resolution{obj: obj, err: err}
+					}
+				}
+				mu.Lock()
+				maps.Copy(resolved, mine)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return resolved
+}
+
 // resolveLocked maps s's unresolved objects to resources, fills in their
 // namespace, and returns the informers to acquire for those now resolved,
 // and the keys of the sets it took objects over from (see ObjectSet.Since).
 // old, if set, is the set key declared before: an object declared there
-// alike is not applied anew (see Drift.Applying).
-func (e *Engine) resolveLocked(key string, s *objectSet, old *objectSet) (acquire []schema.GroupVersionResource, notify []string) {
+// alike is not applied anew (see Drift.Applying). resolved, if set, holds
+// objects resolveAll resolved already.
+func (e *Engine) resolveLocked(key string, s *objectSet, old *objectSet, resolved map[*unresolvedObject]resolution) (acquire []schema.GroupVersionResource, notify []string) {
 	var still []*unresolvedObject
 	for _, u := range s.unresolved {
-		if gv := u.obj.GroupVersionKind().GroupVersion(); !e.schemas.known(gv) {
+		r, done := resolved[u]
+		if gv := u.obj.GroupVersionKind().GroupVersion(); !done && !e.schemas.known(gv) {
 			// Resolved by the rules they are checked by: Sync reads
 			// them first. Informers started meanwhile would judge the
 			// objects by other rules.
 			still = append(still, &unresolvedObject{obj: u.obj, err: fmt.Errorf("the merge rules of %s are not read yet", gv)})
 			continue
 		}
-		obj, err := e.resolve(u.obj, s.spec)
+		if !done {
+			r.obj, r.err = e.resolve(u.obj, s.spec)
+		}
+		obj, err := r.obj, r.err
 		if err != nil {
 			still = append(still, &unresolvedObject{obj: u.obj, err: err})
 			continue
@@ -728,7 +788,7 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 		ref:        ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()},
 		ignore:     ignore,
 		generation: e.generations.Add(1),
-		metadata:   e.internHeldLocked(declared),
+		metadata:   e.internHeld(declared),
 		digest:     digestOf(data),
 		rank:       uint8(CreationOrder(gvk.GroupKind())),
 		applying:   !spec.Applied,
@@ -897,12 +957,14 @@ func (e *Engine) heldMetadata(gvr schema.GroupVersionResource, namespace, name s
 // handful of key sets; past this, sharing starts again from nothing.
 const maxHeldKeys = 4096
 
-// internHeldLocked returns the HeldMetadata of declared's labels and
+// internHeld returns the HeldMetadata of declared's labels and
 // annotations, shared with every object that holds the same keys. For
-// keys it has seen, it allocates nothing. e.mu must be held.
-func (e *Engine) internHeldLocked(declared *unstructured.Unstructured) *informers.HeldMetadata {
+// keys it has seen, it allocates nothing.
+func (e *Engine) internHeld(declared *unstructured.Unstructured) *informers.HeldMetadata {
 	var labels, annotations [32]string
 	l, a := sortedKeys(declared, "labels", labels[:0]), sortedKeys(declared, "annotations", annotations[:0])
+	e.heldMu.Lock()
+	defer e.heldMu.Unlock()
 	buf := e.heldBuf[:0]
 	for _, k := range l {
 		buf = append(append(buf, k...), 0)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -352,5 +354,64 @@ func TestPrepareTracksEverySet(t *testing.T) {
 	}
 	if docs.paths != 1 {
 		t.Errorf("Prepare listed the documents %d times; want once for all sets", docs.paths)
+	}
+}
+
+// TestPrepareResolvesSetsAtOnce: Prepare resolves the sets declared at
+// startup on several cores, outside the engine's lock, and never calls one
+// set's callbacks at once. Each set's Ignore waits until another set's is
+// running too: resolved one by one, under the lock, none would ever see
+// that, and each would wait out its timeout.
+func TestPrepareResolvesSetsAtOnce(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	docs := &servedDocs{docs: map[string]string{"api/v1": configMapDoc}}
+	e, _, _ := newTestEngineWith(t, Options{OpenAPI: docs})
+	var (
+		inFlight atomic.Int32
+		together = make(chan struct{})
+		once     sync.Once
+		overlap  atomic.Bool
+	)
+	var refs []ObjectRef
+	for i := range 8 {
+		key := fmt.Sprintf("set-%d", i)
+		var mine atomic.Int32
+		var objs []*unstructured.Unstructured
+		for j := range 3 {
+			cm := configMap(t, "declared")
+			cm.SetName(fmt.Sprintf("cm-%d", j))
+			objs = append(objs, cm)
+			refs = append(refs, ObjectRef{GVR: cmGVR, Namespace: "ns-" + key, Name: cm.GetName()})
+		}
+		ignore := func(*unstructured.Unstructured) []Pointer {
+			if mine.Add(1) > 1 {
+				overlap.Store(true)
+			}
+			defer mine.Add(-1)
+			if inFlight.Add(1) > 1 {
+				once.Do(func() { close(together) })
+			}
+			defer inFlight.Add(-1)
+			select {
+			case <-together:
+			case <-time.After(2 * time.Second):
+			}
+			return nil
+		}
+		e.Declare(key, ObjectSet{Objects: objs, DefaultNamespace: "ns-" + key, Ignore: ignore})
+	}
+	e.Prepare(t.Context())
+	select {
+	case <-together:
+	default:
+		t.Error("no two sets were resolved at once")
+	}
+	if overlap.Load() {
+		t.Error("one set's Ignore was called while it was running")
+	}
+	for _, ref := range refs {
+		if !e.tracked(ref.GVR, ref.Namespace, ref.Name) {
+			t.Errorf("%s is not tracked after Prepare", ref)
+		}
 	}
 }

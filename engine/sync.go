@@ -188,7 +188,7 @@ func (e *Engine) takeDirty(ctx context.Context, key string) (s *objectSet, todo 
 		e.mu.Unlock()
 		return nil, nil, 0
 	}
-	acquire, notify := e.resolveLocked(key, s, nil)
+	acquire, notify := e.resolveLocked(key, s, nil, nil)
 	todo = make([]dirtyObject, 0, len(s.dirty))
 	for ref, at := range s.dirty {
 		// An object another set holds is that set's to check.
