@@ -12,14 +12,6 @@ import (
 	"syscall"
 )
 
-// gcPercent is the garbage collector's target unless GOGC is set. Most of
-// the locker's heap is long-lived: a declaration per locked object, kept
-// for as long as the lock. Go's default, 100, lets the heap grow to twice
-// what is live before collecting, and the resident set follows the heap's
-// peak; the locker, idle most of the time, makes garbage slowly, so a
-// tighter target costs little CPU and saves a third of its memory.
-const gcPercent = 50
-
 func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)

@@ -53,6 +53,7 @@ func runOperator(ctx context.Context, opts *options) error {
 	if err != nil {
 		return err
 	}
+	settled := tuneStartupMemory()
 	logger.Info("Starting helm-locker", "version", versionString(), "namespace", opts.namespace, "lease", opts.lease(), "selector", selector.String())
 
 	// current is the controller of this term of leadership (see
@@ -129,6 +130,7 @@ func runOperator(ctx context.Context, opts *options) error {
 			Recorder:              broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: opts.controllerName, Host: opts.nodeName}),
 			Metrics:               m,
 			Readiness:             probe,
+			Settled:               settled,
 		})
 	}
 	certs, err := webhookCerts(kube, opts)

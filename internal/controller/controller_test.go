@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -420,5 +421,50 @@ func TestDeclareAllListsDeployedReleases(t *testing.T) {
 	}
 	if st := c.state("cattle-helm-system/hr"); st.rel == nil || st.rel.Version != 1 {
 		t.Errorf("the release is not declared: %+v", st.rel)
+	}
+}
+
+// TestDeclareAllClaims: a leader claims each unclaimed CR as it declares
+// it at startup, while the API server has little else to do, and its first
+// sync does not claim it again; a replica standing by claims nothing.
+func TestDeclareAllClaims(t *testing.T) {
+	for _, readOnly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("read-only=%v", readOnly), func(t *testing.T) {
+			c, dyn := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
+			c.cfg.ReadOnly = readOnly
+			claims := func() int {
+				n := 0
+				for _, a := range dyn.Actions() {
+					if a.GetVerb() == "patch" && a.GetResource().Resource == "helmreleases" && a.GetSubresource() == "" {
+						n++
+					}
+				}
+				return n
+			}
+			c.declareAll(context.Background())
+			want := 1
+			if readOnly {
+				want = 0
+			}
+			if got := claims(); got != want {
+				t.Fatalf("declareAll sent %d claims, want %d", got, want)
+			}
+			if readOnly {
+				return
+			}
+			hr, err := dyn.Resource(v1alpha1.Resource).Namespace("cattle-helm-system").Get(context.Background(), "hr", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if owner := hr.GetAnnotations()[v1alpha1.ManagedByAnnotation]; owner != c.cfg.ControllerName {
+				t.Errorf("managed-by after declareAll = %q, want %q", owner, c.cfg.ControllerName)
+			}
+			if _, err := c.sync(context.Background(), "cattle-helm-system/hr"); err != nil {
+				t.Fatal(err)
+			}
+			if got := claims(); got != 1 {
+				t.Errorf("after the first sync, %d claims were sent; want the one of declareAll", got)
+			}
+		})
 	}
 }

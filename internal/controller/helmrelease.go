@@ -178,12 +178,8 @@ func (c *Controller) syncHelmRelease(ctx context.Context, key string) (result, e
 		}
 		return result{}, err
 	}
-	if hr.Annotations[v1alpha1.ManagedByAnnotation] == "" {
-		rv, err := c.claim(ctx, hr)
-		if err != nil {
-			return result{}, err
-		}
-		st.own.claimed(hr, c.cfg.ControllerName, rv)
+	if err := c.claimIfFree(ctx, hr, st); err != nil {
+		return result{}, err
 	}
 	before := st.lock
 	var res result
@@ -545,6 +541,19 @@ func (c *Controller) noSecretStatus(ctx context.Context, hr *v1alpha1.HelmReleas
 	}
 	return openStatus(hr, v1alpha1.StateSecretNotFound, 0, "SecretNotFound",
 		fmt.Sprintf("no Secret of type %s holds release %s/%s; nothing is held and nothing is deleted", storage.SecretType, rk.Namespace, rk.Name)), nil
+}
+
+// claimIfFree claims hr for this controller unless it is claimed already.
+func (c *Controller) claimIfFree(ctx context.Context, hr *v1alpha1.HelmRelease, st *releaseState) error {
+	if hr.Annotations[v1alpha1.ManagedByAnnotation] != "" {
+		return nil
+	}
+	rv, err := c.claim(ctx, hr)
+	if err != nil {
+		return err
+	}
+	st.own.claimed(hr, c.cfg.ControllerName, rv)
+	return nil
 }
 
 // claim writes this controller's name into the managed-by annotation.
