@@ -321,8 +321,6 @@ func TestMetricsHealthAndJSONLogs(t *testing.T) {
 		"helm_locker_locked_objects":                                         "2",
 		`helm_locker_informers{group="",resource="configmaps",version="v1"}`: "1",
 		`workqueue_adds_total{name="helmreleases"}`:                          "",
-		// Back to the steady target once the first syncs are done.
-		"go_gc_gogc_percent": "50",
 	}
 	env.Eventually(t, 30*time.Second, func() error {
 		code, body := framework.HTTPGet("http://" + metricsAddr + "/metrics")

@@ -53,7 +53,7 @@ func runOperator(ctx context.Context, opts *options) error {
 	if err != nil {
 		return err
 	}
-	settled := tuneStartupMemory()
+	limitHeap()
 	logger.Info("Starting helm-locker", "version", versionString(), "namespace", opts.namespace, "lease", opts.lease(), "selector", selector.String())
 
 	// current is the controller of this term of leadership (see
@@ -130,7 +130,6 @@ func runOperator(ctx context.Context, opts *options) error {
 			Recorder:              broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: opts.controllerName, Host: opts.nodeName}),
 			Metrics:               m,
 			Readiness:             probe,
-			Settled:               settled,
 		})
 	}
 	certs, err := webhookCerts(kube, opts)

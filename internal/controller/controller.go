@@ -97,11 +97,6 @@ type Config struct {
 	// unavailable, so that they watch again as soon as it is ready (see
 	// informers.Guard). Nil asks REST's API server, if REST is set.
 	Readiness informers.Readiness
-	// Settled, if set, is called each time the first syncs of a term are
-	// done: a leader's once its informers listed and its queue emptied,
-	// a standby's once it declared every release. The process may trade
-	// CPU for memory from then on.
-	Settled func()
 }
 
 // Controller locks the releases that HelmRelease CRs name.
@@ -316,7 +311,6 @@ func (c *Controller) Run(ctx context.Context) error {
 		// A replica standing by judges requests against declarations
 		// alone: it watches no locked object.
 		c.synced.Store(true)
-		c.settled()
 	} else {
 		c.runEngine(ctx, start)
 	}
@@ -337,16 +331,6 @@ func (c *Controller) Run(ctx context.Context) error {
 func (c *Controller) runEngine(ctx context.Context, start func(func(context.Context))) {
 	logger := klog.FromContext(ctx)
 	start(func(ctx context.Context) { _ = c.engine.Run(ctx) })
-	settle := sync.OnceFunc(c.settled)
-	start(func(ctx context.Context) {
-		// Syncs that never go quiet, or a type that never lists, do
-		// not keep the process on its startup settings for good.
-		select {
-		case <-ctx.Done():
-		case <-time.After(maxInitialSyncs):
-			settle()
-		}
-	})
 	start(func(ctx context.Context) {
 		// The first lists decode every object of every watched type,
 		// most of which the cache then drops (see informers.Stub).
@@ -372,21 +356,9 @@ func (c *Controller) runEngine(ctx context.Context, start func(func(context.Cont
 				quiet = 0
 			}
 		}
-		settle()
 		debug.FreeOSMemory()
 		logger.V(2).Info("Initial syncs done")
 	})
-}
-
-// maxInitialSyncs is how long after a leader starts its engine it calls
-// Config.Settled at the latest.
-const maxInitialSyncs = 5 * time.Minute
-
-// settled calls Config.Settled, if set.
-func (c *Controller) settled() {
-	if c.cfg.Settled != nil {
-		c.cfg.Settled()
-	}
 }
 
 // Synced reports whether every cache has finished its first list.

@@ -71,8 +71,8 @@ func measureColdLocks(ctx context.Context, p params, binaries []string, rounds i
 			cpu, _ := l.cpu()
 			l.stop()
 			times[i] = append(times[i], res.ColdLockS)
-			fmt.Printf("round %d, %s: cold lock %.2f s (%.0f objects/s; %s), the locker's CPU by the end of its first quiet %.2f s, %.0f requests at start\n",
-				round+1, bin, res.ColdLockS, res.ObjectsPerS, phases(l.Log, res.ColdLockS), cpu.Seconds(), res.StartRequests)
+			fmt.Printf("round %d, %s: cold lock %.2f s (%.0f objects/s; %s), the locker's CPU by the end of its first quiet %.2f s, %.0f requests at start, RSS then %.1f MiB, live heap %.1f MiB\n",
+				round+1, bin, res.ColdLockS, res.ObjectsPerS, phases(l.Log, res.ColdLockS), cpu.Seconds(), res.StartRequests, res.RSSMiB, res.HeapMiB)
 		}
 	}
 	for i, bin := range binaries {
