@@ -447,19 +447,30 @@ func (c *Controller) declareAll(ctx context.Context) {
 const startupPage = 100
 
 // listDeployed lists the deployed revisions of every release, calling
-// page with each page of them.
+// page with each page of them. The next page is listed while page works
+// on this one, so that the API server's time for it is not added to the
+// locker's; no more than that one is held ahead.
 func (c *Controller) listDeployed(ctx context.Context, page func([]corev1.Secret)) error {
-	opts := metav1.ListOptions{LabelSelector: storage.OwnedSelector + "," + storage.LabelStatus + "=deployed", Limit: startupPage}
-	for {
-		list, err := c.cfg.Kube.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, opts)
-		if err != nil {
-			return err
+	pages := make(chan []corev1.Secret)
+	var err error
+	go func() {
+		defer close(pages)
+		opts := metav1.ListOptions{LabelSelector: storage.OwnedSelector + "," + storage.LabelStatus + "=deployed", Limit: startupPage}
+		for {
+			var list *corev1.SecretList
+			if list, err = c.cfg.Kube.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, opts); err != nil {
+				return
+			}
+			pages <- list.Items
+			if opts.Continue = list.Continue; opts.Continue == "" {
+				return
+			}
 		}
-		page(list.Items)
-		if opts.Continue = list.Continue; opts.Continue == "" {
-			return nil
-		}
+	}()
+	for p := range pages {
+		page(p)
 	}
+	return err
 }
 
 // declareKeys declares the objects of the releases keys name, with the

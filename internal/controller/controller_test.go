@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -466,5 +467,47 @@ func TestDeclareAllClaims(t *testing.T) {
 				t.Errorf("after the first sync, %d claims were sent; want the one of declareAll", got)
 			}
 		})
+	}
+}
+
+// TestListDeployedListsAhead: the next page of release Secrets is listed
+// while the one before is declared, so the API server's time for it is
+// not added to the locker's. The first page's work waits for the second
+// list; listed one after the other, it would wait in vain.
+func TestListDeployedListsAhead(t *testing.T) {
+	c, _ := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
+	kube := c.cfg.Kube.(*fake.Clientset)
+	var lists atomic.Int32
+	second := make(chan struct{})
+	deployed := func(name string) []corev1.Secret {
+		return []corev1.Secret{{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{storage.LabelOwner: "helm", storage.LabelStatus: "deployed"}}}}
+	}
+	kube.PrependReactor("list", "secrets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		switch lists.Add(1) {
+		case 1:
+			return true, &corev1.SecretList{ListMeta: metav1.ListMeta{Continue: "next"}, Items: deployed("a")}, nil
+		case 2:
+			close(second)
+		}
+		return true, &corev1.SecretList{Items: deployed("b")}, nil
+	})
+	var got []string
+	err := c.listDeployed(context.Background(), func(page []corev1.Secret) {
+		if len(got) == 0 {
+			select {
+			case <-second:
+			case <-time.After(5 * time.Second):
+				t.Error("the second page was not listed while the first was worked on")
+			}
+		}
+		for _, s := range page {
+			got = append(got, s.Name)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a", "b"}; !slices.Equal(got, want) {
+		t.Errorf("pages held %v, want %v", got, want)
 	}
 }
