@@ -162,7 +162,7 @@ const (
 // dirty again, so no change is ever missed.
 type Engine struct {
 	client       dynamic.Interface
-	mapper       meta.ResettableRESTMapper
+	mapper       *mappings
 	notify       func(key string)
 	fieldManager string
 	opts         Options
@@ -379,7 +379,7 @@ type unresolvedObject struct {
 func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func(key string), opts Options) *Engine {
 	e := &Engine{
 		client:       client,
-		mapper:       mapper,
+		mapper:       &mappings{mapper: mapper},
 		notify:       notify,
 		fieldManager: opts.FieldManager,
 		sets:         map[string]*objectSet{},
