@@ -79,6 +79,18 @@ func ParseHelm(manifest string) ([]*unstructured.Unstructured, error) {
 // parseDocument decodes one YAML document. It returns nothing for a document
 // that holds only comments or whitespace.
 func parseDocument(doc []byte) ([]*unstructured.Unstructured, error) {
+	if obj, ok := decodeObject(doc); ok && !obj.IsList() {
+		if err := validate(obj); err == nil {
+			return []*unstructured.Unstructured{obj}, nil
+		}
+	}
+	return parseJSON(doc)
+}
+
+// parseJSON is parseDocument the slow way, through the document's JSON:
+// for the documents decodeObject leaves, and for the errors that name what
+// is wrong with them.
+func parseJSON(doc []byte) ([]*unstructured.Unstructured, error) {
 	data, err := yaml.YAMLToJSON(doc)
 	if err != nil {
 		return nil, err
