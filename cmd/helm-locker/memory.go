@@ -32,13 +32,18 @@ const cgroupMemoryMax = "/sys/fs/cgroup/memory.max"
 // limitHeap bounds the heap by the container's memory limit, unless
 // GOMEMLIMIT is set: near the limit, the garbage collector works harder
 // rather than let the kernel kill the process for memory that was garbage.
-func limitHeap() {
+// It returns the bound it set, or 0.
+func limitHeap() int64 {
 	if os.Getenv("GOMEMLIMIT") != "" {
-		return
+		return 0
 	}
-	if limit, ok := memoryLimit(cgroupMemoryMax); ok {
-		debug.SetMemoryLimit(int64(float64(limit) * memoryLimitShare))
+	limit, ok := memoryLimit(cgroupMemoryMax)
+	if !ok {
+		return 0
 	}
+	bound := int64(float64(limit) * memoryLimitShare)
+	debug.SetMemoryLimit(bound)
+	return bound
 }
 
 // memoryLimit reads a cgroup v2 memory.max file: a count of bytes, or

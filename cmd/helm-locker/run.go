@@ -53,8 +53,7 @@ func runOperator(ctx context.Context, opts *options) error {
 	if err != nil {
 		return err
 	}
-	limitHeap()
-	logger.Info("Starting helm-locker", "version", versionString(), "namespace", opts.namespace, "lease", opts.lease(), "selector", selector.String())
+	logger.Info("Starting helm-locker", "version", versionString(), "namespace", opts.namespace, "lease", opts.lease(), "selector", selector.String(), "heapLimitBytes", limitHeap())
 
 	// current is the controller of this term of leadership (see
 	// runAsLeader); nil while standing by.
