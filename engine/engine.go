@@ -82,7 +82,8 @@ type ObjectSet struct {
 	ReportOnly bool
 	// Ignore, if set, returns the fields of a declared object (namespace
 	// resolved) that are neither compared nor reverted: the live value,
-	// or its absence, is kept.
+	// or its absence, is kept. Different sets' callbacks (Ignore, Verify)
+	// may be called at once (see Engine.Prepare); one set's never are.
 	Ignore func(declared *unstructured.Unstructured) []Pointer
 	// Verify, if set, holds back every object its owner has not been seen
 	// to apply (see Verification). Nil takes the declaration on trust.
