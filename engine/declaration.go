@@ -27,6 +27,11 @@ var (
 		return w
 	}}
 	inflaters = sync.Pool{New: func() any { return flate.NewReaderDict(bytes.NewReader(nil), declarationDict) }}
+	// inflated holds the buffers declarations are inflated into: the
+	// decoded object copies what it keeps, so a buffer serves again, and
+	// the cold lock, which reads every declaration back once, does not
+	// grow one anew for each.
+	inflated = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 )
 
 // packDeclaration encodes obj as a lockedObject keeps its declaration.
@@ -57,12 +62,14 @@ func unpackDeclaration(data []byte) (*unstructured.Unstructured, error) {
 	if err := r.(flate.Resetter).Reset(bytes.NewReader(data), declarationDict); err != nil {
 		return nil, err
 	}
-	raw, err := io.ReadAll(r)
-	if err != nil {
+	raw := inflated.Get().(*bytes.Buffer)
+	defer inflated.Put(raw)
+	raw.Reset()
+	if _, err := raw.ReadFrom(r); err != nil {
 		return nil, fmt.Errorf("inflating the declared object: %w", err)
 	}
 	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(raw); err != nil {
+	if err := u.UnmarshalJSON(raw.Bytes()); err != nil {
 		return nil, fmt.Errorf("decoding the declared object: %w", err)
 	}
 	return u, nil
