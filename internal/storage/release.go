@@ -6,7 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
+	"sync"
 
 	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -52,7 +52,9 @@ var gzipMagic = []byte{0x1f, 0x8b, 0x08}
 // removed): base64, then gzip, then JSON, as Helm's Secret driver writes
 // it. Releases stored before Helm compressed them are accepted too.
 func Decode(data []byte) (*Release, error) {
-	raw, err := DecodeJSON(data)
+	buf := gunzipped.Get().(*bytes.Buffer)
+	defer gunzipped.Put(buf)
+	raw, err := decodeJSON(data, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -65,23 +67,41 @@ func Decode(data []byte) (*Release, error) {
 
 // DecodeJSON is Decode up to the release's JSON, all of it: the chart, its
 // values and its templates too. It does not check the JSON.
-func DecodeJSON(data []byte) ([]byte, error) {
+func DecodeJSON(data []byte) ([]byte, error) { return decodeJSON(data, new(bytes.Buffer)) }
+
+// Decoding a release reads a chart's JSON, tens to hundreds of kilobytes,
+// to keep its manifest; at startup, once for every release. Decode copies
+// what it keeps, so the buffers and gzip readers serve again.
+var (
+	gunzipped = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+	gunzips   sync.Pool
+)
+
+// decodeJSON is DecodeJSON, inflating into buf: what it returns is buf's
+// if the release was gzipped.
+func decodeJSON(data []byte, buf *bytes.Buffer) ([]byte, error) {
 	raw := make([]byte, base64.StdEncoding.DecodedLen(len(data)))
 	n, err := base64.StdEncoding.Decode(raw, data)
 	if err != nil {
 		return nil, fmt.Errorf("decoding release: not base64: %w", err)
 	}
 	raw = raw[:n]
-	if bytes.HasPrefix(raw, gzipMagic) {
-		zr, err := gzip.NewReader(bytes.NewReader(raw))
-		if err != nil {
-			return nil, fmt.Errorf("decoding release: %w", err)
-		}
-		if raw, err = io.ReadAll(zr); err != nil {
-			return nil, fmt.Errorf("decoding release: gunzip: %w", err)
-		}
+	if !bytes.HasPrefix(raw, gzipMagic) {
+		return raw, nil
 	}
-	return raw, nil
+	zr, _ := gunzips.Get().(*gzip.Reader)
+	if zr == nil {
+		zr = new(gzip.Reader)
+	}
+	defer gunzips.Put(zr)
+	if err := zr.Reset(bytes.NewReader(raw)); err != nil {
+		return nil, fmt.Errorf("decoding release: %w", err)
+	}
+	buf.Reset()
+	if _, err := buf.ReadFrom(zr); err != nil {
+		return nil, fmt.Errorf("decoding release: gunzip: %w", err)
+	}
+	return buf.Bytes(), nil
 }
 
 // Objects parses the release's manifest into the objects it declares, in
