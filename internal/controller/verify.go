@@ -54,18 +54,16 @@ func objectID(obj *unstructured.Unstructured) string {
 // objectDigest is the sha256 of a manifest object's ID and content. One is
 // kept per locked object, so it is a value with no pointers for the
 // garbage collector to follow. encoding/json writes map keys sorted, so
-// equal objects have equal digests.
+// equal objects have equal digests. The JSON goes straight into the hash,
+// from the encoder's pooled buffer: a first sync digests every object.
+// Digests are kept in memory only, so how they are computed may change.
 func objectDigest(obj *unstructured.Unstructured) [sha256.Size]byte {
-	data, err := json.Marshal(obj.Object)
-	if err != nil {
-		// Never for a decoded manifest; an object that cannot be
-		// encoded matches no digest but the ID's own.
-		data = nil
-	}
 	h := sha256.New()
 	h.Write([]byte(objectID(obj)))
 	h.Write([]byte{0})
-	h.Write(data)
+	// An object that cannot be encoded, never one decoded from a
+	// manifest, writes nothing: it matches no digest but the ID's own.
+	_ = json.NewEncoder(h).Encode(obj.Object)
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
 	return sum
