@@ -79,10 +79,8 @@ func ParseHelm(manifest string) ([]*unstructured.Unstructured, error) {
 // parseDocument decodes one YAML document. It returns nothing for a document
 // that holds only comments or whitespace.
 func parseDocument(doc []byte) ([]*unstructured.Unstructured, error) {
-	if obj, ok := decodeObject(doc); ok && !obj.IsList() {
-		if err := validate(obj); err == nil {
-			return []*unstructured.Unstructured{obj}, nil
-		}
+	if obj, ok := decodeObject(doc); ok {
+		return []*unstructured.Unstructured{obj}, nil
 	}
 	return parseJSON(doc)
 }

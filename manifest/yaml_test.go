@@ -12,7 +12,7 @@ import (
 // does, where it gives anything.
 func sameAsJSON(t testing.TB, doc []byte) {
 	fast, ok := decodeObject(doc)
-	if !ok || fast.IsList() || validate(fast) != nil {
+	if !ok {
 		return // parseDocument takes the way through JSON
 	}
 	slow, err := parseJSON(doc)
