@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 )
 
@@ -107,21 +108,34 @@ func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
 	return false
 }
 
+// installCRD creates or updates want. Replicas and shards starting
+// together all install the CRDs: whoever loses the race to create gets
+// AlreadyExists, whoever updates from a stale read gets a Conflict, and
+// both read again and update, which leaves the CRD as it was when the
+// winner wrote the same spec. Exiting instead would leave a replica down
+// until the kubelet's back-off lets it start again.
 func installCRD(ctx context.Context, client apiextensionsclient.Interface, want *apiextensionsv1.CustomResourceDefinition) error {
 	crds := client.ApiextensionsV1().CustomResourceDefinitions()
-	got, err := crds.Get(ctx, want.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		if _, err := crds.Create(ctx, want, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating CRD %s: %w", want.Name, err)
+	raced := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
+	err := retry.OnError(retry.DefaultRetry, raced, func() error {
+		got, err := crds.Get(ctx, want.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			if _, err := crds.Create(ctx, want, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("creating CRD %s: %w", want.Name, err)
+			}
+		case err != nil:
+			return fmt.Errorf("reading CRD %s: %w", want.Name, err)
+		default:
+			got.Spec = want.Spec
+			if _, err := crds.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("updating CRD %s: %w", want.Name, err)
+			}
 		}
-	case err != nil:
-		return fmt.Errorf("reading CRD %s: %w", want.Name, err)
-	default:
-		got.Spec = want.Spec
-		if _, err := crds.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("updating CRD %s: %w", want.Name, err)
-		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		crd, err := crds.Get(ctx, want.Name, metav1.GetOptions{})

@@ -45,22 +45,20 @@ func startReplicas(t *testing.T, registration, controller string, metrics bool) 
 	var replicas []*replica
 	for i := range 2 {
 		r := &replica{}
-		args := []string{"--namespace", registration, "--controller-name", controller}
-		if metrics {
-			r.metrics = framework.FreeAddress(t)
-			args = append(args, "--metrics-bind-address="+r.metrics)
-		}
 		var err error
-		if r.Locker, err = env.StartLocker(fmt.Sprintf("%s-%d", controller, i), args...); err != nil {
+		if r.Locker, err = env.StartLocker(fmt.Sprintf("%s-%d", controller, i), "--namespace", registration, "--controller-name", controller); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = r.Stop(10 * time.Second) })
+		if metrics {
+			r.metrics = framework.ServedAddress(t, r.Locker, "metrics")
+		}
 		replicas = append(replicas, r)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, r := range replicas {
-				t.Logf("--- log of %s ---\n%s", r.Name, logTail(r.Log, 30))
+				t.Logf("--- log of %s ---\n%s", r.Name, framework.LogTail(r.Locker, 30))
 			}
 		}
 	})
@@ -74,17 +72,7 @@ func startReplicas(t *testing.T, registration, controller string, metrics bool) 
 // Lease with, and returns it.
 func leaseIdentity(t *testing.T, l *framework.Locker) string {
 	t.Helper()
-	var identity string
-	env.Eventually(t, 30*time.Second, func() error {
-		log, _ := os.ReadFile(l.Log)
-		m := waitingToLead.FindSubmatch(log)
-		if m == nil {
-			return fmt.Errorf("%s has not said which identity it competes with", l.Name)
-		}
-		identity = string(m[1])
-		return nil
-	})
-	return identity
+	return string(framework.WaitForLog(t, l, waitingToLead, 30*time.Second)[1])
 }
 
 // leaderOf waits until one of replicas holds the Lease and returns it
@@ -327,14 +315,4 @@ func countsSince(before, after map[string]int) (string, int) {
 		return "none", 0
 	}
 	return strings.Join(parts, ", "), total
-}
-
-// logTail returns the last n lines of a log file.
-func logTail(path string, n int) string {
-	data, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

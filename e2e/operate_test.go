@@ -287,13 +287,13 @@ func TestMetricsHealthAndJSONLogs(t *testing.T) {
 	t.Parallel()
 	ns := env.Namespace(t)
 	registration := env.Namespace(t)
-	metricsAddr, healthAddr := framework.FreeAddress(t), framework.FreeAddress(t)
 	locker, err := env.StartLocker("metrics-locker", "--namespace", registration, "--controller-name", "metrics-locker",
-		"--leader-elect=false", "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+healthAddr, "--log-format=json")
+		"--leader-elect=false", "--log-format=json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = locker.Stop(10 * time.Second) }()
+	metricsAddr, healthAddr := framework.ServedAddress(t, locker, "metrics"), framework.ServedAddress(t, locker, "health probes")
 	env.Eventually(t, 30*time.Second, func() error {
 		if code, body := framework.HTTPGet("http://" + healthAddr + "/readyz"); code != http.StatusOK {
 			return fmt.Errorf("/readyz = %d %q", code, body)

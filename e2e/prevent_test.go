@@ -293,13 +293,14 @@ func TestPreventModeWithTheLockerDown(t *testing.T) {
 	ns := env.Namespace(t)
 	registration := env.Namespace(t)
 	controller := "down-prevent"
-	addr, metricsAddr := framework.FreeAddress(t), framework.FreeAddress(t)
+	addr := framework.FreeAddress(t)
 	flags := []string{"--namespace", registration, "--controller-name", controller, "--leader-elect=false",
-		"--webhook-bind-address=" + addr, "--webhook-url=https://" + addr + "/validate", "--metrics-bind-address=" + metricsAddr}
+		"--webhook-bind-address=" + addr, "--webhook-url=https://" + addr + "/validate"}
 	locker, err := env.StartLocker(controller, flags...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	metricsAddr := framework.ServedAddress(t, locker, "metrics")
 	t.Cleanup(func() {
 		_ = env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), controller+"."+registration, metav1.DeleteOptions{})
 	})

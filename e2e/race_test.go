@@ -41,7 +41,7 @@ func TestRemovalOnlyUpgradeIsNotReverted(t *testing.T) {
 					t.Error(err)
 				}
 				if t.Failed() {
-					t.Logf("--- log of %s ---\n%s", locker.Name, logTail(locker.Log, 40))
+					t.Logf("--- log of %s ---\n%s", locker.Name, framework.LogTail(locker, 40))
 				}
 			})
 

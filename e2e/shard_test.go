@@ -43,10 +43,9 @@ type shardReplica struct {
 // shard apart in log names.
 func startShard(t *testing.T, registration, controller, shard string, replica int, args ...string) *shardReplica {
 	t.Helper()
-	r := &shardReplica{shard: shard, metrics: framework.FreeAddress(t)}
+	r := &shardReplica{shard: shard}
 	args = append([]string{"--namespace", registration, "--controller-name", controller,
-		"--watch-label-selector", shardLabel + "=" + shard, "--leader-elect-lease-name", controller + "-" + shard,
-		"--metrics-bind-address=" + r.metrics}, args...)
+		"--watch-label-selector", shardLabel + "=" + shard, "--leader-elect-lease-name", controller + "-" + shard}, args...)
 	var err error
 	if r.Locker, err = env.StartLocker(fmt.Sprintf("%s-%s-%d", controller, shard, replica), args...); err != nil {
 		t.Fatal(err)
@@ -54,9 +53,10 @@ func startShard(t *testing.T, registration, controller, shard string, replica in
 	t.Cleanup(func() {
 		_ = r.Stop(10 * time.Second)
 		if t.Failed() {
-			t.Logf("--- log of %s ---\n%s", r.Name, logTail(r.Log, 40))
+			t.Logf("--- log of %s ---\n%s", r.Name, framework.LogTail(r.Locker, 40))
 		}
 	})
+	r.metrics = framework.ServedAddress(t, r.Locker, "metrics")
 	r.identity = leaseIdentity(t, r.Locker)
 	return r
 }

@@ -45,6 +45,20 @@ func StartProcess(name, path string, args []string, log string) (*Process, error
 // PID is the process's ID.
 func (p *Process) PID() int { return p.cmd.Process.Pid }
 
+// Exited is nil while the process runs, and otherwise says how it ended:
+// a test waiting on its log can then stop at once and say why.
+func (p *Process) Exited() error {
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return fmt.Errorf("%s exited: %w", p.Name, p.err)
+		}
+		return fmt.Errorf("%s exited with status 0", p.Name)
+	default:
+		return nil
+	}
+}
+
 // Stop sends SIGTERM and waits for the process to exit, killing it if it
 // has not after timeout, which it reports as an error.
 func (p *Process) Stop(timeout time.Duration) error {

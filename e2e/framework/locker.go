@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -210,15 +211,7 @@ func (e *Env) lockerLogTail() string {
 	if e.Locker == nil {
 		return ""
 	}
-	data, err := os.ReadFile(e.Locker.Log)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(string(data), "\n")
-	if len(lines) > 40 {
-		lines = lines[len(lines)-40:]
-	}
-	return "--- last lines of the locker's log ---\n" + strings.Join(lines, "\n")
+	return LogTail(e.Locker, 40)
 }
 
 // CLIResult is what one run of a helm-locker client subcommand printed,
@@ -249,4 +242,47 @@ func (e *Env) CLI(t testing.TB, stdin string, args ...string) CLIResult {
 		t.Fatalf("running helm-locker %s: %v", strings.Join(args, " "), err)
 	}
 	return res
+}
+
+// LogTail is the last n lines of l's log, to explain a failure.
+func LogTail(l *Locker, n int) string {
+	data, _ := os.ReadFile(l.Log)
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return fmt.Sprintf("--- last lines of %s's log ---\n%s", l.Name, strings.Join(lines, "\n"))
+}
+
+// WaitForLog waits up to timeout for l's log to match re, and returns the
+// match and its groups. It stops at once if l exits first, and shows l's
+// own log either way: a locker that failed to start (a flag, a port)
+// then says why, where waiting on its next line would only time out.
+func WaitForLog(t testing.TB, l *Locker, re *regexp.Regexp, timeout time.Duration) [][]byte {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		log, _ := os.ReadFile(l.Log)
+		if m := re.FindSubmatch(log); m != nil {
+			return m
+		}
+		if err := l.Exited(); err != nil {
+			t.Fatalf("%v before its log matched %s\n%s", err, re, LogTail(l, 40))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s's log has not matched %s\n%s", timeout, l.Name, re, LogTail(l, 40))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ServedAddress waits for l to listen for what ("metrics", "health
+// probes") and returns the address it listens on, from its log, text or
+// JSON. A locker started with
+// port 0 picks a free port itself: a port picked for it beforehand may be
+// taken, by a test running beside it, before it listens.
+func ServedAddress(t testing.TB, l *Locker, what string) string {
+	t.Helper()
+	re := regexp.MustCompile(`"Serving ` + regexp.QuoteMeta(what) + `".*?"?address"?[=:]"([^"]+)"`)
+	return string(WaitForLog(t, l, re, 30*time.Second)[1])
 }

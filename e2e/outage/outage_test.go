@@ -34,10 +34,9 @@ type locker struct {
 
 func startLocker(t *testing.T, name, kubeconfig string) *locker {
 	t.Helper()
-	l := &locker{registration: env.Namespace(t), health: framework.FreeAddress(t)}
+	l := &locker{registration: env.Namespace(t)}
 	var err error
-	l.proc, err = env.StartLockerWith(name, kubeconfig, "--namespace", l.registration, "--controller-name", name,
-		"--health-probe-bind-address="+l.health)
+	l.proc, err = env.StartLockerWith(name, kubeconfig, "--namespace", l.registration, "--controller-name", name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,9 +45,10 @@ func startLocker(t *testing.T, name, kubeconfig string) *locker {
 			t.Error(err)
 		}
 		if t.Failed() {
-			t.Log(logTail(l.proc.Log))
+			t.Log(framework.LogTail(l.proc, 60))
 		}
 	})
+	l.health = framework.ServedAddress(t, l.proc, "health probes")
 	// It installs the HelmRelease CRD as it starts.
 	env.Eventually(t, time.Minute, func() error {
 		_, err := env.Dynamic.Resource(v1alpha1.Resource).Namespace(l.registration).List(t.Context(), metav1.ListOptions{Limit: 1})
@@ -244,17 +244,4 @@ func createConfigMap(t *testing.T, ns, name string) {
 	if _, err := env.Dynamic.Resource(configMaps).Namespace(ns).Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// logTail returns the end of a log file, to explain a failure.
-func logTail(path string) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(string(data), "\n")
-	if len(lines) > 60 {
-		lines = lines[len(lines)-60:]
-	}
-	return "--- last lines of " + path + " ---\n" + strings.Join(lines, "\n")
 }
