@@ -261,8 +261,8 @@ func measureMemory(ctx context.Context, p params, lockerBinary string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("N=%d M=%d B=%d: cold lock %.2f s (%.0f objects/s), RSS %.1f MiB, live heap %.1f MiB\n",
-		p.Releases, p.Objects, p.Untracked, res.ColdLockS, res.ObjectsPerS, res.RSSMiB, res.HeapMiB)
+	fmt.Printf("N=%d M=%d B=%d: cold lock %.2f s (%.0f objects/s), RSS %.1f MiB, live heap %.1f MiB\n  %s\n",
+		p.Releases, p.Objects, p.Untracked, res.ColdLockS, res.ObjectsPerS, res.RSSMiB, res.HeapMiB, res.memory)
 	return nil
 }
 
@@ -456,6 +456,9 @@ type scenarioResult struct {
 	StartRequestsByMethod map[string]float64 `json:"startRequestsByMethod,omitempty"`
 	RSSMiB                float64            `json:"rssMiB"`
 	HeapMiB               float64            `json:"heapMiB"`
+	// memory says where the resident set went when it was read, for
+	// -memory-only.
+	memory                string
 	Floor                 distribution       `json:"floor"`
 	Single                distribution       `json:"single"`
 	ConcurrentFloor       distribution       `json:"concurrentFloor"`
@@ -837,6 +840,7 @@ func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 		return nil, err
 	}
 	res.HeapMiB = float64(heap) / (1 << 20)
+	res.memory = l.memory(ctx)
 	ok = true
 	return l, nil
 }

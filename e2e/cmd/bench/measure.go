@@ -195,6 +195,41 @@ func (l *locker) rss() (int64, error) {
 	return 0, fmt.Errorf("no VmRSS for pid %d", l.PID())
 }
 
+// memory says where the locker's resident set is, in MiB: anonymous and
+// file-backed (the binary's pages) from /proc, and the Go runtime's
+// account of the heap's spans (in use, and free but not yet given back),
+// stacks and its own structures, from /metrics. Read right after heap's
+// collection, spans in use beyond the live heap are fragmentation.
+func (l *locker) memory(ctx context.Context) string {
+	var b strings.Builder
+	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", l.PID())); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			for _, field := range []string{"RssAnon", "RssFile"} {
+				if v, ok := strings.CutPrefix(line, field+":"); ok {
+					kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+					fmt.Fprintf(&b, "%s %.1f, ", field, kb/1024)
+				}
+			}
+		}
+	}
+	lines, err := l.metrics(ctx)
+	if err != nil {
+		return b.String() + err.Error()
+	}
+	stats := map[string]float64{}
+	for _, line := range lines {
+		if name, v, ok := strings.Cut(line, " "); ok && strings.HasPrefix(name, "go_memstats_") {
+			stats[strings.TrimPrefix(name, "go_memstats_")], _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	mib := func(v float64) float64 { return v / (1 << 20) }
+	fmt.Fprintf(&b, "heap spans in use %.1f, free and kept %.1f, stacks %.1f, runtime %.1f (spans %.1f, GC %.1f, other %.1f)",
+		mib(stats["heap_inuse_bytes"]), mib(stats["heap_idle_bytes"]-stats["heap_released_bytes"]), mib(stats["stack_inuse_bytes"]),
+		mib(stats["mspan_inuse_bytes"]+stats["gc_sys_bytes"]+stats["other_sys_bytes"]+stats["mcache_inuse_bytes"]+stats["buck_hash_sys_bytes"]),
+		mib(stats["mspan_inuse_bytes"]), mib(stats["gc_sys_bytes"]), mib(stats["other_sys_bytes"]))
+	return b.String()
+}
+
 // cpu is the process's user plus system time.
 func (l *locker) cpu() (time.Duration, error) { return processCPU(l.PID()) }
 
