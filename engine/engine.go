@@ -180,9 +180,7 @@ type Engine struct {
 	sets map[string]*objectSet
 	// declared counts the keys declared, for objectSet.seq.
 	declared uint64
-	// owners are the keys of the sets that declare each object, the one
-	// that holds it first (see holderLocked); almost always one.
-	owners map[ObjectRef][]string
+	owners   owners
 	// heldKeys interns the HeldMetadata of locked objects by their keys,
 	// written into heldBuf (see internHeld), under heldMu: objects are
 	// resolved outside mu (see Prepare).
@@ -206,7 +204,7 @@ type objectSet struct {
 	// objects waits for the CRD to be served again rather than back off
 	// (see errTypeWaiting).
 	kinds      map[schema.GroupKind]bool
-	objects    map[ObjectRef]*lockedObject
+	objects    lockedObjects
 	unresolved []*unresolvedObject
 	dirty      map[ObjectRef]int64                 // when each was first marked, in Unix ns
 	gvrs       map[schema.GroupVersionResource]int // informers acquired
@@ -384,7 +382,7 @@ func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func
 		notify:       notify,
 		fieldManager: opts.FieldManager,
 		sets:         map[string]*objectSet{},
-		owners:       map[ObjectRef][]string{},
+		owners:       newOwners(),
 	}
 	if e.fieldManager == "" {
 		e.fieldManager = DefaultFieldManager
@@ -461,7 +459,6 @@ func (e *Engine) Declare(key string, set ObjectSet) {
 		since:      set.Since,
 		namespaces: map[string]bool{},
 		kinds:      map[schema.GroupKind]bool{},
-		objects:    map[ObjectRef]*lockedObject{},
 		dirty:      map[ObjectRef]int64{},
 		gvrs:       map[schema.GroupVersionResource]int{},
 	}
@@ -567,27 +564,20 @@ func (e *Engine) Forget(key string) {
 // the objects key held that another set declares too.
 func (e *Engine) disownLocked(key string, s *objectSet) []ObjectRef {
 	var released []ObjectRef
-	for ref := range s.objects {
-		keys := e.owners[ref]
+	for _, o := range s.objects {
+		ref := o.ref
+		keys := e.owners.keys(ref)
 		if len(keys) > 1 && keys[0] == key {
 			released = append(released, ref)
 		}
-		keys = slices.DeleteFunc(keys, func(k string) bool { return k == key })
-		if len(keys) == 0 {
-			delete(e.owners, ref)
-		} else {
-			e.owners[ref] = keys
-		}
+		e.owners.set(ref, slices.DeleteFunc(keys, func(k string) bool { return k == key }))
 	}
 	return released
 }
 
 // holderLocked returns the key of the set that holds ref, or "".
 func (e *Engine) holderLocked(ref ObjectRef) string {
-	if keys := e.owners[ref]; len(keys) > 0 {
-		return keys[0]
-	}
-	return ""
+	return e.owners.holder(ref)
 }
 
 // holder returns the key of the set that holds ref, or "".
@@ -601,7 +591,7 @@ func (e *Engine) holder(ref ObjectRef) string {
 // their sets' since and seq, and returns the key of the set it takes ref
 // over from, if any.
 func (e *Engine) ownLocked(key string, s *objectSet, ref ObjectRef) string {
-	keys := e.owners[ref]
+	keys := e.owners.keys(ref)
 	if slices.Contains(keys, key) {
 		return ""
 	}
@@ -612,9 +602,10 @@ func (e *Engine) ownLocked(key string, s *objectSet, ref ObjectRef) string {
 			break
 		}
 	}
-	e.owners[ref] = slices.Insert(keys, at, key)
+	holder := e.owners.holder(ref)
+	e.owners.set(ref, slices.Insert(keys, at, key))
 	if at == 0 && len(keys) > 0 {
-		return keys[0]
+		return holder
 	}
 	return ""
 }
@@ -626,7 +617,7 @@ func (e *Engine) handOffLocked(refs []ObjectRef) []string {
 	for _, ref := range refs {
 		key := e.holderLocked(ref)
 		s := e.sets[key]
-		if s == nil || s.objects[ref] == nil {
+		if s == nil || s.objects.get(ref) == nil {
 			continue
 		}
 		if _, ok := s.dirty[ref]; !ok {
@@ -733,16 +724,15 @@ func (e *Engine) resolveLocked(key string, s *objectSet, old *objectSet, resolve
 			still = append(still, &unresolvedObject{obj: u.obj, err: err})
 			continue
 		}
-		if _, dup := s.objects[obj.ref]; dup {
+		if !s.objects.add(obj) {
 			still = append(still, &unresolvedObject{obj: u.obj, err: fmt.Errorf("%s is declared twice", obj.ref)})
 			continue
 		}
 		if old != nil {
-			if prev := old.objects[obj.ref]; prev != nil && prev.digest == obj.digest {
+			if prev := old.objects.get(obj.ref); prev != nil && prev.digest == obj.digest {
 				obj.applying = prev.applying
 			}
 		}
-		s.objects[obj.ref] = obj
 		s.dirty[obj.ref] = e.now().UnixNano()
 		if from := e.ownLocked(key, s, obj.ref); from != "" {
 			notify = append(notify, from)
@@ -913,9 +903,11 @@ func (e *Engine) store(gvr schema.GroupVersionResource, obj *unstructured.Unstru
 	e.mu.Lock()
 	var locked *lockedObject
 	var spec ObjectSet
-	if s := e.sets[e.holderLocked(ref)]; s != nil && s.objects[ref] != nil {
-		locked, spec = s.objects[ref], s.spec
-		locked.finished.Store(finishedWithTTL(obj))
+	if s := e.sets[e.holderLocked(ref)]; s != nil {
+		if locked = s.objects.get(ref); locked != nil {
+			spec = s.spec
+			locked.finished.Store(finishedWithTTL(obj))
+		}
 	}
 	e.mu.Unlock()
 	if locked != nil && !(spec.ApplyManager != "" && hasUpdateEntry(obj, e.fieldManager)) {
@@ -932,7 +924,7 @@ func (e *Engine) store(gvr schema.GroupVersionResource, obj *unstructured.Unstru
 func (e *Engine) tracked(gvr schema.GroupVersionResource, namespace, name string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.owners[ObjectRef{GVR: gvr, Namespace: namespace, Name: name}]) > 0
+	return e.owners.has(ObjectRef{GVR: gvr, Namespace: namespace, Name: name})
 }
 
 // heldMetadata names the labels and annotations the set that holds an
@@ -944,11 +936,11 @@ func (e *Engine) heldMetadata(gvr schema.GroupVersionResource, namespace, name s
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := e.sets[e.holderLocked(ref)]
-	if s == nil || s.objects[ref] == nil {
+	if s == nil {
 		return nil
 	}
-	o := s.objects[ref]
-	if o.unproved.Load() {
+	o := s.objects.get(ref)
+	if o == nil || o.unproved.Load() {
 		return nil
 	}
 	return o.metadata
@@ -1038,9 +1030,9 @@ func (e *Engine) healthChanged(gvr schema.GroupVersionResource, current bool) {
 		if !current {
 			continue
 		}
-		for ref := range s.objects {
-			if _, ok := s.dirty[ref]; !ok && ref.GVR == gvr {
-				s.dirty[ref] = now
+		for _, o := range s.objects {
+			if _, ok := s.dirty[o.ref]; !ok && o.ref.GVR == gvr {
+				s.dirty[o.ref] = now
 			}
 		}
 	}

@@ -129,7 +129,7 @@ func (e *Engine) prevented(ref ObjectRef) (string, *lockedObject) {
 	if s == nil || !s.spec.Prevent || s.spec.ReportOnly {
 		return "", nil
 	}
-	return key, s.objects[ref]
+	return key, s.objects.get(ref)
 }
 
 // PreventedTypes lists the resource types of the objects held by sets that

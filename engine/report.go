@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -45,10 +46,7 @@ func (e *Engine) Diff(ctx context.Context, key string) ([]ObjectDiff, error) {
 		return nil, fmt.Errorf("no set is held under %q", key)
 	}
 	spec := s.spec
-	objs := make([]*lockedObject, 0, len(s.objects))
-	for _, obj := range s.objects {
-		objs = append(objs, obj)
-	}
+	objs := slices.Clone(s.objects)
 	var errs []error
 	for _, u := range s.unresolved {
 		errs = append(errs, u.err)

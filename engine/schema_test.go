@@ -319,7 +319,7 @@ func TestObjectsStartWithTheRulesTheyAreResolvedBy(t *testing.T) {
 		t.Fatalf("first Sync = %+v, %v; want in line", res, err)
 	}
 	_, changes := e.schemas.rulesAt(schema.GroupVersion{Version: "v1"})
-	obj := e.sets["k"].objects[ObjectRef{GVR: cmGVR, Namespace: "ns", Name: "c"}]
+	obj := e.sets["k"].objects.get(ObjectRef{GVR: cmGVR, Namespace: "ns", Name: "c"})
 	if obj == nil || changes == 0 || obj.rulesSeen != changes {
 		t.Fatalf("object %+v; the rules changed %d times", obj, changes)
 	}

@@ -193,7 +193,7 @@ func (e *Engine) takeDirty(ctx context.Context, key string) (s *objectSet, todo 
 	for ref, at := range s.dirty {
 		// An object another set holds is that set's to check.
 		if e.holderLocked(ref) == key {
-			todo = append(todo, dirtyObject{s.objects[ref], at})
+			todo = append(todo, dirtyObject{s.objects.get(ref), at})
 		}
 	}
 	// A new map, not clear: a map keeps the room it grew to, and at the

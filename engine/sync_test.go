@@ -140,8 +140,8 @@ func TestDeclareResolvesScopeAndUnknownKinds(t *testing.T) {
 	e.Declare("k", ObjectSet{Objects: []*unstructured.Unstructured{role, widget, configMap(t, "x")}, DefaultNamespace: "ns"})
 	s := e.sets["k"]
 	var refs []ObjectRef
-	for ref := range s.objects {
-		refs = append(refs, ref)
+	for _, o := range s.objects {
+		refs = append(refs, o.ref)
 	}
 	want := map[ObjectRef]bool{{GVR: roleGVR, Name: "r"}: true, {GVR: cmGVR, Namespace: "ns", Name: "c"}: true}
 	if len(refs) != 2 || !want[refs[0]] || !want[refs[1]] {

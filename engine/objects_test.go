@@ -1,0 +1,82 @@
+package engine
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func TestLockedObjects(t *testing.T) {
+	deployments := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	refs := []ObjectRef{
+		{GVR: deployments, Namespace: "b", Name: "web"},
+		{GVR: cmGVR, Namespace: "b", Name: "c"},
+		{GVR: cmGVR, Namespace: "a", Name: "z"},
+		{GVR: cmGVR, Namespace: "a", Name: "c"},
+		{GVR: schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, Name: "a"},
+	}
+	var l lockedObjects
+	for _, ref := range refs {
+		if !l.add(&lockedObject{ref: ref}) {
+			t.Fatalf("add(%s) = false on its first add", ref)
+		}
+	}
+	if l.add(&lockedObject{ref: refs[2]}) {
+		t.Errorf("add(%s) = true the second time, want false: an object is declared once", refs[2])
+	}
+	for _, ref := range refs {
+		if o := l.get(ref); o == nil || o.ref != ref {
+			t.Errorf("get(%s) = %v", ref, o)
+		}
+	}
+	if o := l.get(ObjectRef{GVR: cmGVR, Namespace: "a", Name: "d"}); o != nil {
+		t.Errorf("get of an object never added = %v, want nil", o.ref)
+	}
+	if !slices.IsSortedFunc(l, func(a, b *lockedObject) int { return compareRefs(a.ref, b.ref) }) || len(l) != len(refs) {
+		t.Errorf("objects not kept sorted and whole: %v", l)
+	}
+}
+
+func TestOwners(t *testing.T) {
+	ref, other := ObjectRef{GVR: cmGVR, Namespace: "ns", Name: "c"}, ObjectRef{GVR: cmGVR, Namespace: "ns", Name: "d"}
+	tests := []struct {
+		name string
+		set  [][]string // successive owners of ref
+		want []string
+	}{
+		{name: "one owner", set: [][]string{{"a"}}, want: []string{"a"}},
+		{name: "several, in order", set: [][]string{{"a"}, {"b", "a", "c"}}, want: []string{"b", "a", "c"}},
+		{name: "back to one", set: [][]string{{"a", "b"}, {"b"}}, want: []string{"b"}},
+		{name: "none", set: [][]string{{"a", "b"}, nil}, want: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := newOwners()
+			o.set(other, []string{"x"})
+			for _, keys := range tt.set {
+				o.set(ref, keys)
+			}
+			if diff := cmp.Diff(tt.want, o.keys(ref)); diff != "" {
+				t.Errorf("keys (-want +got):\n%s", diff)
+			}
+			wantHolder := ""
+			if len(tt.want) > 0 {
+				wantHolder = tt.want[0]
+			}
+			if got := o.holder(ref); got != wantHolder {
+				t.Errorf("holder = %q, want %q", got, wantHolder)
+			}
+			if o.has(ref) != (len(tt.want) > 0) {
+				t.Errorf("has = %v with owners %v", o.has(ref), tt.want)
+			}
+			if len(tt.want) < 2 && len(o.rest) != 0 {
+				t.Errorf("rest keeps %v for an object of %d owners", o.rest, len(tt.want))
+			}
+			if got := o.keys(other); !slices.Equal(got, []string{"x"}) {
+				t.Errorf("another object's owners became %v", got)
+			}
+		})
+	}
+}
