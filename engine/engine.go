@@ -236,10 +236,12 @@ type lockedObject struct {
 	// while a mismatch may be the API server's form rather than drift:
 	// at the first check, and at the check after the engine's own write.
 	canonical, fresh bool
-	// The small fields sit together, with no padding between them: a
-	// lockedObject of 256 bytes or less takes a smaller size class, and
-	// one byte over it left the heap far more fragmented after a cold
-	// lock (25 MiB more RSS at 20,000 objects, measured).
+	// The small fields sit together, with no padding between them, and
+	// what most objects never need (drift, fallback, ignore, written)
+	// is kept by pointer: a lockedObject takes the size class of 192
+	// bytes (TestLockedObjectSize). Every size class counts: one byte
+	// over 256 once left the heap far more fragmented after a cold lock
+	// (25 MiB more RSS at 20,000 objects, measured).
 	//
 	// rulesSeen is the count of changes of the kind's merge rules (see
 	// schemas.rulesAt) the object was last checked by. Rules read from
@@ -261,10 +263,6 @@ type lockedObject struct {
 	// declaration was new or changed: its first correction is the set
 	// applying it (see Drift.Applying).
 	applying bool
-	// noop remembers a patch the API server applied without changing the
-	// object (it normalizes, say, "1000m" CPU to "1"), so that it is not
-	// sent again until the object changes.
-	noop *noopPatch
 	// applyManager is the Apply field manager last seen on the live
 	// object, for ObjectSet.ApplyManager.
 	applyManager string
@@ -278,12 +276,14 @@ type lockedObject struct {
 	// digest identifies the declaration as the caller gave it, so that a
 	// new declaration of the same object can tell whether it changed.
 	digest uint64
-	// ignore are the declared fields the engine keeps as they are live.
-	ignore []Pointer
+	// ignore are the declared fields the engine keeps as they are live;
+	// nil for most objects, which have none.
+	ignore *[]Pointer
 	// fallback, packed, is the object as the last verified declaration
 	// had it, held until this one is verified (see
-	// Verification.Fallback); nil when there is none.
-	fallback []byte
+	// Verification.Fallback); nil when there is none. Set before the
+	// object is shared, and kept by pointer: most objects have none.
+	fallback *[]byte
 	// unproved says proof is set, for readers other than the set's sync
 	// (see held).
 	unproved atomic.Bool
@@ -293,11 +293,51 @@ type lockedObject struct {
 	// proof is set while the object waits to be verified (see
 	// Verification).
 	proof *proof
+	// written is set once the engine has written the object; most
+	// objects it never writes.
+	written *written
+}
+
+// written is what the engine remembers of its own writes of an object,
+// kept apart from lockedObject (see its size class).
+type written struct {
+	// noop remembers a patch the API server applied without changing the
+	// object (it normalizes, say, "1000m" CPU to "1"), so that it is not
+	// sent again until the object changes.
+	noop *noopPatch
 	// superseded holds the resourceVersions of the engine's last write:
 	// the one it patched and the ones its own requests produced before
 	// the last. The informer may still deliver them after the write; they
 	// are known to be old, and the event of the newest version follows.
 	superseded []string
+}
+
+// ignored returns the declared fields the engine keeps as they are live.
+func (o *lockedObject) ignored() []Pointer {
+	if o.ignore == nil {
+		return nil
+	}
+	return *o.ignore
+}
+
+// writes returns o.written, set.
+func (o *lockedObject) writes() *written {
+	if o.written == nil {
+		o.written = &written{}
+	}
+	return o.written
+}
+
+// superseded reports whether version is one the engine's last write left
+// behind (see written.superseded).
+func (o *lockedObject) superseded(version string) bool {
+	return o.written != nil && slices.Contains(o.written.superseded, version)
+}
+
+// noop reports whether patch, on the object at version, was applied
+// before and changed nothing (see written.noop).
+func (o *lockedObject) noop(version, patch string) bool {
+	return o.written != nil && o.written.noop != nil && o.written.noop.resourceVersion == version && o.written.noop.data == patch
 }
 
 // driftState is what the engine remembers of an object that drifted.
@@ -340,7 +380,7 @@ func (o *lockedObject) held() (*unstructured.Unstructured, error) {
 		if o.fallback == nil {
 			return nil, nil
 		}
-		return unpackDeclaration(o.fallback)
+		return unpackDeclaration(*o.fallback)
 	}
 	return o.declaration()
 }
@@ -357,7 +397,7 @@ func (o *lockedObject) desired(rules mergeRules, live, declared map[string]any) 
 	if err != nil {
 		return nil, err
 	}
-	keepLive(d, live, o.ignore)
+	keepLive(d, live, o.ignored())
 	return d, nil
 }
 
@@ -777,7 +817,6 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	ignore = rules.keyed(declared.Object, ignore)
 	locked := &lockedObject{
 		ref:        ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()},
-		ignore:     ignore,
 		generation: e.generations.Add(1),
 		metadata:   e.internHeld(declared),
 		digest:     digestOf(data),
@@ -786,6 +825,9 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 		// The first check is fresh anyway; an object that check finds
 		// in line, from the cache, is in line by these rules.
 		rulesSeen: rulesSeen,
+	}
+	if len(ignore) > 0 {
+		locked.ignore = &ignore
 	}
 	locked.declared.Store(&data)
 	locked.fresh = true
@@ -796,9 +838,11 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 			if held := f(obj); held != nil {
 				held = normalize(held)
 				held.SetNamespace(declared.GetNamespace())
-				if locked.fallback, err = packDeclaration(held); err != nil {
+				fallback, err := packDeclaration(held)
+				if err != nil {
 					return nil, &ObjectError{Ref: locked.ref, Err: err}
 				}
+				locked.fallback = &fallback
 			}
 		}
 	}

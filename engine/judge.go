@@ -113,7 +113,7 @@ func (e *Engine) JudgeScale(gvr schema.GroupVersionResource, namespace, name str
 	}
 	path := Pointer{"spec", "replicas"}
 	value, ok := path.get(declared.Object)
-	if !ok || slices.ContainsFunc(locked.ignore, func(p Pointer) bool { return len(p) <= len(path) && slices.Equal(p, path[:len(p)]) }) || scalarEqual(value, replicas) {
+	if !ok || slices.ContainsFunc(locked.ignored(), func(p Pointer) bool { return len(p) <= len(path) && slices.Equal(p, path[:len(p)]) }) || scalarEqual(value, replicas) {
 		return Judgement{}, nil
 	}
 	return Judgement{Key: key, Ref: ref, Kind: declared.GetKind(), Fields: []DeniedField{{Path: path.String(), Declared: value}}}, nil

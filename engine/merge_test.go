@@ -339,7 +339,8 @@ spec:
 		t.Fatal(err)
 	}
 	rules := rulesFor(declared.GroupVersionKind())
-	o := &lockedObject{ignore: rules.keyed(declared.Object, []Pointer{ignore})}
+	keyed := rules.keyed(declared.Object, []Pointer{ignore})
+	o := &lockedObject{ignore: &keyed}
 	got, err := o.desired(rules, live, declared.Object)
 	if err != nil {
 		t.Fatal(err)

@@ -431,7 +431,7 @@ func (e *Engine) observe(ctx context.Context, obj *lockedObject) (observed, erro
 		return o, err
 	}
 	if !notFound {
-		if rv := live.GetResourceVersion(); rv != "" && slices.Contains(obj.superseded, rv) {
+		if rv := live.GetResourceVersion(); rv != "" && obj.superseded(rv) {
 			obj.settle()
 			return observed{settled: true}, nil
 		}
@@ -511,7 +511,7 @@ func (e *Engine) compare(ctx context.Context, spec ObjectSet, obj *lockedObject,
 			}
 		}
 	}
-	if c.patch != nil && obj.noop != nil && obj.noop.resourceVersion == live.GetResourceVersion() && obj.noop.data == string(c.patch.Data) {
+	if c.patch != nil && obj.noop(live.GetResourceVersion(), string(c.patch.Data)) {
 		c.patch = nil
 	}
 	return c, nil
@@ -547,10 +547,10 @@ func (e *Engine) revert(ctx context.Context, s *objectSet, obj *lockedObject, li
 			return shortRefusal("patching", err)
 		}
 		if rv := live.GetResourceVersion(); rv != "" && out.GetResourceVersion() == rv {
-			obj.noop = &noopPatch{resourceVersion: live.GetResourceVersion(), data: string(c.patch.Data)}
+			obj.writes().noop = &noopPatch{resourceVersion: live.GetResourceVersion(), data: string(c.patch.Data)}
 		}
 		drift.Paths = k.storedKeys(drift.Paths, out.Object)
-		obj.superseded = []string{live.GetResourceVersion()}
+		obj.writes().superseded = []string{live.GetResourceVersion()}
 		obj.fresh = true
 		return e.handOver(ctx, spec, obj, out)
 	})
@@ -704,7 +704,8 @@ func (e *Engine) handOver(ctx context.Context, spec ObjectSet, obj *lockedObject
 		return fmt.Errorf("handing fields over to field manager %q: %w", manager, err)
 	}
 	// live is now older than the object the hand-over wrote.
-	obj.superseded = append(obj.superseded, live.GetResourceVersion())
+	w := obj.writes()
+	w.superseded = append(w.superseded, live.GetResourceVersion())
 	return nil
 }
 

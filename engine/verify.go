@@ -121,7 +121,7 @@ func (e *Engine) verify(ctx context.Context, spec ObjectSet, obj *lockedObject, 
 		}
 	}
 	if sameStored(out, live) {
-		obj.noop = &noopPatch{resourceVersion: live.GetResourceVersion(), data: string(patch.Data)}
+		obj.writes().noop = &noopPatch{resourceVersion: live.GetResourceVersion(), data: string(patch.Data)}
 		obj.settle()
 		return true, nil
 	}
@@ -138,7 +138,7 @@ func (e *Engine) holdFallback(ctx context.Context, s *objectSet, obj *lockedObje
 	if obj.fallback == nil {
 		return nil, nil
 	}
-	held, err := unpackDeclaration(obj.fallback)
+	held, err := unpackDeclaration(*obj.fallback)
 	if err != nil {
 		return nil, err
 	}
