@@ -42,6 +42,8 @@ func TestLockedObjects(t *testing.T) {
 
 func TestOwners(t *testing.T) {
 	ref, other := ObjectRef{GVR: cmGVR, Namespace: "ns", Name: "c"}, ObjectRef{GVR: cmGVR, Namespace: "ns", Name: "d"}
+	// An object of another type by the same name is another object.
+	sameName := ObjectRef{GVR: schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, Namespace: "ns", Name: "c"}
 	tests := []struct {
 		name string
 		set  [][]string // successive owners of ref
@@ -55,6 +57,7 @@ func TestOwners(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := newOwners()
+			o.set(sameName, nil) // a type no set declared: nothing to take out
 			o.set(other, []string{"x"})
 			for _, keys := range tt.set {
 				o.set(ref, keys)
@@ -77,6 +80,13 @@ func TestOwners(t *testing.T) {
 			}
 			if got := o.keys(other); !slices.Equal(got, []string{"x"}) {
 				t.Errorf("another object's owners became %v", got)
+			}
+			if o.has(sameName) || o.holder(sameName) != "" {
+				t.Errorf("%s, never declared, has holder %q", sameName, o.holder(sameName))
+			}
+			o.set(sameName, []string{"y"})
+			if got := o.keys(ref); !slices.Equal(got, tt.want) {
+				t.Errorf("owners of %s became %v once %s was declared", ref, got, sameName)
 			}
 		})
 	}
