@@ -458,18 +458,18 @@ type scenarioResult struct {
 	HeapMiB               float64            `json:"heapMiB"`
 	// memory says where the resident set went when it was read, for
 	// -memory-only.
-	memory                string
-	Floor                 distribution       `json:"floor"`
-	Single                distribution       `json:"single"`
-	ConcurrentFloor       distribution       `json:"concurrentFloor"`
-	Concurrent            distribution       `json:"concurrent"`
-	BackToBack            distribution       `json:"backToBack"`
-	Churn                 *churnResult       `json:"churn,omitempty"`
-	ChurnDuring           *churnDuring       `json:"churnDuringLatency,omitempty"`
-	StatusChurn           *statusChurnResult `json:"statusChurn,omitempty"`
-	LabelChurn            *statusChurnResult `json:"labelChurn,omitempty"`
-	MassDrift             *massDriftResult   `json:"massDrift,omitempty"`
-	Idle                  *idleResult        `json:"idle,omitempty"`
+	memory          string
+	Floor           distribution       `json:"floor"`
+	Single          distribution       `json:"single"`
+	ConcurrentFloor distribution       `json:"concurrentFloor"`
+	Concurrent      distribution       `json:"concurrent"`
+	BackToBack      distribution       `json:"backToBack"`
+	Churn           *churnResult       `json:"churn,omitempty"`
+	ChurnDuring     *churnDuring       `json:"churnDuringLatency,omitempty"`
+	StatusChurn     *statusChurnResult `json:"statusChurn,omitempty"`
+	LabelChurn      *statusChurnResult `json:"labelChurn,omitempty"`
+	MassDrift       *massDriftResult   `json:"massDrift,omitempty"`
+	Idle            *idleResult        `json:"idle,omitempty"`
 	// dashboard holds the scrapes of the locker's /metrics, from its start
 	// to the end of the latency measurement, that docs/dashboard.md's
 	// pictures are drawn from; nil when latency is not measured.
