@@ -158,7 +158,7 @@ rules:
 	if err := env.Dynamic.Resource(mlv1.Resource).Namespace(framework.RegistrationNamespace).Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	editStays(t, ns, "a", "free", "the lock is gone")
+	editStaysOnceLetGo(t, ns, "a", "free", "the lock is gone")
 	if env.Get(t, "rbac.authorization.k8s.io/v1", "clusterroles", "", role) == nil {
 		t.Error("deleting the ManifestLock deleted its ClusterRole")
 	}
