@@ -56,7 +56,8 @@ func (e *Env) StartLocker(name string, args ...string) (*Locker, error) {
 // through kubeconfig, such as a Proxy's.
 func (e *Env) StartLockerWith(name, kubeconfig string, args ...string) (*Locker, error) {
 	// Metrics and probes listen on ports of their own, so that lockers
-	// side by side do not clash; a test that reads them names a port.
+	// side by side do not clash; a test that reads them finds the port
+	// in the locker's log (ServedAddress).
 	// Only the shared locker serves ManifestLocks outside its
 	// registration namespace: several lockers serving the same tenant
 	// locks would each write them.
