@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"runtime"
 	"testing"
 
@@ -89,6 +90,33 @@ func BenchmarkInLineCheck(b *testing.B) {
 			b.Fatal(err, patch)
 		}
 	}
+}
+
+// BenchmarkInLine is the check of an event on a chart's Deployment as the
+// API server stored it, which is as declared: holds, and the full merge
+// it spares (compare with BenchmarkInLineCheck's, which holds cannot
+// answer).
+func BenchmarkInLine(b *testing.B) {
+	declared := normalize(&unstructured.Unstructured{Object: obj(b, chartDeployment)}).Object
+	live := storedDeployment(b)
+	rules := rulesFor(deploymentGVK)
+	o := &lockedObject{}
+	b.Run("holds", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if !rules.holds(live, declared) {
+				b.Fatal("not as declared")
+			}
+		}
+	})
+	b.Run("merge", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if desired, err := o.desired(rules, live, declared); err != nil || !reflect.DeepEqual(desired, live) {
+				b.Fatal("not as declared", err)
+			}
+		}
+	})
 }
 
 // BenchmarkHeldMemory is the engine's live heap for each object it holds,

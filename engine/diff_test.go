@@ -220,6 +220,10 @@ data: {a: "1"}
 			if diff := cmp.Diff(obj(t, tt.want), got); diff != "" {
 				t.Errorf("desired (-want +got):\n%s", diff)
 			}
+			// holds's "yes" is final: the merge must agree, for the
+			// live object and for the desired one (already as declared).
+			checkHolds(t, rules, live, declared)
+			checkHolds(t, rules, got, declared)
 			patch, err := computePatch(live, got)
 			if err != nil {
 				t.Fatal(err)

@@ -401,6 +401,16 @@ func (o *lockedObject) desired(rules mergeRules, live, declared map[string]any) 
 	return d, nil
 }
 
+// inLineBy reports whether live is as declared under rules: by holds, or
+// else by the full merge.
+func (o *lockedObject) inLineBy(rules mergeRules, live, declared map[string]any) bool {
+	if rules.holds(live, declared) {
+		return true
+	}
+	desired, err := o.desired(rules, live, declared)
+	return err == nil && reflect.DeepEqual(desired, live)
+}
+
 // declaration decodes the declared object.
 func (o *lockedObject) declaration() (*unstructured.Unstructured, error) {
 	return unpackDeclaration(*o.declared.Load())
@@ -955,10 +965,8 @@ func (e *Engine) store(gvr schema.GroupVersionResource, obj *unstructured.Unstru
 	}
 	e.mu.Unlock()
 	if locked != nil && !(spec.ApplyManager != "" && hasUpdateEntry(obj, e.fieldManager)) {
-		if declared, err := locked.declaration(); err == nil {
-			if desired, err := locked.desired(e.schemas.rules(gvr.GroupVersion()), obj.Object, declared.Object); err == nil && reflect.DeepEqual(desired, obj.Object) {
-				return &inLineStub{Stub: *informers.NewStub(obj), generation: locked.generation, readsStatus: waitsToFinish(obj)}
-			}
+		if declared, err := locked.declaration(); err == nil && locked.inLineBy(e.schemas.rules(gvr.GroupVersion()), obj.Object, declared.Object) {
+			return &inLineStub{Stub: *informers.NewStub(obj), generation: locked.generation, readsStatus: waitsToFinish(obj)}
 		}
 	}
 	return obj

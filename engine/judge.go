@@ -73,6 +73,9 @@ func (e *Engine) Judge(gvr schema.GroupVersionResource, old, obj *unstructured.U
 		return j, nil
 	}
 	rules := e.schemas.rules(gvr.GroupVersion())
+	if rules.holds(obj.Object, declared.Object) {
+		return Judgement{}, nil
+	}
 	desired, err := locked.desired(rules, obj.Object, declared.Object)
 	if err != nil {
 		return Judgement{}, err

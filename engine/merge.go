@@ -41,6 +41,9 @@ var deducedTypes = managedfields.NewDeducedTypeConverter()
 // mergeRules are the merge rules of one kind.
 type mergeRules struct {
 	types managedfields.TypeConverter
+	// roots caches each kind's root type under types, for holds; nil
+	// caches nothing.
+	roots *sync.Map
 }
 
 // rulesOf returns the merge rules of obj's kind (see schemas.rules).

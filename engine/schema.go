@@ -43,6 +43,9 @@ type schemas struct {
 // gvSchema is one group version's rules, or why they are missing.
 type gvSchema struct {
 	types managedfields.TypeConverter
+	// roots caches the root type of each kind under types (see
+	// mergeRules.root); it goes with types.
+	roots *sync.Map
 	// url is the document's address, which carries its hash, and stale
 	// is set once a CRD changed: types stay in use until a load finds
 	// the document, at a new url or the same.
@@ -98,12 +101,12 @@ func (s *schemas) rulesAt(gv schema.GroupVersion) (mergeRules, uint32) {
 	e, changes := s.byGV[gv], s.changes[gv]
 	s.mu.Unlock()
 	if e != nil && e.types != nil {
-		return mergeRules{types: e.types}, changes
+		return mergeRules{types: e.types, roots: e.roots}, changes
 	}
 	if scheme.Scheme.IsVersionRegistered(gv) {
-		return mergeRules{types: builtinTypes()}, changes
+		return mergeRules{types: builtinTypes(), roots: &builtinRoots}, changes
 	}
-	return mergeRules{types: deducedTypes}, changes
+	return mergeRules{types: deducedTypes, roots: &deducedRoots}, changes
 }
 
 // load fetches the documents of those of gvs not loaded yet whose retry
@@ -148,6 +151,7 @@ func (s *schemas) load(ctx context.Context, gvs []schema.GroupVersion) time.Dura
 		default:
 			e.url = doc.ServerRelativeURL()
 			e.types, e.err = readTypes(ctx, doc)
+			e.roots = new(sync.Map)
 			if e.err != nil {
 				e.err = fmt.Errorf("reading the OpenAPI v3 document of %s: %w", gv, e.err)
 			}
@@ -162,7 +166,7 @@ func (s *schemas) load(ctx context.Context, gvs []schema.GroupVersion) time.Dura
 		s.mu.Lock()
 		if e.types == nil && old != nil && old.types != nil {
 			// Rules in use stay until new ones can be read.
-			e.types, e.url = old.types, old.url
+			e.types, e.url, e.roots = old.types, old.url, old.roots
 		} else if e.types != nil {
 			s.changes[gv]++
 		}

@@ -486,6 +486,9 @@ func (e *Engine) compare(ctx context.Context, spec ObjectSet, obj *lockedObject,
 	}
 	live, declared := o.live, o.declared
 	c := comparison{rules: rules}
+	if rules.holds(live.Object, declared.Object) {
+		return c, nil
+	}
 	var err error
 	if c.desired, err = obj.desired(rules, live.Object, declared.Object); err != nil {
 		return c, err
