@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"compress/flate"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -34,31 +35,30 @@ var (
 		return w
 	}}
 	inflaters = sync.Pool{New: func() any { return flate.NewReaderDict(bytes.NewReader(nil), declarationDict) }}
-	// inflated holds the buffers declarations are inflated into: the
-	// decoded object copies what it keeps, so a buffer serves again, and
-	// the cold lock, which reads every declaration back once, does not
-	// grow one anew for each.
-	inflated = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+	// buffers holds the buffers declarations are packed and inflated
+	// into: what is kept is copied out, so a buffer serves again, and the
+	// cold lock, which packs every declaration and reads it back once,
+	// does not grow one anew for each.
+	buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 )
 
 // packDeclaration encodes obj as a lockedObject keeps its declaration.
 func packDeclaration(obj *unstructured.Unstructured) ([]byte, error) {
-	data, err := obj.MarshalJSON()
-	if err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
+	buf := buffers.Get().(*bytes.Buffer)
+	defer buffers.Put(buf)
+	buf.Reset()
 	w := deflaters.Get().(*flate.Writer)
 	defer deflaters.Put(w)
-	w.Reset(&buf)
-	if _, err := w.Write(data); err != nil {
+	w.Reset(buf)
+	// What obj.MarshalJSON writes, encoded straight into the deflater
+	// rather than into a buffer of its own that grows by doubling.
+	if err := json.NewEncoder(w).Encode(obj.Object); err != nil {
 		return nil, err
 	}
 	if err := w.Close(); err != nil {
 		return nil, err
 	}
-	// The buffer grew by doubling; what is kept for the lock's life is
-	// cut to size.
+	// What is kept for the lock's life is cut to size.
 	return bytes.Clone(buf.Bytes()), nil
 }
 
@@ -69,8 +69,8 @@ func unpackDeclaration(data []byte) (*unstructured.Unstructured, error) {
 	if err := r.(flate.Resetter).Reset(bytes.NewReader(data), declarationDict); err != nil {
 		return nil, err
 	}
-	raw := inflated.Get().(*bytes.Buffer)
-	defer inflated.Put(raw)
+	raw := buffers.Get().(*bytes.Buffer)
+	defer buffers.Put(raw)
 	raw.Reset()
 	if _, err := raw.ReadFrom(r); err != nil {
 		return nil, fmt.Errorf("inflating the declared object: %w", err)
