@@ -91,11 +91,7 @@ func storedDeployment(t testing.TB) map[string]any {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(data); err != nil {
-		t.Fatal(err)
-	}
-	return u.Object
+	return obj(t, string(data)) // JSON is YAML
 }
 
 var deploymentGVK = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}
