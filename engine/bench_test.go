@@ -119,6 +119,17 @@ func BenchmarkInLine(b *testing.B) {
 	})
 }
 
+// BenchmarkNormalize is what resolving costs a chart's Deployment before
+// its declaration is packed: nulls dropped, and the API types' round trip
+// (storedForm).
+func BenchmarkNormalize(b *testing.B) {
+	declared := obj(b, chartDeployment)
+	b.ReportAllocs()
+	for b.Loop() {
+		normalize(&unstructured.Unstructured{Object: declared})
+	}
+}
+
 // BenchmarkHeldMemory is the engine's live heap for each object it holds,
 // measured after a garbage collection, for sets of 50 objects as the
 // bench's releases are: half Deployments, half ConfigMaps. The informers'

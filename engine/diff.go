@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 
@@ -82,8 +83,12 @@ func storedForm(obj *unstructured.Unstructured) (map[string]any, bool) {
 	if err != nil {
 		return nil, false
 	}
-	data, err := obj.MarshalJSON()
-	if err != nil || json.Unmarshal(data, typed) != nil {
+	// Encoded into a pooled buffer: obj.MarshalJSON grows one of its own
+	// for every object a cold lock resolves.
+	buf := buffers.Get().(*bytes.Buffer)
+	defer buffers.Put(buf)
+	buf.Reset()
+	if json.NewEncoder(buf).Encode(obj.Object) != nil || json.Unmarshal(buf.Bytes(), typed) != nil {
 		return nil, false
 	}
 	rt, err := runtime.DefaultUnstructuredConverter.ToUnstructured(typed)
