@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -315,5 +316,43 @@ func TestSameJSON(t *testing.T) {
 				t.Errorf("sameJSON(%#v, %#v) = %v, want %v", a, b, got, want)
 			}
 		}
+	}
+}
+
+// TestHoldsByServedRules reads a custom resource by the rules its CRD's
+// document gives, as the locker does once it has read them: its atomic
+// selector is held whole, its map list by the CRD's keys.
+func TestHoldsByServedRules(t *testing.T) {
+	docs := &servedDocs{docs: map[string]string{"apis/example.com/v1": gizmoDoc}}
+	served := newSchemas(docs, time.Now)
+	served.load(t.Context(), []schema.GroupVersion{gizmoGV})
+	rules := served.rules(gizmoGV)
+	if rules.types == deducedTypes {
+		t.Fatal("the served rules did not load")
+	}
+	declared := obj(t, `
+apiVersion: example.com/v1
+kind: Gizmo
+metadata: {name: g, labels: {app: g}}
+spec:
+  selector: {app: g}
+  ports: [{port: 53, protocol: UDP}]`)
+	live := obj(t, `
+apiVersion: example.com/v1
+kind: Gizmo
+metadata: {name: g, uid: u1, labels: {app: g, other: x}}
+spec:
+  selector: {app: g}
+  ports: [{port: 53, protocol: UDP, target: 53}]
+  size: 3`)
+	// Twice: the second reads the kind's root type from the cache.
+	for range 2 {
+		if !checkHolds(t, rules, live, declared) {
+			t.Fatal("holds = false for a Gizmo as declared, defaults and others' fields beside")
+		}
+	}
+	live["spec"].(map[string]any)["selector"].(map[string]any)["tier"] = "x"
+	if checkHolds(t, rules, live, declared) {
+		t.Error("holds = true with a key added to the atomic selector")
 	}
 }
