@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,6 +94,13 @@ func statusChurn(ctx context.Context, dyn dynamic.Interface, l *locker, kubeconf
 	}
 	wctx, cancel := context.WithTimeout(ctx, window)
 	defer cancel()
+	if profiles != "" {
+		what := "status"
+		if labels {
+			what = "label"
+		}
+		go l.cpuProfile(ctx, filepath.Join(profiles, fmt.Sprintf("cpu-%schurn-N%d-M%d.pprof", what, p.Releases, p.Objects)), int(window.Seconds())-1)
+	}
 	tick := time.NewTicker(time.Duration(float64(time.Second) / target))
 	defer tick.Stop()
 	var done atomic.Int64
