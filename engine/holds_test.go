@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"slices"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -323,28 +322,8 @@ func TestSameJSON(t *testing.T) {
 // document gives, as the locker does once it has read them: its atomic
 // selector is held whole, its map list by the CRD's keys.
 func TestHoldsByServedRules(t *testing.T) {
-	docs := &servedDocs{docs: map[string]string{"apis/example.com/v1": gizmoDoc}}
-	served := newSchemas(docs, time.Now)
-	served.load(t.Context(), []schema.GroupVersion{gizmoGV})
-	rules := served.rules(gizmoGV)
-	if rules.types == deducedTypes {
-		t.Fatal("the served rules did not load")
-	}
-	declared := obj(t, `
-apiVersion: example.com/v1
-kind: Gizmo
-metadata: {name: g, labels: {app: g}}
-spec:
-  selector: {app: g}
-  ports: [{port: 53, protocol: UDP}]`)
-	live := obj(t, `
-apiVersion: example.com/v1
-kind: Gizmo
-metadata: {name: g, uid: u1, labels: {app: g, other: x}}
-spec:
-  selector: {app: g}
-  ports: [{port: 53, protocol: UDP, target: 53}]
-  size: 3`)
+	rules := servedGizmoRules(t)
+	declared, live := obj(t, gizmoDeclared), obj(t, gizmoStored)
 	// Twice: the second reads the kind's root type from the cache.
 	for range 2 {
 		if !checkHolds(t, rules, live, declared) {

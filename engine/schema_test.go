@@ -72,6 +72,41 @@ const gizmoDoc = `{"components":{"schemas":{"com.example.v1.Gizmo":{
 
 var gizmoGV = schema.GroupVersion{Group: "example.com", Version: "v1"}
 
+// gizmoDeclared is a Gizmo as a manifest declares it, and gizmoStored the
+// same as the API server stores it: defaulted and other actors' fields
+// beside the declared ones.
+const (
+	gizmoDeclared = `
+apiVersion: example.com/v1
+kind: Gizmo
+metadata: {name: g, labels: {app: g}}
+spec:
+  selector: {app: g}
+  ports: [{port: 53, protocol: UDP}]`
+	gizmoStored = `
+apiVersion: example.com/v1
+kind: Gizmo
+metadata: {name: g, uid: u1, labels: {app: g, other: x}}
+spec:
+  selector: {app: g}
+  ports: [{port: 53, protocol: UDP, target: 53}]
+  size: 3`
+)
+
+// servedGizmoRules returns the rules gizmoDoc gives, read as the locker
+// reads an API server's document.
+func servedGizmoRules(t *testing.T) mergeRules {
+	t.Helper()
+	docs := &servedDocs{docs: map[string]string{"apis/example.com/v1": gizmoDoc}}
+	served := newSchemas(docs, time.Now)
+	served.load(t.Context(), []schema.GroupVersion{gizmoGV})
+	rules := served.rules(gizmoGV)
+	if rules.types == deducedTypes {
+		t.Fatal("the served rules did not load")
+	}
+	return rules
+}
+
 // TestRulesAreTheAPIServers holds custom resources to the list and map
 // types their CRD declares, as the API server publishes them, where the
 // deduced rules would take an atomic map entry by entry and a map list by
@@ -250,21 +285,8 @@ func TestSchemasLoad(t *testing.T) {
 // either kind of rules: the deduced rules' values do not extract with
 // structured-merge-diff, which gave their maps back empty.
 func TestDeclaredIn(t *testing.T) {
-	declared := obj(t, `
-apiVersion: example.com/v1
-kind: Gizmo
-metadata: {name: g, labels: {app: g}}
-spec:
-  selector: {app: g}
-  ports: [{port: 53, protocol: UDP}]`)
-	out := obj(t, `
-apiVersion: example.com/v1
-kind: Gizmo
-metadata: {name: g, uid: u1, labels: {app: g, other: x}}
-spec:
-  selector: {app: g}
-  ports: [{port: 53, protocol: UDP, target: 53}]
-  size: 3`)
+	declared := obj(t, gizmoDeclared)
+	out := obj(t, gizmoStored)
 	want := obj(t, `
 apiVersion: example.com/v1
 kind: Gizmo
@@ -272,10 +294,7 @@ metadata: {name: g, labels: {app: g}}
 spec:
   selector: {app: g}
   ports: [{port: 53, protocol: UDP, target: 53}]`)
-	docs := &servedDocs{docs: map[string]string{"apis/example.com/v1": gizmoDoc}}
-	served := newSchemas(docs, time.Now)
-	served.load(t.Context(), []schema.GroupVersion{gizmoGV})
-	for name, rules := range map[string]mergeRules{"served": served.rules(gizmoGV), "deduced": {types: deducedTypes}} {
+	for name, rules := range map[string]mergeRules{"served": servedGizmoRules(t), "deduced": {types: deducedTypes}} {
 		got, err := rules.declaredIn(declared, out)
 		if err != nil {
 			t.Fatal(err)
