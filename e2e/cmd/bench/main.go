@@ -787,7 +787,9 @@ func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if profiles != "" {
-		go l.cpuProfile(cctx, filepath.Join(profiles, fmt.Sprintf("cpu-N%d-M%d-B%d.pprof", p.Releases, p.Objects, p.Untracked)), max(6, p.Releases*p.Objects/1000))
+		seconds := max(6, p.Releases*p.Objects/1000)
+		go l.cpuProfile(cctx, filepath.Join(profiles, fmt.Sprintf("cpu-N%d-M%d-B%d.pprof", p.Releases, p.Objects, p.Untracked)), seconds)
+		go apiServerProfile(cctx, kube, filepath.Join(profiles, fmt.Sprintf("cpu-apiserver-N%d-M%d-B%d.pprof", p.Releases, p.Objects, p.Untracked)), seconds)
 	}
 	deployedAt, err := waitDeployed(cctx, dyn, p.Releases)
 	if err != nil {
