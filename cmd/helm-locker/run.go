@@ -25,7 +25,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
@@ -37,6 +36,7 @@ import (
 	"github.com/helm-locker/helm-locker/informers"
 	"github.com/helm-locker/helm-locker/internal/admission"
 	"github.com/helm-locker/helm-locker/internal/controller"
+	"github.com/helm-locker/helm-locker/internal/events"
 	"github.com/helm-locker/helm-locker/internal/leader"
 	"github.com/helm-locker/helm-locker/internal/metrics"
 	"github.com/helm-locker/helm-locker/internal/webhook"
@@ -106,9 +106,8 @@ func runOperator(ctx context.Context, opts *options) error {
 	// emitted one, for a dedup that matters only within minutes. The
 	// locker already holds its own drift events back (see the
 	// controller's bookkeepingDelay), so a smaller memory is enough.
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventCacheSize}))
-	defer broadcaster.Shutdown()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	recorder := events.NewRecorder(kube.CoreV1(), scheme.Scheme, corev1.EventSource{Component: opts.controllerName, Host: opts.nodeName},
+		events.Options{Correlator: record.CorrelatorOptions{LRUCacheSize: eventCacheSize}, Dropped: m.EventDropped})
 
 	newController := func(readOnly bool) *controller.Controller {
 		return controller.New(controller.Config{
@@ -126,7 +125,7 @@ func runOperator(ctx context.Context, opts *options) error {
 			Mapper:                mapper,
 			Workers:               opts.workers,
 			HelmOperationTimeout:  opts.helmTimeout,
-			Recorder:              broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: opts.controllerName, Host: opts.nodeName}),
+			Recorder:              recorder,
 			Metrics:               m,
 			Readiness:             probe,
 		})
@@ -188,6 +187,7 @@ func runOperator(ctx context.Context, opts *options) error {
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	wg.Go(func() { recorder.Run(ctx) })
 	if m != nil {
 		if err := serveHTTP(ctx, &wg, "metrics", opts.metricsAddr, metricsMux(m, opts.profiling)); err != nil {
 			return err

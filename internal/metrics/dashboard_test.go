@@ -131,6 +131,7 @@ func exportedSeries(t *testing.T) map[string]map[string]bool {
 	m.ReconcileError("cattle-helm-system", "web")
 	m.Denied("apps", "web", "ConfigMap")
 	m.Reviewed(true)
+	m.EventDropped("QueueFull")
 	q := m.WorkqueueProvider()
 	q.NewDepthMetric("q")
 	q.NewAddsMetric("q")

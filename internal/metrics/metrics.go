@@ -29,6 +29,7 @@ type Metrics struct {
 	reconcileErrs  *prometheus.CounterVec
 	denied         *prometheus.CounterVec
 	reviews        *prometheus.CounterVec
+	eventsDropped  *prometheus.CounterVec
 	workqueue      *workqueueProvider
 	client         *clientRequests
 
@@ -83,10 +84,14 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 			Namespace: namespace, Name: "admission_reviews_total",
 			Help: "Admission requests the webhook answered, dry runs aside, by whether it allowed them: what the API server's matchConditions let reach it.",
 		}, []string{"allowed"}),
+		eventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "events_dropped_total",
+			Help: "Events not written, by why: QueueFull, RateLimited (repeats on one object past client-go's limit), Rejected, Unreachable, Invalid, Shutdown.",
+		}, []string{"reason"}),
 		releases: map[string]releaseFigures{},
 	}
 	m.registry.MustRegister(
-		m.lockedReleases, m.lockedObjects, m.driftDetected, m.driftCorrected, m.fights, m.revertLatency, m.reconcileErrs, m.denied, m.reviews,
+		m.lockedReleases, m.lockedObjects, m.driftDetected, m.driftCorrected, m.fights, m.revertLatency, m.reconcileErrs, m.denied, m.reviews, m.eventsDropped,
 		&informerCollector{list: informers, desc: prometheus.NewDesc(namespace+"_informers",
 			"Informers running, per resource type (1 while it runs).", []string{"group", "version", "resource"}, nil)},
 		collectors.NewGoCollector(),
@@ -185,6 +190,14 @@ func (m *Metrics) Reviewed(allowed bool) {
 		return
 	}
 	m.reviews.WithLabelValues(strconv.FormatBool(allowed)).Inc()
+}
+
+// EventDropped counts an event not written, and why.
+func (m *Metrics) EventDropped(reason string) {
+	if m == nil {
+		return
+	}
+	m.eventsDropped.WithLabelValues(reason).Inc()
 }
 
 // WorkqueueProvider reports client-go workqueue metrics into the registry;
