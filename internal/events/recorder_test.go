@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,15 +44,7 @@ func (d *drops) add(reason string) {
 func (d *drops) get() map[string]int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return maps(d.by)
-}
-
-func maps(m map[string]int) map[string]int {
-	out := map[string]int{}
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(d.by)
 }
 
 // written lists the events the fake API server holds, oldest first.
@@ -170,8 +164,8 @@ func TestDelivery(t *testing.T) {
 		wantCreates: 3,
 		wantDropped: map[string]int{DropUnreachable: 1},
 	}, {
-		name: "past the queue's bound: dropped",
-		opts: Options{MaxQueued: 2},
+		name:        "past the queue's bound: dropped",
+		opts:        Options{MaxQueued: 2},
 		record:      func(r *Recorder) { distinct(r, 5) },
 		want:        reasons(2),
 		wantCreates: 2,
@@ -239,19 +233,12 @@ func TestDelivery(t *testing.T) {
 			if creates != tt.wantCreates {
 				t.Errorf("%d creates sent, want %d", creates, tt.wantCreates)
 			}
-			if diff := cmp.Diff(tt.wantDropped, d.get(), cmpEmptyMap); diff != "" {
+			if diff := cmp.Diff(tt.wantDropped, d.get(), cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("dropped (-want +got):\n%s", diff)
 			}
 		})
 	}
 }
-
-var cmpEmptyMap = cmp.Comparer(func(a, b map[string]int) bool {
-	if len(a) == 0 && len(b) == 0 {
-		return true
-	}
-	return cmp.Equal(maps(a), maps(b))
-})
 
 // repeat records the same event n times on one object.
 func repeat(r *Recorder, n int, reason string) {

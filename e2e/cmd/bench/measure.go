@@ -93,8 +93,11 @@ func (l *locker) cpuProfile(ctx context.Context, file string, seconds int) {
 
 // apiServerProfile keeps a CPU profile of the API server's next seconds in
 // file, beside the locker's: the two share the machine's cores, so a cold
-// lock is as fast as the two together. It gives up quietly on error.
+// lock is as fast as the two together. The API server ends any request
+// after a minute (--request-timeout), so a profile covers 55 s at most. It
+// gives up quietly on error.
 func apiServerProfile(ctx context.Context, kube kubernetes.Interface, file string, seconds int) {
+	seconds = min(seconds, 55)
 	data, err := kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
 		Param("seconds", strconv.Itoa(seconds)).Timeout(time.Duration(seconds+30) * time.Second).DoRaw(ctx)
 	if err == nil {
