@@ -30,8 +30,13 @@ type DeniedField struct {
 	// Path is a JSON pointer, named as Drift.Paths are.
 	Path string
 	// Declared is the declared value; nil if the request adds the field
-	// where the declaration removes it (a map list entry, say).
+	// where the declaration removes it (a map list entry, say), or if it
+	// is Redacted.
 	Declared any
+	// Redacted says the field is a Secret's data, whose declared value is
+	// left out: a denial is shown to whoever sent the request, and RBAC
+	// lets someone patch a Secret they may not read (see secretData).
+	Redacted bool
 }
 
 // Denied reports whether the request would change what the set holds.
@@ -91,6 +96,10 @@ func (e *Engine) Judge(gvr schema.GroupVersionResource, old, obj *unstructured.U
 		if old != nil && samePath(p, old.Object, obj.Object) {
 			continue
 		}
+		if secretData(gvr, p) {
+			j.Fields = append(j.Fields, DeniedField{Path: text, Redacted: true})
+			continue
+		}
 		value, _ := p.get(desired)
 		j.Fields = append(j.Fields, DeniedField{Path: text, Declared: value})
 	}
@@ -102,24 +111,40 @@ func (e *Engine) Judge(gvr schema.GroupVersionResource, old, obj *unstructured.U
 
 // JudgeScale says whether a request to the scale subresource of an object,
 // setting replicas, would drift it from what a set that prevents changes
-// declares at /spec/replicas. The request carries an autoscaling Scale,
-// not the object, so the one field it can change is compared by hand.
+// declares where the type keeps its replicas: /spec/replicas for built-in
+// kinds, a CRD's specReplicasPath for a custom resource (see scalePaths).
+// The request carries an autoscaling Scale, not the object, so the one
+// field it can change is compared by hand.
 func (e *Engine) JudgeScale(gvr schema.GroupVersionResource, namespace, name string, oldReplicas, replicas int64) (Judgement, error) {
 	ref := ObjectRef{GVR: gvr, Namespace: namespace, Name: name}
 	key, locked := e.prevented(ref)
 	if locked == nil || oldReplicas == replicas {
 		return Judgement{}, nil
 	}
+	path, known := e.scales.path(gvr)
+	if !known {
+		// Not knowing is no reason to deny: the revert follows.
+		return Judgement{}, nil
+	}
 	declared, err := locked.held()
 	if err != nil || declared == nil {
 		return Judgement{}, err
 	}
-	path := Pointer{"spec", "replicas"}
 	value, ok := path.get(declared.Object)
 	if !ok || slices.ContainsFunc(locked.ignored(), func(p Pointer) bool { return len(p) <= len(path) && slices.Equal(p, path[:len(p)]) }) || scalarEqual(value, replicas) {
 		return Judgement{}, nil
 	}
 	return Judgement{Key: key, Ref: ref, Kind: declared.GetKind(), Fields: []DeniedField{{Path: path.String(), Declared: value}}}, nil
+}
+
+// secretData reports whether p is, or lies under, a Secret's data or
+// stringData, whose values a Judgement never carries. The API server lets
+// patch and read be granted apart, and a denial is written back to the
+// requester: printing the declared value would show a locked Secret's
+// content to someone who may change it but not read it. Its key names
+// are no secret (`kubectl describe` shows them).
+func secretData(gvr schema.GroupVersionResource, p Pointer) bool {
+	return gvr.Group == "" && gvr.Resource == "secrets" && len(p) > 0 && (p[0] == "data" || p[0] == "stringData")
 }
 
 // prevented returns the set that holds ref and prevents changes to it, and

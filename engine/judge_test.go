@@ -5,9 +5,12 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/scheme"
 )
 
 // TestJudge: a request is denied exactly where the revert would correct
@@ -161,4 +164,124 @@ func BenchmarkJudge(b *testing.B) {
 			}
 		})
 	}
+}
+
+// newJudgeEngine is an engine whose RESTMapper also knows Secrets and the
+// Gizmo custom resource, with set declared under "k" and not synced: Judge
+// reads only the declaration.
+func newJudgeEngine(t *testing.T, set ObjectSet) *Engine {
+	t.Helper()
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "Secret"}, meta.RESTScopeNamespace)
+	mapper.Add(gizmoGV.WithKind("Gizmo"), meta.RESTScopeNamespace)
+	mapper.Add(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, meta.RESTScopeNamespace)
+	e := New(dynamicfake.NewSimpleDynamicClient(scheme.Scheme), resettable{mapper}, func(string) {}, Options{})
+	set.DefaultNamespace, set.Prevent = "ns", true
+	e.Declare("k", set)
+	return e
+}
+
+// TestJudgeSecretRedacted: a denial names the Secret's data keys it would
+// change, never their declared values, in data or stringData: RBAC lets
+// someone patch a Secret they may not read, and the denial is shown to
+// them.
+func TestJudgeSecretRedacted(t *testing.T) {
+	secretGVR := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	declared := &unstructured.Unstructured{Object: obj(t, "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\ntype: Opaque\ndata: {password: c2VjcmV0}\nstringData: {token: hunter2}\n")}
+	e := newJudgeEngine(t, ObjectSet{Objects: []*unstructured.Unstructured{declared}})
+	live := &unstructured.Unstructured{Object: obj(t, "apiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: ns}\ntype: Opaque\ndata: {password: c2VjcmV0, token: aHVudGVyMg==}\n")}
+	edited := live.DeepCopy()
+	edited.Object["data"] = map[string]any{"password": "b3RoZXI=", "token": "eA=="}
+	edited.Object["type"] = "kubernetes.io/basic-auth"
+	got, err := e.Judge(secretGVR, live, edited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Judgement{Key: "k", Ref: ObjectRef{GVR: secretGVR, Namespace: "ns", Name: "s"}, Kind: "Secret", Fields: []DeniedField{
+		{Path: "/data/password", Redacted: true},
+		{Path: "/data/token", Redacted: true},
+		{Path: "/type", Declared: "Opaque"},
+	}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Judge of a Secret (-want +got):\n%s", diff)
+	}
+	for _, p := range []string{"/data", "/stringData/token", "/data/password"} {
+		if !secretData(secretGVR, mustPointer(t, p)) {
+			t.Errorf("secretData(%s) = false", p)
+		}
+	}
+	if secretData(cmGVR, mustPointer(t, "/data/key")) {
+		t.Error("secretData of a ConfigMap's data = true; a ConfigMap's values are shown")
+	}
+}
+
+func mustPointer(t *testing.T, s string) Pointer {
+	t.Helper()
+	p, err := ParsePointer(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestJudgeScaleCRDPath: the scale subresource of a custom resource is
+// judged where its CRD says the replicas are (specReplicasPath), not at
+// /spec/replicas; a version without a scale subresource, or a path that
+// cannot be read, is not judged.
+func TestJudgeScaleCRDPath(t *testing.T) {
+	gizmoGVR := gizmoGV.WithResource("gizmos")
+	gizmo := &unstructured.Unstructured{Object: obj(t, "apiVersion: example.com/v1\nkind: Gizmo\nmetadata: {name: g}\nspec: {size: 3, replicas: 7}\n")}
+	crd := func(path string) *unstructured.Unstructured {
+		scale := map[string]any{"specReplicasPath": path, "statusReplicasPath": ".status.size"}
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+			"metadata": map[string]any{"name": "gizmos.example.com"},
+			"spec": map[string]any{"group": "example.com", "versions": []any{
+				map[string]any{"name": "v1", "served": true, "subresources": map[string]any{"scale": scale}},
+				map[string]any{"name": "v2", "served": true},
+			}},
+		}}
+	}
+	ref := ObjectRef{GVR: gizmoGVR, Namespace: "ns", Name: "g"}
+	tests := []struct {
+		name     string
+		crd      *unstructured.Unstructured
+		gvr      schema.GroupVersionResource
+		old, new int64
+		want     Judgement
+	}{
+		{name: "the CRD's path", crd: crd(".spec.size"), gvr: gizmoGVR, old: 3, new: 5,
+			want: Judgement{Key: "k", Ref: ref, Kind: "Gizmo", Fields: []DeniedField{{Path: "/spec/size", Declared: int64(3)}}}},
+		{name: "back to the declared value at the CRD's path", crd: crd(".spec.size"), gvr: gizmoGVR, old: 5, new: 3},
+		{name: "spec.replicas is not the CRD's path", crd: crd(".spec.size"), gvr: gizmoGVR, old: 3, new: 7,
+			want: Judgement{Key: "k", Ref: ref, Kind: "Gizmo", Fields: []DeniedField{{Path: "/spec/size", Declared: int64(3)}}}},
+		{name: "a path with array notation is not judged", crd: crd(".spec.sizes[0]"), gvr: gizmoGVR, old: 3, new: 5},
+		{name: "CRD not listed yet: /spec/replicas", gvr: gizmoGVR, old: 3, new: 5,
+			want: Judgement{Key: "k", Ref: ref, Kind: "Gizmo", Fields: []DeniedField{{Path: "/spec/replicas", Declared: int64(7)}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newJudgeEngine(t, ObjectSet{Objects: []*unstructured.Unstructured{gizmo.DeepCopy()}})
+			if tt.crd != nil {
+				e.scales.seen(tt.crd)
+			}
+			got, err := e.JudgeScale(tt.gvr, "ns", "g", tt.old, tt.new)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("JudgeScale %d -> %d (-want +got):\n%s", tt.old, tt.new, diff)
+			}
+		})
+	}
+	t.Run("a version without a scale subresource", func(t *testing.T) {
+		var s scalePaths
+		s.seen(crd(".spec.size"))
+		if p, ok := s.path(gizmoGV.WithResource("gizmos").GroupResource().WithVersion("v2")); ok {
+			t.Errorf("path of v2 = %v, true; want none", p)
+		}
+		if p, ok := s.path(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}); !ok || p.String() != "/spec/replicas" {
+			t.Errorf("path of deployments = %v, %v; want /spec/replicas", p, ok)
+		}
+	})
 }

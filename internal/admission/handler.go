@@ -195,7 +195,8 @@ func (h *Handler) exempt(user string, groups []string) bool {
 }
 
 // message is the denial a user reads: the object, the lock, each field
-// with its declared value, and how to change it, in a line or two.
+// with its declared value (a Secret's data by its path only, see
+// engine.DeniedField.Redacted), and how to change it, in a line or two.
 func message(j engine.Judgement, lock, change string) string {
 	object := j.Kind + " " + j.Ref.Name
 	if j.Ref.Namespace != "" {
@@ -210,6 +211,10 @@ func message(j engine.Judgement, lock, change string) string {
 		if i == shown {
 			fields = append(fields, fmt.Sprintf("and %d more", len(j.Fields)-shown))
 			break
+		}
+		if f.Redacted {
+			fields = append(fields, f.Path+" must stay as declared (a Secret's value is not shown)")
+			continue
 		}
 		if f.Declared == nil {
 			fields = append(fields, f.Path+" is not declared")
