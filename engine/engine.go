@@ -169,6 +169,9 @@ type Engine struct {
 	opts         Options
 	informers    *informers.Registry
 	schemas      *schemas
+	// scales are the replicas paths of custom resources' scale
+	// subresources, for JudgeScale.
+	scales scalePaths
 	// watching reports whether a type's informer is current; the
 	// registry's Current, but for unit tests that drive Sync by hand
 	// with no informer running.
@@ -445,6 +448,7 @@ func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func
 		HeldMetadata:    e.heldMetadata,
 		Store:           e.store,
 		OnTypesChanged:  e.typesChanged,
+		OnCRD:           e.scales.seen,
 		OnHealthChanged: e.healthChanged,
 		Readiness:       opts.Readiness,
 		Config:          opts.Config,

@@ -38,6 +38,9 @@ func (r *Registry) watchCRDs(ctx context.Context) <-chan struct{} {
 		if !ok {
 			return obj, nil
 		}
+		if r.opts.OnCRD != nil {
+			r.opts.OnCRD(u)
+		}
 		return &metav1.PartialObjectMetadata{
 			TypeMeta:   metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()},
 			ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion()},

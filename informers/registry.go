@@ -48,6 +48,14 @@ type Options struct {
 	// changed or deleted, so that callers can refresh their RESTMapper and
 	// retry kinds that did not exist before.
 	OnTypesChanged func()
+	// OnCRD, if set, is called from the CRD watch with each
+	// CustomResourceDefinition whole, as it is listed or changes (its
+	// deletion included), before the watch trims it to its name: for a
+	// caller that keeps a little of what a CRD says, such as the replicas
+	// path of its scale subresource. It must be quick. A deletion is not
+	// told apart: the trimmed deletion event can reach the handlers after
+	// the same CRD was created again, so a caller keeps the last CRD seen.
+	OnCRD func(crd *unstructured.Unstructured)
 	// Readiness, if set, is what lists and watches that failed because
 	// the API server was unavailable wait on (see Guard). Nil, with
 	// Config set, asks Config's API server (see Probe); nil without
