@@ -124,6 +124,8 @@ type Controller struct {
 
 	writersMu sync.Mutex
 	writers   map[string]dynamic.Interface // by impersonated user
+	// sweep asks sweepWriters to prune writers, once a lock is deleted.
+	sweep chan struct{}
 
 	// bookkeeping is the budget of status writes that carry only
 	// bookkeeping (see bookkeepingRate).
@@ -179,6 +181,7 @@ func New(cfg Config) *Controller {
 		),
 		states:      map[string]*releaseState{},
 		writers:     map[string]dynamic.Interface{},
+		sweep:       make(chan struct{}, 1),
 		bookkeeping: rate.NewLimiter(bookkeepingRate, bookkeepingBurst),
 	}
 	if c.cfg.Recorder == nil {
@@ -220,8 +223,12 @@ func New(cfg Config) *Controller {
 	_, _ = c.crs.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueCR,
 		UpdateFunc: func(_, obj any) { c.enqueueCR(obj) },
-		// A CR that goes may leave its release to another.
-		DeleteFunc: c.enqueueReleaseCRs,
+		// A CR that goes may leave its release to another, and its
+		// writer to no one.
+		DeleteFunc: func(obj any) {
+			c.enqueueReleaseCRs(obj)
+			c.writersMayBeUnused()
+		},
 	})
 
 	var locks dynamic.ResourceInterface = watchDynamic.Resource(mlv1.Resource)
@@ -233,7 +240,10 @@ func New(cfg Config) *Controller {
 	_, _ = c.locks.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueManifestLock,
 		UpdateFunc: func(_, obj any) { c.enqueueManifestLock(obj) },
-		DeleteFunc: c.enqueueManifestLock,
+		DeleteFunc: func(obj any) {
+			c.enqueueManifestLock(obj)
+			c.writersMayBeUnused()
+		},
 	})
 	c.sources = &sourceWatches{kube: cfg.Kube, enqueue: c.queue.Add}
 
@@ -302,6 +312,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	start(c.secrets.RunWithContext)
 	start(c.locks.RunWithContext)
 	start(c.sources.run)
+	start(c.sweepWriters)
 	logger.Info("Waiting for caches to sync")
 	if !cache.WaitForCacheSync(ctx.Done(), c.crs.HasSynced, c.secrets.HasSynced, c.locks.HasSynced) {
 		return errors.New("caches did not sync before shutdown")

@@ -1,12 +1,15 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 )
 
@@ -19,12 +22,17 @@ func (c *Controller) serviceAccount(hr *v1alpha1.HelmRelease) string {
 	return c.cfg.DefaultServiceAccount
 }
 
+// impersonated is the user name of ServiceAccount name in namespace.
+func impersonated(namespace, name string) string {
+	return "system:serviceaccount:" + namespace + ":" + name
+}
+
 // writerFor returns the client that writes as ServiceAccount name in
 // namespace, or nil (the engine's own client) when name is empty. The
 // locker needs wide RBAC to hold what admins install; impersonating a
 // narrower identity bounds what one tenant's lock can write to what that
 // identity may write. Clients are kept per identity, so each keeps its
-// connections.
+// connections, until no lock names the identity (see pruneWriters).
 func (c *Controller) writerFor(namespace, name string) (dynamic.Interface, error) {
 	if name == "" {
 		return nil, nil
@@ -32,7 +40,7 @@ func (c *Controller) writerFor(namespace, name string) (dynamic.Interface, error
 	if c.cfg.REST == nil {
 		return nil, errors.New("impersonating a ServiceAccount needs the locker's REST config")
 	}
-	user := "system:serviceaccount:" + namespace + ":" + name
+	user := impersonated(namespace, name)
 	c.writersMu.Lock()
 	defer c.writersMu.Unlock()
 	if w := c.writers[user]; w != nil {
@@ -46,4 +54,77 @@ func (c *Controller) writerFor(namespace, name string) (dynamic.Interface, error
 	}
 	c.writers[user] = w
 	return w, nil
+}
+
+// writersInUse are the identities the locks in the caches write as.
+func (c *Controller) writersInUse() map[string]bool {
+	inUse := map[string]bool{}
+	for _, obj := range c.crs.GetIndexer().List() {
+		if hr, ok := obj.(*v1alpha1.HelmRelease); ok {
+			if sa := c.serviceAccount(hr); sa != "" {
+				inUse[impersonated(hr.Spec.Release.Namespace, sa)] = true
+			}
+		}
+	}
+	for _, obj := range c.locks.GetIndexer().List() {
+		if ml, ok := obj.(*mlv1.ManifestLock); ok {
+			if sa := c.manifestServiceAccount(ml); sa != "" {
+				inUse[impersonated(ml.Namespace, sa)] = true
+			}
+		}
+	}
+	return inUse
+}
+
+// pruneWriters drops the clients of identities no HelmRelease or
+// ManifestLock names any more: a tenant who creates locks naming ever new
+// ServiceAccounts, or a cluster whose releases come and go, would
+// otherwise grow the map for the life of the process. A lock syncs from
+// the same caches, so a client in use is never dropped; one dropped while
+// a set still writes with it keeps working for that set, and the set's
+// next declaration builds its own. It returns how many it dropped.
+func (c *Controller) pruneWriters() int {
+	inUse := c.writersInUse()
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	dropped := 0
+	for user := range c.writers {
+		if !inUse[user] {
+			delete(c.writers, user)
+			dropped++
+		}
+	}
+	return dropped
+}
+
+// writerSweepInterval is the least time between two sweeps of the
+// writers (see sweepWriters): a burst of deletions costs one pass over
+// the caches.
+const writerSweepInterval = 10 * time.Second
+
+// writersMayBeUnused asks for a sweep of the writers, once a lock is
+// deleted. It never blocks: it runs on the informers' goroutines.
+func (c *Controller) writersMayBeUnused() {
+	select {
+	case c.sweep <- struct{}{}:
+	default:
+	}
+}
+
+// sweepWriters prunes the writers each time a lock is deleted, at most
+// once per writerSweepInterval, until ctx is done.
+func (c *Controller) sweepWriters(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.sweep:
+		}
+		c.pruneWriters()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(writerSweepInterval):
+		}
+	}
 }
