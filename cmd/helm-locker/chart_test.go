@@ -1,7 +1,10 @@
 package main
 
 import (
+	"maps"
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -11,10 +14,16 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
 )
 
@@ -148,15 +157,31 @@ func TestChartRunsRestricted(t *testing.T) {
 	}
 }
 
-// TestChartRBAC holds the default ClusterRole to least privilege: it reads
-// everything and writes no Secret, no RBAC object and nothing by wildcard;
-// rbac.writeAll is the explicit way to more.
+// TestChartRBAC holds the chart's RBAC to least privilege. By default the
+// ClusterRole:
+//   - reads no type by wildcard and no subresource, so neither pods/exec,
+//     pods/attach, pods/portforward nor nodes/proxy, yet every type the
+//     locker reads for itself, every kind the chart itself renders (the
+//     self-lock holds them) and every built-in kind of the e2e charts;
+//   - writes no Secret, no RBAC object and nothing by wildcard;
+//   - impersonates only the default writer (and the self-lock's account),
+//     not kube-system's controllers.
+//
+// rbac.writeAll and rbac.readAll are the explicit ways to more.
 func TestChartRBAC(t *testing.T) {
 	writes := func(r rbacv1.PolicyRule) bool {
 		return slices.ContainsFunc(r.Verbs, func(v string) bool {
 			return v == "*" || v == "create" || v == "update" || v == "patch" || v == "delete" || v == "escalate" || v == "bind"
 		})
 	}
+	// What the locker reads for itself: release Secrets, ManifestLock
+	// sources, namespaces, CRDs and its CRs.
+	own := []schema.GroupResource{
+		{Resource: "secrets"}, {Resource: "configmaps"}, {Resource: "namespaces"},
+		{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"},
+		{Group: "helm.cattle.io", Resource: "helmreleases"}, {Group: "helm-locker.io", Resource: "manifestlocks"},
+	}
+	fixtures := fixtureChartKinds(t)
 	for _, tt := range []struct {
 		name     string
 		values   map[string]any
@@ -165,15 +190,17 @@ func TestChartRBAC(t *testing.T) {
 		{name: "default", values: nil},
 		{name: "with CRD installs", values: map[string]any{"installCRDs": true}},
 		{name: "writeAll", values: map[string]any{"rbac": map[string]any{"writeAll": true}}, writeAll: true},
+		{name: "selfLock with every object", values: map[string]any{"selfLock": map[string]any{"enabled": true},
+			"metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true}}, "podDisruptionBudget": map[string]any{"enabled": true}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			out := renderChart(t, tt.values)
 			role := clusterRole(t, out)
 			wide := false
-			readsAll := false
 			for _, r := range role.Rules {
-				if slices.Contains(r.APIGroups, "*") && slices.Contains(r.Resources, "*") && slices.Equal(r.Verbs, []string{"get", "list", "watch"}) {
-					readsAll = true
+				if slices.ContainsFunc(r.Verbs, func(v string) bool { return v == "get" || v == "list" || v == "watch" || v == "*" }) &&
+					(slices.Contains(r.APIGroups, "*") || slices.Contains(r.Resources, "*") || slices.Contains(r.Verbs, "*")) {
+					t.Errorf("rule %+v reads by wildcard; rbac.readAll is the explicit way", r)
 				}
 				if !writes(r) {
 					continue
@@ -186,11 +213,31 @@ func TestChartRBAC(t *testing.T) {
 					t.Errorf("rule %+v writes CRDs though the chart installs them", r)
 				}
 			}
-			if !readsAll {
-				t.Error("the ClusterRole does not read every type; a locked chart may hold any kind")
-			}
 			if wide != tt.writeAll {
 				t.Errorf("wide write access = %v, want %v (rules %+v)", wide, tt.writeAll, role.Rules)
+			}
+			for _, sub := range []string{"pods/exec", "pods/attach", "pods/portforward", "pods/proxy", "services/proxy", "nodes/proxy"} {
+				for _, verb := range []string{"get", "create"} {
+					if !tt.writeAll && grants(role.Rules, verb, "", sub, "x") {
+						t.Errorf("the ClusterRole grants %s on %s", verb, sub)
+					}
+				}
+			}
+			readable := append(slices.Clone(own), fixtures...)
+			readable = append(readable, renderedKinds(t, out)...)
+			for _, gr := range readable {
+				for _, verb := range []string{"get", "list", "watch"} {
+					if !grants(role.Rules, verb, gr.Group, gr.Resource, "") {
+						t.Errorf("the ClusterRole does not %s %s: a lock holding one says WatchForbidden", verb, gr)
+						break
+					}
+				}
+			}
+			if grants(role.Rules, "impersonate", "", "serviceaccounts", "generic-garbage-collector") {
+				t.Error("the ClusterRole impersonates any ServiceAccount, kube-system's controllers included")
+			}
+			if !tt.writeAll && !grants(role.Rules, "impersonate", "", "serviceaccounts", "helm-locker-writer") {
+				t.Error("the ClusterRole does not impersonate the default writer helm-locker-writer")
 			}
 			sa := parseArgs(t, containerArgs(t, out)).Lookup("default-service-account").Value.String()
 			if want := map[bool]string{false: "helm-locker-writer", true: ""}[tt.writeAll]; sa != want {
@@ -198,6 +245,260 @@ func TestChartRBAC(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestChartRBACValues: rbac.readAll, rbac.extraReadRules and
+// rbac.impersonate widen or narrow what the locker may do, as values.yaml
+// says; a read rule that would reach every core resource is refused.
+func TestChartRBACValues(t *testing.T) {
+	rbac := func(v map[string]any) map[string]any { return map[string]any{"rbac": v} }
+
+	all := clusterRole(t, renderChart(t, rbac(map[string]any{"readAll": true}))).Rules
+	if !grants(all, "watch", "example.com", "gizmos", "") {
+		t.Error("rbac.readAll=true: the ClusterRole does not read every type")
+	}
+
+	extra := clusterRole(t, renderChart(t, rbac(map[string]any{"extraReadRules": []any{
+		map[string]any{"apiGroups": []any{"example.com"}, "resources": []any{"gizmos"}, "verbs": []any{"delete"}},
+	}}))).Rules
+	if !grants(extra, "watch", "example.com", "gizmos", "") || grants(extra, "delete", "example.com", "gizmos", "x") {
+		t.Error("rbac.extraReadRules: want get, list and watch on gizmos.example.com, and only those")
+	}
+	if !grants(extra, "watch", "apps", "deployments", "") {
+		t.Error("rbac.extraReadRules replaced the default readRules")
+	}
+	for _, rule := range []map[string]any{
+		{"apiGroups": []any{""}, "resources": []any{"*"}},
+		{"apiGroups": []any{"*"}, "resources": []any{"widgets"}},
+	} {
+		if _, err := renderChartE(rbac(map[string]any{"extraReadRules": []any{rule}})); err == nil || !strings.Contains(err.Error(), "rbac.readAll") {
+			t.Errorf("read rule %v: err = %v, want a refusal naming rbac.readAll", rule, err)
+		}
+	}
+
+	anyName := clusterRole(t, renderChart(t, rbac(map[string]any{"impersonate": map[string]any{"serviceAccounts": []any{"*"}}}))).Rules
+	if !grants(anyName, "impersonate", "", "serviceaccounts", "generic-garbage-collector") {
+		t.Error(`rbac.impersonate.serviceAccounts=["*"]: want any ServiceAccount`)
+	}
+
+	out := renderChart(t, map[string]any{"selfLock": map[string]any{"enabled": true},
+		"rbac": map[string]any{"impersonate": map[string]any{"namespaces": []any{"apps", "shop"}, "serviceAccounts": []any{"deployer"}}}})
+	if grants(clusterRole(t, out).Rules, "impersonate", "", "serviceaccounts", "helm-locker-writer") {
+		t.Error("rbac.impersonate.namespaces: the ClusterRole still impersonates in every namespace")
+	}
+	roles, bound := map[string][]rbacv1.PolicyRule{}, map[string]bool{}
+	for _, doc := range documents(out["helm-locker/templates/rbac.yaml"]) {
+		var meta struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatal(err)
+		}
+		switch meta.Kind {
+		case "Role":
+			var r rbacv1.Role
+			if err := yaml.UnmarshalStrict([]byte(doc), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Name == "hl-helm-locker-impersonate" {
+				roles[r.Namespace] = r.Rules
+			}
+		case "RoleBinding":
+			var b rbacv1.RoleBinding
+			if err := yaml.UnmarshalStrict([]byte(doc), &b); err != nil {
+				t.Fatal(err)
+			}
+			if b.RoleRef.Name == "hl-helm-locker-impersonate" && len(b.Subjects) == 1 && b.Subjects[0].Name == "hl-helm-locker" && b.Subjects[0].Namespace == "registration" {
+				bound[b.Namespace] = true
+			}
+		}
+	}
+	// The chart's own namespace is added: the self-lock's account and an
+	// admin's ManifestLocks write from there.
+	for _, ns := range []string{"apps", "shop", "registration"} {
+		if !bound[ns] {
+			t.Errorf("namespace %s: no RoleBinding of the locker to hl-helm-locker-impersonate", ns)
+		}
+		for _, sa := range []string{"deployer", "helm-locker-writer", "hl-helm-locker-self"} {
+			if !grants(roles[ns], "impersonate", "", "serviceaccounts", sa) {
+				t.Errorf("namespace %s: the locker may not impersonate %s", ns, sa)
+			}
+		}
+		if grants(roles[ns], "impersonate", "", "serviceaccounts", "default") {
+			t.Errorf("namespace %s: the locker may impersonate any ServiceAccount", ns)
+		}
+	}
+	if len(roles) != 3 {
+		t.Errorf("impersonation Roles in %v, want apps, shop and registration", slices.Collect(maps.Keys(roles)))
+	}
+}
+
+// TestChartNetworkPolicy: by default a NetworkPolicy isolates every
+// shard's pods for ingress, opening only the webhook and metrics ports (to
+// any source, which every cluster's API server can then reach); the
+// values' peers narrow each port, and each switch removes it.
+func TestChartNetworkPolicy(t *testing.T) {
+	policy := func(t *testing.T, values map[string]any) *networkingv1.NetworkPolicy {
+		t.Helper()
+		doc := renderChart(t, values)["helm-locker/templates/networkpolicy.yaml"]
+		if strings.TrimSpace(doc) == "" {
+			return nil
+		}
+		p := &networkingv1.NetworkPolicy{}
+		if err := yaml.UnmarshalStrict([]byte(doc), p); err != nil {
+			t.Fatalf("the chart's NetworkPolicy: %v\n%s", err, doc)
+		}
+		return p
+	}
+	type port struct {
+		name string
+		from []networkingv1.NetworkPolicyPeer
+	}
+	ports := func(p *networkingv1.NetworkPolicy) []port {
+		var got []port
+		for _, r := range p.Spec.Ingress {
+			for _, pp := range r.Ports {
+				got = append(got, port{pp.Port.String(), r.From})
+			}
+		}
+		return got
+	}
+	controlPlane := []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/24"}}}
+	prometheus := []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}}}}
+	for _, tt := range []struct {
+		name   string
+		values map[string]any
+		want   []port // nil: no NetworkPolicy
+	}{
+		{name: "default", want: []port{{name: "webhook"}, {name: "metrics"}}},
+		{name: "peers", values: map[string]any{
+			"webhook": map[string]any{"networkPolicy": map[string]any{"from": []any{map[string]any{"ipBlock": map[string]any{"cidr": "10.0.0.0/24"}}}}},
+			"metrics": map[string]any{"networkPolicy": map[string]any{"from": []any{map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": "monitoring"}}}}}},
+		}, want: []port{{"webhook", controlPlane}, {"metrics", prometheus}}},
+		{name: "no webhook", values: map[string]any{"webhook": map[string]any{"enabled": false}}, want: []port{{name: "metrics"}}},
+		{name: "no webhook, no metrics", values: map[string]any{"webhook": map[string]any{"enabled": false}, "metrics": map[string]any{"enabled": false}}},
+		{name: "off", values: map[string]any{"networkPolicy": map[string]any{"enabled": false}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := policy(t, tt.values)
+			if tt.want == nil {
+				if p != nil {
+					t.Errorf("a NetworkPolicy: %+v", p.Spec)
+				}
+				return
+			}
+			if p == nil {
+				t.Fatal("no NetworkPolicy")
+			}
+			if !slices.Equal(p.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+				t.Errorf("policyTypes %v, want Ingress alone: the locker must reach the API server", p.Spec.PolicyTypes)
+			}
+			if diff := cmp.Diff(tt.want, ports(p), cmp.AllowUnexported(port{})); diff != "" {
+				t.Errorf("ingress ports and peers (-want +got):\n%s", diff)
+			}
+		})
+	}
+
+	// Every shard's pods are selected, and each named port is one the
+	// pods serve.
+	out := renderChart(t, map[string]any{"shards": []any{"a", "b"}})
+	p := &networkingv1.NetworkPolicy{}
+	if err := yaml.UnmarshalStrict([]byte(out["helm-locker/templates/networkpolicy.yaml"]), p); err != nil {
+		t.Fatal(err)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range deployments(t, out) {
+		if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("the NetworkPolicy does not select the pods of %s", d.Name)
+		}
+		var served []string
+		for _, cp := range d.Spec.Template.Spec.Containers[0].Ports {
+			served = append(served, cp.Name)
+		}
+		for _, pp := range ports(p) {
+			if !slices.Contains(served, pp.name) {
+				t.Errorf("the NetworkPolicy opens port %s, which %s's pods do not name (%v)", pp.name, d.Name, served)
+			}
+		}
+	}
+}
+
+// grants reports whether rules let verb reach resource (a subresource as
+// "pods/exec") of group, named name ("" for a list or watch of all), as
+// Kubernetes' RBAC authorizer matches them: "*" matches any verb, group or
+// resource, subresources included, and resourceNames, when set, only
+// requests for those names.
+func grants(rules []rbacv1.PolicyRule, verb, group, resource, name string) bool {
+	for _, r := range rules {
+		if !slices.Contains(r.Verbs, verb) && !slices.Contains(r.Verbs, "*") {
+			continue
+		}
+		if !slices.Contains(r.APIGroups, group) && !slices.Contains(r.APIGroups, "*") {
+			continue
+		}
+		_, sub, isSub := strings.Cut(resource, "/")
+		if !slices.Contains(r.Resources, resource) && !slices.Contains(r.Resources, "*") && !(isSub && slices.Contains(r.Resources, "*/"+sub)) {
+			continue
+		}
+		if len(r.ResourceNames) > 0 && (name == "" || !slices.Contains(r.ResourceNames, name)) {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+// renderedKinds are the resources of every object the chart renders, which
+// the self-lock holds.
+func renderedKinds(t *testing.T, out map[string]string) []schema.GroupResource {
+	t.Helper()
+	var grs []schema.GroupResource
+	for name, rendered := range out {
+		if !strings.HasSuffix(name, ".yaml") {
+			continue
+		}
+		for _, doc := range documents(rendered) {
+			var meta metav1.TypeMeta
+			if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			plural, _ := apimeta.UnsafeGuessKindToResource(meta.GroupVersionKind())
+			grs = append(grs, plural.GroupResource())
+		}
+	}
+	return grs
+}
+
+// fixtureChartKinds are the resources of the built-in kinds the e2e
+// suite's charts hold: the locker must read them with the chart's RBAC.
+// The kinds of CRDs (a group with a dot that Kubernetes does not own) are
+// left out: rbac.extraReadRules is for them.
+func fixtureChartKinds(t *testing.T) []schema.GroupResource {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join("..", "..", "e2e", "testdata", "charts", "*", "templates", "*.yaml"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no e2e charts (%v)", err)
+	}
+	apiVersion := regexp.MustCompile(`(?m)^apiVersion: *(\S+)\s*\nkind: *(\w+)`)
+	var grs []schema.GroupResource
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range apiVersion.FindAllStringSubmatch(string(b), -1) {
+			gv, err := schema.ParseGroupVersion(m[1])
+			if err != nil || strings.Contains(m[1], "{{") || (strings.Contains(gv.Group, ".") && !strings.HasSuffix(gv.Group, ".k8s.io")) {
+				continue
+			}
+			plural, _ := apimeta.UnsafeGuessKindToResource(gv.WithKind(m[2]))
+			grs = append(grs, plural.GroupResource())
+		}
+	}
+	return grs
 }
 
 // operatorFlags are the names of the flags the operator takes.
@@ -226,19 +527,24 @@ func parseArgs(t *testing.T, args []string) *pflag.FlagSet {
 // with values.
 func renderChart(t *testing.T, values map[string]any) map[string]string {
 	t.Helper()
-	ch, err := loader.Load(chartDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vals, err := chartutil.ToRenderValues(ch, values, chartutil.ReleaseOptions{Name: "hl", Namespace: "registration", IsInstall: true}, chartutil.DefaultCapabilities)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := engine.Render(ch, vals)
+	out, err := renderChartE(values)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// renderChartE is renderChart for values the chart may refuse.
+func renderChartE(values map[string]any) (map[string]string, error) {
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		return nil, err
+	}
+	vals, err := chartutil.ToRenderValues(ch, values, chartutil.ReleaseOptions{Name: "hl", Namespace: "registration", IsInstall: true}, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, err
+	}
+	return engine.Render(ch, vals)
 }
 
 // deployment is the chart's first Deployment: the only one, unless it

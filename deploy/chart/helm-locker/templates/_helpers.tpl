@@ -42,6 +42,22 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/*
+The ServiceAccounts the locker may impersonate, as a JSON list:
+rbac.impersonate.serviceAccounts, the default writer
+(--default-service-account) and, with selfLock, the self-lock's account;
+["*"] for any name.
+*/}}
+{{- define "helm-locker.impersonated" -}}
+{{- $names := .Values.rbac.impersonate.serviceAccounts | default list }}
+{{- if has "*" $names }}["*"]
+{{- else }}
+{{- with include "helm-locker.defaultServiceAccount" . }}{{ $names = append $names . }}{{ end }}
+{{- if .Values.selfLock.enabled }}{{ $names = append $names (printf "%s-self" (include "helm-locker.fullname" .)) }}{{ end }}
+{{- $names | uniq | toJson }}
+{{- end }}
+{{- end }}
+
 {{/* An address flag's value: :port, or 0 when off. */}}
 {{- define "helm-locker.bind" -}}
 {{- if .enabled }}:{{ .port }}{{ else }}0{{ end }}
