@@ -145,7 +145,7 @@ func runDiff(cmd *cobra.Command, client *clientFlags, args, files []string, lock
 	if err != nil {
 		return nil, err
 	}
-	rel, err := storage.Read(secret)
+	rel, err := storage.Read(secret, rk.Namespace, rk.Name)
 	if err != nil {
 		return nil, err
 	}

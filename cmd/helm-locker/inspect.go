@@ -56,7 +56,7 @@ YAML or JSON, or its rendered manifest alone.`,
 			if err != nil {
 				return err
 			}
-			if _, err := storage.Read(secret); err != nil {
+			if _, err := storage.Read(secret, namespace, args[1]); err != nil {
 				return err
 			}
 			raw, err := storage.DecodeJSON(secret.Data["release"])
@@ -100,7 +100,7 @@ func releaseSecret(cmd *cobra.Command, kube kubernetes.Interface, namespace, nam
 	}
 	latest, ok := storage.Latest(secrets)
 	if !ok {
-		return nil, fmt.Errorf("release %s/%s: no Secret labelled %s has a %s label", namespace, name, storage.Selector(name), storage.LabelVersion)
+		return nil, fmt.Errorf("release %s/%s: no Secret labelled %s has a %s label and the name Helm gives that revision", namespace, name, storage.Selector(name), storage.LabelVersion)
 	}
 	return latest, nil
 }

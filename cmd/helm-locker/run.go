@@ -68,6 +68,9 @@ func runOperator(ctx context.Context, opts *options) error {
 		})
 		// Before the first request, so that every request is counted.
 		m.ReportClientRequests()
+		// Helm's managers are the admin's to name; drift_detected_total
+		// names them too.
+		m.KnowManagers(opts.helmManagers...)
 	}
 
 	cfg, err := restConfig(opts.kubeconfig, opts.qps, opts.burst)

@@ -75,6 +75,11 @@ func (c *Controller) Confirm(ctx context.Context, key string) (bool, error) {
 		case err != nil:
 			return false, err
 		}
+		if v, ok := storage.Revision(m); !ok || v != revision {
+			// Labelled as another revision than its name says: no
+			// revision Helm wrote (see storage.Revision).
+			continue
+		}
 		latest = latestRevision{revision: revision, status: m.Labels[storage.LabelStatus], lastWrite: storage.LastWrite(m)}
 	}
 	return c.mayHold(latest, held, time.Now()), nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -424,10 +426,20 @@ func (c *Controller) declareAll(ctx context.Context) {
 	declared := map[string]bool{}
 	err := c.listDeployed(ctx, func(page []corev1.Secret) {
 		var keys []string
+		var kept []string
 		for i := range page {
 			secret := &page[i]
-			c.prefetched.Store(secret.Namespace+"/"+secret.Name, secret)
-			crs, _ := c.crs.GetIndexer().ByIndex(byRelease, secret.Namespace+"/"+secret.Labels[storage.LabelName])
+			rk := v1alpha1.ReleaseKey{Namespace: secret.Namespace, Name: secret.Labels[storage.LabelName]}
+			// The selector matches names, not namespaces; and only
+			// the revision a lock reads now is worth keeping.
+			crs, _ := c.crs.GetIndexer().ByIndex(byRelease, rk.Namespace+"/"+rk.Name)
+			latest := c.latestSecret(rk)
+			if len(crs) == 0 || latest == nil || latest.UID != secret.UID || latest.ResourceVersion != secret.ResourceVersion {
+				continue
+			}
+			id := secret.Namespace + "/" + secret.Name
+			c.prefetched.Store(id, secret)
+			kept = append(kept, id)
 			for _, obj := range crs {
 				if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil && !declared[key] {
 					declared[key] = true
@@ -436,8 +448,8 @@ func (c *Controller) declareAll(ctx context.Context) {
 			}
 		}
 		c.declareKeys(ctx, keys)
-		for i := range page {
-			c.prefetched.Delete(page[i].Namespace + "/" + page[i].Name)
+		for _, id := range kept {
+			c.prefetched.Delete(id)
 		}
 	})
 	if err != nil {
@@ -454,27 +466,40 @@ func (c *Controller) declareAll(ctx context.Context) {
 	c.engine.Prepare(ctx)
 }
 
-// startupPage is how many release Secrets declareAll lists at once.
-const startupPage = 100
+// startupPage is how many release Secrets declareAll lists at once. The
+// list is of whole Secrets, and anyone who may create Secrets anywhere
+// can label one as a deployed revision of a registered release, up to the
+// 1 MiB a Secret may hold: a page holds at most 16 MiB of them, and
+// listDeployed holds two pages at once.
+const startupPage = 16
 
-// listDeployed lists the deployed revisions of every release, calling
-// page with each page of them. The next page is listed while page works
+// startupNames is how many release names one startup list selects, which
+// keeps its label selector, in the request's URL, to a few kilobytes.
+const startupNames = 100
+
+// listDeployed lists the deployed revisions of the registered releases,
+// calling page with each page of them: it selects them by Helm's labels
+// and the releases' names, as the metadata cache of release Secrets
+// already told which to read. The next page is listed while page works
 // on this one, so that the API server's time for it is not added to the
 // locker's; no more than that one is held ahead.
 func (c *Controller) listDeployed(ctx context.Context, page func([]corev1.Secret)) error {
+	selectors := deployedSelectors(c.crs.GetIndexer().ListIndexFuncValues(byRelease))
 	pages := make(chan []corev1.Secret)
 	var err error
 	go func() {
 		defer close(pages)
-		opts := metav1.ListOptions{LabelSelector: storage.OwnedSelector + "," + storage.LabelStatus + "=deployed", Limit: startupPage}
-		for {
-			var list *corev1.SecretList
-			if list, err = c.cfg.Kube.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, opts); err != nil {
-				return
-			}
-			pages <- list.Items
-			if opts.Continue = list.Continue; opts.Continue == "" {
-				return
+		for _, selector := range selectors {
+			opts := metav1.ListOptions{LabelSelector: selector, Limit: startupPage}
+			for {
+				var list *corev1.SecretList
+				if list, err = c.cfg.Kube.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, opts); err != nil {
+					return
+				}
+				pages <- list.Items
+				if opts.Continue = list.Continue; opts.Continue == "" {
+					break
+				}
 			}
 		}
 	}()
@@ -482,6 +507,28 @@ func (c *Controller) listDeployed(ctx context.Context, page func([]corev1.Secret
 		page(p)
 	}
 	return err
+}
+
+// deployedSelectors are the label selectors of the deployed release
+// Secrets of releases, each "namespace/name", startupNames names at a
+// time. A name that is no label value names no Secret Helm wrote, and is
+// left out.
+func deployedSelectors(releases []string) []string {
+	var names []string
+	seen := map[string]bool{}
+	for _, r := range releases {
+		_, name, _ := strings.Cut(r, "/")
+		if !seen[name] && len(validation.IsValidLabelValue(name)) == 0 && name != "" {
+			seen[name] = true
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	var selectors []string
+	for chunk := range slices.Chunk(names, startupNames) {
+		selectors = append(selectors, storage.OwnedSelector+","+storage.LabelStatus+"=deployed,"+storage.LabelName+" in ("+strings.Join(chunk, ",")+")")
+	}
+	return selectors
 }
 
 // declareKeys declares the objects of the releases keys name, with the

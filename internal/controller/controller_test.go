@@ -403,22 +403,34 @@ func TestReadOnlyDeclaresAndWritesNothing(t *testing.T) {
 func TestDeclareAllListsDeployedReleases(t *testing.T) {
 	c, _ := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
 	kube := c.cfg.Kube.(*fake.Clientset)
-	kube.ClearActions()
-	c.declareAll(context.Background())
-	lists, gets := 0, 0
-	for _, a := range kube.Actions() {
-		if a.GetResource().Resource != "secrets" {
-			continue
+	// Planted by a tenant who may create Secrets: a deployed revision
+	// of an unregistered release, and one of the registered release's
+	// name in the tenant's own namespace.
+	unregistered := releaseSecret(t, "deployed", 1)
+	unregistered.Name, unregistered.Labels["name"] = "sh.helm.release.v1.planted.v1", "planted"
+	elsewhere := releaseSecret(t, "deployed", 1)
+	elsewhere.Namespace = "tenant"
+	for _, s := range []*corev1.Secret{unregistered, elsewhere} {
+		if err := kube.Tracker().Add(s); err != nil {
+			t.Fatal(err)
 		}
-		switch a.GetVerb() {
-		case "list":
-			lists++
-		case "get":
+	}
+	kube.ClearActions()
+	var listed []string
+	kube.PrependReactor("list", "secrets", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		l := a.(clienttesting.ListActionImpl)
+		listed = append(listed, fmt.Sprintf("%s limit %d", l.ListRestrictions.Labels, l.ListOptions.Limit))
+		return false, nil, nil
+	})
+	c.declareAll(context.Background())
+	gets := 0
+	for _, a := range kube.Actions() {
+		if a.GetResource().Resource == "secrets" && a.GetVerb() == "get" {
 			gets++
 		}
 	}
-	if lists != 1 || gets != 0 {
-		t.Errorf("declareAll sent %d lists and %d GETs of Secrets, want 1 and 0", lists, gets)
+	if want := []string{"name in (rel),owner=helm,status=deployed limit 16"}; !slices.Equal(listed, want) || gets != 0 {
+		t.Errorf("declareAll sent lists %q and %d GETs of Secrets, want %q and none", listed, gets, want)
 	}
 	if st := c.state("cattle-helm-system/hr"); st.rel == nil || st.rel.Version != 1 {
 		t.Errorf("the release is not declared: %+v", st.rel)
@@ -480,7 +492,7 @@ func TestListDeployedListsAhead(t *testing.T) {
 	var lists atomic.Int32
 	second := make(chan struct{})
 	deployed := func(name string) []corev1.Secret {
-		return []corev1.Secret{{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{storage.LabelOwner: "helm", storage.LabelStatus: "deployed"}}}}
+		return []corev1.Secret{{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{storage.LabelOwner: "helm", storage.LabelName: "rel", storage.LabelStatus: "deployed"}}}}
 	}
 	kube.PrependReactor("list", "secrets", func(clienttesting.Action) (bool, runtime.Object, error) {
 		switch lists.Add(1) {
@@ -509,5 +521,40 @@ func TestListDeployedListsAhead(t *testing.T) {
 	}
 	if want := []string{"a", "b"}; !slices.Equal(got, want) {
 		t.Errorf("pages held %v, want %v", got, want)
+	}
+}
+
+// TestDeployedSelectors: the startup lists select the registered releases'
+// names, a hundred at a time, and leave out names no Secret can carry.
+func TestDeployedSelectors(t *testing.T) {
+	var many []string
+	for i := range 150 {
+		many = append(many, fmt.Sprintf("apps/r%03d", i))
+	}
+	tests := []struct {
+		name     string
+		releases []string
+		want     []int // names per selector
+		contains string
+	}{
+		{"none", nil, nil, ""},
+		{"a name registered twice", []string{"a/web", "b/web", "a/api"}, []int{2}, "owner=helm,status=deployed,name in (api,web)"},
+		{"not a label value", []string{"a/web", "a/" + strings.Repeat("x", 64), "a/bad name"}, []int{1}, "name in (web)"},
+		{"chunked", many, []int{100, 50}, "name in (r000,r001,"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := deployedSelectors(tt.releases)
+			var sizes []int
+			for _, s := range got {
+				sizes = append(sizes, strings.Count(s, ",")-1)
+			}
+			if !slices.Equal(sizes, tt.want) {
+				t.Errorf("deployedSelectors gave %d selectors of %v names, want %v: %q", len(got), sizes, tt.want, got)
+			}
+			if tt.contains != "" && !strings.Contains(got[0], tt.contains) {
+				t.Errorf("deployedSelectors = %q, want the first to contain %q", got, tt.contains)
+			}
+		})
 	}
 }

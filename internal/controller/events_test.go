@@ -170,7 +170,7 @@ func TestAwaitingOwnWrites(t *testing.T) {
 }
 
 // TestDriftAndFightMetrics: a drift counts under the manager that made
-// it, and a fight counts once when it begins, not at every Sync that
+// it (one the metrics do not know, as "other"), and a fight counts once when it begins, not at every Sync that
 // reports it ongoing.
 func TestDriftAndFightMetrics(t *testing.T) {
 	m := metrics.New(nil)
@@ -189,7 +189,7 @@ func TestDriftAndFightMetrics(t *testing.T) {
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
 	for _, want := range []string{
-		`helm_locker_drift_detected_total{kind="ConfigMap",manager="fighter",namespace="apps",release="web"} 1`,
+		`helm_locker_drift_detected_total{kind="ConfigMap",manager="other",namespace="apps",release="web"} 1`,
 		`helm_locker_fights_total{kind="ConfigMap",namespace="apps",release="web"} 1`,
 	} {
 		if !strings.Contains(body, want) {

@@ -155,11 +155,12 @@ func secretReleaseIndex(obj any) ([]string, error) {
 	if err != nil {
 		return nil, nil
 	}
-	name := m.GetLabels()[storage.LabelName]
-	if name == "" {
+	// A Secret not named as Helm names the revision its labels claim
+	// is no revision of any release (see storage.Revision).
+	if _, ok := storage.Revision(m); !ok {
 		return nil, nil
 	}
-	return []string{m.GetNamespace() + "/" + name}, nil
+	return []string{m.GetNamespace() + "/" + m.GetLabels()[storage.LabelName]}, nil
 }
 
 // syncHelmRelease brings a HelmRelease's lock in line: observe the CR and
@@ -225,6 +226,9 @@ func (c *Controller) observe(ctx context.Context, key string) (*v1alpha1.HelmRel
 	st := c.state(key)
 	if st.release != hr.Spec.Release {
 		c.open(key)
+		// The series of the release it held before name a lock that is
+		// gone.
+		c.cfg.Metrics.ForgetLock(st.release.Namespace, st.release.Name)
 		*st = releaseState{release: hr.Spec.Release}
 	}
 	st.own.apply(hr)
@@ -371,7 +375,7 @@ func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRe
 	}
 
 	if st.rel == nil || st.secretUID != latest.GetUID() || st.secretVersion != latest.GetResourceVersion() || st.generation != hr.Generation {
-		rel, objs, err := c.readRelease(ctx, latest)
+		rel, objs, err := c.readRelease(ctx, rk, latest)
 		if err != nil {
 			c.openState(key, st)
 			if apierrors.IsNotFound(err) {
@@ -480,12 +484,18 @@ func (c *Controller) state(key string) *releaseState {
 	return st
 }
 
+// dropState forgets key's HelmRelease: its state, its last denial, and
+// its metrics, those of the release it held included.
 func (c *Controller) dropState(key string) {
-	c.cfg.Metrics.ForgetRelease(key)
-	c.denials.drop(key)
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	st := c.states[key]
 	delete(c.states, key)
+	c.mu.Unlock()
+	c.cfg.Metrics.ForgetRelease(key)
+	if st != nil {
+		c.cfg.Metrics.ForgetLock(st.release.Namespace, st.release.Name)
+	}
+	c.denials.drop(key)
 }
 
 // latestSecret returns the metadata of the release's highest revision.
@@ -504,8 +514,9 @@ func (c *Controller) latestSecret(rk v1alpha1.ReleaseKey) *metav1.PartialObjectM
 	return latest
 }
 
-// readRelease reads and decodes the release Secret and parses its manifest.
-func (c *Controller) readRelease(ctx context.Context, latest *metav1.PartialObjectMetadata) (*storage.Release, []*unstructured.Unstructured, error) {
+// readRelease reads and decodes the Secret of a revision of release rk,
+// checks it is one (see storage.Read), and parses its manifest.
+func (c *Controller) readRelease(ctx context.Context, rk v1alpha1.ReleaseKey, latest *metav1.PartialObjectMetadata) (*storage.Release, []*unstructured.Unstructured, error) {
 	var secret *corev1.Secret
 	if v, ok := c.prefetched.Load(latest.Namespace + "/" + latest.Name); ok && v.(*corev1.Secret).ResourceVersion == latest.ResourceVersion {
 		secret = v.(*corev1.Secret)
@@ -515,7 +526,7 @@ func (c *Controller) readRelease(ctx context.Context, latest *metav1.PartialObje
 			return nil, nil, err
 		}
 	}
-	rel, err := storage.Read(secret)
+	rel, err := storage.Read(secret, rk.Namespace, rk.Name)
 	if err != nil {
 		return nil, nil, err
 	}

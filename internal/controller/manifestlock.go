@@ -112,6 +112,9 @@ func (c *Controller) syncManifestLock(ctx context.Context, key string) (result, 
 		c.mls.drop(key)
 		c.denials.drop(key)
 		c.sources.watch(key, nil)
+		if ns, name, err := cache.SplitMetaNamespaceKey(ref); err == nil {
+			c.cfg.Metrics.ForgetLock(ns, name)
+		}
 		return result{}, nil
 	}
 	ml, ok := obj.(*mlv1.ManifestLock)
@@ -123,6 +126,7 @@ func (c *Controller) syncManifestLock(ctx context.Context, key string) (result, 
 		c.open(key)
 		c.mls.drop(key)
 		c.sources.watch(key, nil)
+		c.cfg.Metrics.ForgetLock(ml.Namespace, ml.Name)
 		return result{}, nil
 	}
 	ml = ml.DeepCopy()

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,8 +47,10 @@ func (c *Controller) stuckOn(st *releaseState, latest *metav1.PartialObjectMetad
 		return nil
 	}
 	for _, obj := range objs {
-		if m, ok := obj.(*metav1.PartialObjectMetadata); ok && m.Labels[storage.LabelVersion] == strconv.Itoa(v.Revision) {
-			return m
+		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+			if revision, ok := storage.Revision(m); ok && revision == v.Revision {
+				return m
+			}
 		}
 	}
 	return nil

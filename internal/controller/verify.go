@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -181,10 +180,13 @@ func (c *Controller) verifiedObjects(ctx context.Context, namespace string, v v1
 	}
 	for _, obj := range objs {
 		m, ok := obj.(*metav1.PartialObjectMetadata)
-		if !ok || m.Namespace != namespace || m.Labels[storage.LabelVersion] != strconv.Itoa(v.Revision) {
+		if !ok || m.Namespace != namespace {
 			continue
 		}
-		rel, relObjs, err := c.readRelease(ctx, m)
+		if revision, ok := storage.Revision(m); !ok || revision != v.Revision {
+			continue
+		}
+		rel, relObjs, err := c.readRelease(ctx, v.Release, m)
 		if err != nil {
 			logger.V(2).Info("Cannot read the verified revision; every object of the new one must be proved", "secret", klog.KObj(m), "err", err)
 			return nil

@@ -1,8 +1,10 @@
 package metrics
 
 import (
+	"maps"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +37,7 @@ type Metrics struct {
 
 	mu       sync.Mutex
 	releases map[string]releaseFigures // by CR key
+	managers map[string]bool           // named in drift_detected_total; see managerLabel
 }
 
 type releaseFigures struct {
@@ -57,7 +60,7 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 		}),
 		driftDetected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "drift_detected_total",
-			Help: "Objects found not as their manifest declares; manager is the field manager that made the drift (the first, when several did), \"unknown\" if none is recorded.",
+			Help: "Objects found not as their manifest declares; manager is the field manager that made the drift (the first, when several did): Helm's, kubectl's, Kubernetes' own or the locker's by name, \"other\" for any other, \"unknown\" if none is recorded.",
 		}, []string{"namespace", "release", "kind", "manager"}),
 		driftCorrected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "drift_corrected_total",
@@ -89,6 +92,7 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 			Help: "Events not written, by why: QueueFull, RateLimited (repeats on one object past client-go's limit), Rejected, Unreachable, Invalid, Shutdown.",
 		}, []string{"reason"}),
 		releases: map[string]releaseFigures{},
+		managers: maps.Clone(knownManagers),
 	}
 	m.registry.MustRegister(
 		m.lockedReleases, m.lockedObjects, m.driftDetected, m.driftCorrected, m.fights, m.revertLatency, m.reconcileErrs, m.denied, m.reviews, m.eventsDropped,
@@ -118,7 +122,9 @@ func (m *Metrics) ObserveRelease(key string, locked bool, objects int) {
 	m.totalsLocked()
 }
 
-// ForgetRelease drops a HelmRelease that is gone or no longer served.
+// ForgetRelease drops a HelmRelease that is gone or no longer served: its
+// figures, and the series of its reconcile errors. The series of the
+// release it held go with ForgetLock.
 func (m *Metrics) ForgetRelease(key string) {
 	if m == nil {
 		return
@@ -127,6 +133,73 @@ func (m *Metrics) ForgetRelease(key string) {
 	defer m.mu.Unlock()
 	delete(m.releases, key)
 	m.totalsLocked()
+	if ns, name, ok := strings.Cut(key, "/"); ok {
+		m.reconcileErrs.Delete(prometheus.Labels{"namespace": ns, "name": name})
+	}
+}
+
+// ForgetLock deletes every series that names a lock that is gone, no
+// longer served, or now holds another release: its drifts, corrections,
+// fights and denials. namespace and name are the release's for a
+// HelmRelease, the ManifestLock's own for one (as Denied takes them).
+// Without it, every release or lock ever held would stay in /metrics.
+func (m *Metrics) ForgetLock(namespace, name string) {
+	if m == nil || name == "" {
+		return
+	}
+	l := prometheus.Labels{"namespace": namespace, "release": name}
+	m.driftDetected.DeletePartialMatch(l)
+	m.driftCorrected.DeletePartialMatch(l)
+	m.fights.DeletePartialMatch(l)
+	m.denied.DeletePartialMatch(l)
+}
+
+// KnowManagers adds field managers that drift_detected_total names rather
+// than count as "other": the names --helm-field-managers gives Helm. The
+// admin sets these; nothing a writer sends adds one.
+func (m *Metrics) KnowManagers(names ...string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, n := range names {
+		m.managers[n] = true
+	}
+}
+
+// knownManagers are the field managers drift_detected_total names: Helm's,
+// kubectl's (each command writes as kubectl-<command>), Kubernetes' own
+// controllers' and the locker's. A field manager is whatever the writer
+// sends (?fieldManager=, or its user agent), so a label for each would let
+// anyone who may edit a locked object grow /metrics without bound.
+var knownManagers = map[string]bool{
+	"helm": true,
+	// The locker's own writes, and its CLI's (cmd/helm-locker).
+	"helm-locker": true, "helm-locker-cli": true,
+	// kubectl: server-side apply, client-side apply, and the commands
+	// that write.
+	"kubectl": true, "kubectl-client-side-apply": true, "kubectl-last-applied": true,
+	"kubectl-annotate": true, "kubectl-autoscale": true, "kubectl-create": true, "kubectl-edit": true,
+	"kubectl-expose": true, "kubectl-label": true, "kubectl-patch": true, "kubectl-replace": true,
+	"kubectl-rollout": true, "kubectl-run": true, "kubectl-scale": true, "kubectl-set": true, "kubectl-taint": true,
+	// Kubernetes' own; before-first-apply is what csaupgrade leaves.
+	"kube-controller-manager": true, "kube-scheduler": true, "kubelet": true, "kube-apiserver": true,
+	"before-first-apply": true,
+}
+
+// managerLabel is manager as drift_detected_total names it: itself if
+// known, "unknown" if none was recorded, "other" for any other.
+func (m *Metrics) managerLabel(manager string) string {
+	if manager == "" {
+		return "unknown"
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.managers[manager] {
+		return manager
+	}
+	return "other"
 }
 
 func (m *Metrics) totalsLocked() {
@@ -142,16 +215,13 @@ func (m *Metrics) totalsLocked() {
 }
 
 // Drift counts one drift of an object of kind in a release, made by
-// manager ("" for unknown); corrected with its latency when it was written
-// back.
+// manager ("" for unknown; see managerLabel); corrected with its latency
+// when it was written back.
 func (m *Metrics) Drift(releaseNamespace, release, kind, manager string, corrected bool, latency time.Duration) {
 	if m == nil {
 		return
 	}
-	if manager == "" {
-		manager = "unknown"
-	}
-	m.driftDetected.WithLabelValues(releaseNamespace, release, kind, manager).Inc()
+	m.driftDetected.WithLabelValues(releaseNamespace, release, kind, m.managerLabel(manager)).Inc()
 	if corrected {
 		m.driftCorrected.WithLabelValues(releaseNamespace, release, kind).Inc()
 		m.revertLatency.Observe(latency.Seconds())

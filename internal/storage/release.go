@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"sync"
 
 	"helm.sh/helm/v3/pkg/release"
@@ -47,13 +48,32 @@ func (r *Release) ApplyManager() string {
 
 var gzipMagic = []byte{0x1f, 0x8b, 0x08}
 
+// MaxStored bounds a release as stored, Helm's base64 text: the API
+// server refuses a Secret whose data add up to more than 1 MiB.
+const MaxStored = 1 << 20
+
+// MaxInflated bounds a release's JSON once inflated: 32 times the 1 MiB
+// the API server lets a Secret hold. Helm's gzip shrinks real charts'
+// JSON (templates, values, base64 of files) 3 to 10 times, so a real
+// release is far from it; a crafted one inflates 1 MiB to about 1 GiB
+// (gzip's limit is about 1032:1). Each sync worker may inflate one release
+// at a time, so the locker holds at most Workers times this while it
+// decodes.
+const MaxInflated = 32 << 20
+
 // Decode decodes the value of a release Secret's "release" key as the
 // Kubernetes API returns it (Secret.Data, one layer of base64 already
 // removed): base64, then gzip, then JSON, as Helm's Secret driver writes
 // it. Releases stored before Helm compressed them are accepted too.
 func Decode(data []byte) (*Release, error) {
 	buf := gunzipped.Get().(*bytes.Buffer)
-	defer gunzipped.Put(buf)
+	defer func() {
+		// A buffer grown past any real release would be kept by the
+		// pool for as long as the process runs.
+		if buf.Cap() <= maxPooled {
+			gunzipped.Put(buf)
+		}
+	}()
 	raw, err := decodeJSON(data, buf)
 	if err != nil {
 		return nil, err
@@ -77,9 +97,16 @@ var (
 	gunzips   sync.Pool
 )
 
+// maxPooled is the largest inflate buffer kept for the next release: a
+// large chart's.
+const maxPooled = 4 << 20
+
 // decodeJSON is DecodeJSON, inflating into buf: what it returns is buf's
 // if the release was gzipped.
 func decodeJSON(data []byte, buf *bytes.Buffer) ([]byte, error) {
+	if len(data) > MaxStored {
+		return nil, fmt.Errorf("decoding release: %d bytes stored, more than a Secret may hold (%d)", len(data), MaxStored)
+	}
 	raw := make([]byte, base64.StdEncoding.DecodedLen(len(data)))
 	n, err := base64.StdEncoding.Decode(raw, data)
 	if err != nil {
@@ -98,8 +125,13 @@ func decodeJSON(data []byte, buf *bytes.Buffer) ([]byte, error) {
 		return nil, fmt.Errorf("decoding release: %w", err)
 	}
 	buf.Reset()
-	if _, err := buf.ReadFrom(zr); err != nil {
+	// One byte past the bound tells a release at the bound from one
+	// beyond it.
+	if _, err := buf.ReadFrom(io.LimitReader(zr, MaxInflated+1)); err != nil {
 		return nil, fmt.Errorf("decoding release: gunzip: %w", err)
+	}
+	if buf.Len() > MaxInflated {
+		return nil, fmt.Errorf("decoding release: it inflates to more than %d MiB, the bound of a release's JSON; not reading it", MaxInflated>>20)
 	}
 	return buf.Bytes(), nil
 }

@@ -77,3 +77,29 @@ func TestObjectsErrorsNameTheDocument(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeBounded: a release that inflates past MaxInflated is refused
+// without inflating it all, and one at the bound is read.
+func TestDecodeBounded(t *testing.T) {
+	// bomb is a release whose JSON is padded with n spaces, which gzip
+	// shrinks about a thousand times.
+	bomb := func(n int) []byte {
+		return encode(t, releaseJSON[:len(releaseJSON)-1]+strings.Repeat(" ", n)+"}", true)
+	}
+	atBound := bomb(MaxInflated - len(releaseJSON))
+	if len(atBound) > MaxStored {
+		t.Fatalf("the test's release at the bound takes %d bytes stored; want one a Secret can hold", len(atBound))
+	}
+	if rel, err := Decode(atBound); err != nil || rel.Version != 3 {
+		t.Errorf("Decode of a release of %d bytes = %+v, %v; want it read", MaxInflated, rel, err)
+	}
+	if _, err := Decode(bomb(MaxInflated - len(releaseJSON) + 1)); err == nil || !strings.Contains(err.Error(), "inflates to more than 32 MiB") {
+		t.Errorf("Decode of a release one byte past the bound = %v", err)
+	}
+	if _, err := DecodeJSON(bomb(100 << 20)); err == nil || !strings.Contains(err.Error(), "inflates to more than") {
+		t.Errorf("DecodeJSON of a 100 MiB release = %v", err)
+	}
+	if _, err := Decode(bytes.Repeat([]byte("A"), MaxStored+4)); err == nil || !strings.Contains(err.Error(), "more than a Secret may hold") {
+		t.Errorf("Decode of more than a Secret holds = %v", err)
+	}
+}

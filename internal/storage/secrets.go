@@ -33,10 +33,17 @@ func SecretName(release string, revision int) string {
 }
 
 // Revision is the revision a stored release's labels give, or false if
-// they give none.
+// they give none or its name is not the one Helm gives that revision of
+// the release its labels name. Anyone who may write Secrets in a release
+// namespace can label one as any revision; a Secret that also bears the
+// revision's name is at least the one Helm would read and overwrite.
 func Revision(obj metav1.Object) (int, bool) {
-	v, err := strconv.Atoi(obj.GetLabels()[LabelVersion])
-	return v, err == nil
+	labels := obj.GetLabels()
+	v, err := strconv.Atoi(labels[LabelVersion])
+	if err != nil || v <= 0 || obj.GetName() != SecretName(labels[LabelName], v) {
+		return 0, false
+	}
+	return v, true
 }
 
 // Latest returns the stored revision with the highest number, or nil.
@@ -50,14 +57,47 @@ func Latest[T metav1.Object](objs []T) (latest T, ok bool) {
 	return latest, ok
 }
 
-// Read decodes the release a Secret of Helm's Secret driver stores.
-func Read(secret *corev1.Secret) (*Release, error) {
+// InvalidError says a Secret does not hold a revision of the release it
+// was read for: it is not Helm's, it is too large, it does not decode, or
+// what it decodes to disagrees with its name, its labels or the release.
+// Such a revision is never held, nor used in place of another.
+type InvalidError struct {
+	// Secret is the Secret's namespace/name.
+	Secret string
+	// Problem says what is wrong, to a person.
+	Problem string
+}
+
+func (e *InvalidError) Error() string { return "release Secret " + e.Secret + ": " + e.Problem }
+
+// Read decodes the release a Secret of Helm's Secret driver stores, and
+// checks that it is a revision of release namespace/name: the Secret is in
+// namespace, its labels and name say the revision of name it holds, and
+// the release it decodes to has that name, namespace and revision. A
+// tenant who may write Secrets in namespace can write any of those; what
+// disagrees is refused before the manifest is parsed, since a release's
+// name and namespace decide which objects, and whose, the lock holds.
+func Read(secret *corev1.Secret, namespace, name string) (*Release, error) {
+	invalid := func(format string, args ...any) error {
+		return &InvalidError{Secret: secret.Namespace + "/" + secret.Name, Problem: fmt.Sprintf(format, args...)}
+	}
 	if secret.Type != SecretType {
-		return nil, fmt.Errorf("Secret %s/%s has type %q, not Helm's %q", secret.Namespace, secret.Name, secret.Type, SecretType)
+		return nil, invalid("has type %q, not Helm's %q", secret.Type, SecretType)
+	}
+	if secret.Namespace != namespace || secret.Labels[LabelName] != name {
+		return nil, invalid("is labelled as release %s/%s, not %s/%s", secret.Namespace, secret.Labels[LabelName], namespace, name)
+	}
+	revision, ok := Revision(secret)
+	if !ok {
+		return nil, invalid("its name does not agree with its labels %s=%q and %s=%q, as Helm names the Secret of a revision", LabelName, name, LabelVersion, secret.Labels[LabelVersion])
 	}
 	rel, err := Decode(secret.Data["release"])
 	if err != nil {
-		return nil, fmt.Errorf("Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+		return nil, invalid("%v", err)
+	}
+	if rel.Name != name || rel.Namespace != namespace || rel.Version != revision {
+		return nil, invalid("holds revision %d of release %s/%s, where its name and labels say revision %d of %s/%s",
+			rel.Version, rel.Namespace, rel.Name, revision, namespace, name)
 	}
 	return rel, nil
 }

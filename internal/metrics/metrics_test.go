@@ -1,0 +1,96 @@
+package metrics
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// scrape is what /metrics serves now.
+func scrape(t *testing.T, m *Metrics) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	return rec.Body.String()
+}
+
+// series counts the series of metric name in a scrape.
+func series(body, name string) int {
+	n := 0
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, name+"{") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDriftManagerIsBounded: a writer chooses its own field manager, so
+// drift_detected_total names only known ones (Helm's, kubectl's,
+// Kubernetes', the locker's and those KnowManagers adds) and counts every
+// other as "other": a thousand made-up managers add one series, not a
+// thousand.
+func TestDriftManagerIsBounded(t *testing.T) {
+	m := New(nil)
+	m.KnowManagers("my-helm")
+	for _, manager := range []string{"helm", "kubectl-patch", "kube-controller-manager", "my-helm", ""} {
+		m.Drift("apps", "web", "ConfigMap", manager, false, 0)
+	}
+	for i := range 1000 {
+		m.Drift("apps", "web", "ConfigMap", fmt.Sprintf("tenant-%d", i), false, 0)
+	}
+	m.Drift("apps", "web", "ConfigMap", "kubectl-made-up", false, 0)
+	body := scrape(t, m)
+	for _, want := range []string{
+		`helm_locker_drift_detected_total{kind="ConfigMap",manager="helm",namespace="apps",release="web"} 1`,
+		`helm_locker_drift_detected_total{kind="ConfigMap",manager="kubectl-patch",namespace="apps",release="web"} 1`,
+		`helm_locker_drift_detected_total{kind="ConfigMap",manager="kube-controller-manager",namespace="apps",release="web"} 1`,
+		`helm_locker_drift_detected_total{kind="ConfigMap",manager="my-helm",namespace="apps",release="web"} 1`,
+		`helm_locker_drift_detected_total{kind="ConfigMap",manager="unknown",namespace="apps",release="web"} 1`,
+		`helm_locker_drift_detected_total{kind="ConfigMap",manager="other",namespace="apps",release="web"} 1001`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if n := series(body, "helm_locker_drift_detected_total"); n != 6 {
+		t.Errorf("%d drift_detected_total series, want 6", n)
+	}
+}
+
+// TestForgetDeletesSeries: once a lock is gone, no series names it: its
+// drifts, corrections, fights, denials and reconcile errors; another
+// lock's stay.
+func TestForgetDeletesSeries(t *testing.T) {
+	m := New(nil)
+	for _, release := range []string{"web", "shop"} {
+		m.ObserveRelease("registration/"+release, true, 3)
+		m.Drift("apps", release, "ConfigMap", "kubectl-edit", true, 0)
+		m.Drift("apps", release, "Service", "", false, 0)
+		m.Fight("apps", release, "ConfigMap")
+		m.Denied("apps", release, "ConfigMap")
+		m.ReconcileError("registration", release)
+	}
+	m.ForgetRelease("registration/web")
+	m.ForgetLock("apps", "web")
+	body := scrape(t, m)
+	for _, name := range []string{"drift_detected_total", "drift_corrected_total", "fights_total", "admission_denied_total", "reconcile_errors_total"} {
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, "helm_locker_"+name+"{") && (strings.Contains(line, `release="web"`) || strings.Contains(line, `name="web"`)) {
+				t.Errorf("a series of the forgotten lock remains: %s", line)
+			}
+		}
+		if series(body, "helm_locker_"+name) == 0 {
+			t.Errorf("no %s series of release shop remains", name)
+		}
+	}
+	for _, want := range []string{"helm_locker_locked_releases 1", "helm_locker_locked_objects 3"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	var none *Metrics
+	none.ForgetLock("apps", "web")
+	none.KnowManagers("helm")
+}
