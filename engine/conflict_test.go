@@ -165,3 +165,33 @@ func TestApplyingIsTheSetsOwnChange(t *testing.T) {
 		t.Errorf("a restart: Applying of each drift (-want +got):\n%s", diff)
 	}
 }
+
+// TestPrecedenceBeforeSince: a set of higher Precedence holds an object
+// another declared first, and Judge judges for it alone: a tenant's lock,
+// created before an admin's, cannot keep the admin's object from them.
+func TestPrecedenceBeforeSince(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	e, _, _ := newTestEngine(t)
+	ref := ObjectRef{GVR: cmGVR, Namespace: "ns", Name: "c"}
+	e.Declare("tenant", ObjectSet{Objects: []*unstructured.Unstructured{configMap(t, "tenant")}, DefaultNamespace: "ns", Since: t0, Precedence: -1, Prevent: true})
+	e.Declare("admin", ObjectSet{Objects: []*unstructured.Unstructured{configMap(t, "admin")}, DefaultNamespace: "ns", Since: t0.Add(time.Hour)})
+	res, err := e.Sync(ctx, "tenant")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]Conflict{{Ref: ref, Kind: "ConfigMap", Holder: "admin"}}, res.Conflicts); diff != "" {
+		t.Errorf("conflicts of the lower set, created first (-want +got):\n%s", diff)
+	}
+	live := withNamespace(configMap(t, "admin"), "ns")
+	edited := withNamespace(configMap(t, "edited"), "ns")
+	if j, err := e.Judge(cmGVR, live, edited); err != nil || j.Denied() {
+		t.Errorf("Judge = %+v, %v; want allowed: the holder does not prevent changes, and the tenant's set does not hold the object", j, err)
+	}
+
+	// Of equal Precedence, Since decides again.
+	e.Declare("tenant", ObjectSet{Objects: []*unstructured.Unstructured{configMap(t, "tenant")}, DefaultNamespace: "ns", Since: t0, Prevent: true})
+	if got := e.holder(ref); got != "tenant" {
+		t.Errorf("holder at equal Precedence = %q; want tenant, created first", got)
+	}
+}

@@ -96,6 +96,12 @@ type ObjectSet struct {
 	// keeps the same holder across restarts whatever order the sets are
 	// declared in, unless two are equal.
 	Since time.Time
+	// Precedence ranks the sets that declare one object before Since
+	// does: the set with the higher Precedence holds it, whatever their
+	// Since. A caller gives the sets of less trusted authors a lower one,
+	// so that such an author cannot take an object over from a trusted
+	// one by declaring it first.
+	Precedence int
 	// Writer, if set, is the client every write for this set goes
 	// through, such as one impersonating an identity with no more power
 	// than the set's author; reads use the engine's own client. Nil
@@ -641,8 +647,17 @@ func (e *Engine) holder(ref ObjectRef) string {
 	return e.holderLocked(ref)
 }
 
+// holdsBefore reports whether s holds an object that o declares too
+// before o does: by Precedence, then since, then seq.
+func (s *objectSet) holdsBefore(o *objectSet) bool {
+	if s.spec.Precedence != o.spec.Precedence {
+		return s.spec.Precedence > o.spec.Precedence
+	}
+	return s.since.Before(o.since) || (s.since.Equal(o.since) && s.seq < o.seq)
+}
+
 // ownLocked adds key, whose set is s, to ref's owners in the order of
-// their sets' since and seq, and returns the key of the set it takes ref
+// their sets' Precedence, since and seq, and returns the key of the set it takes ref
 // over from, if any.
 func (e *Engine) ownLocked(key string, s *objectSet, ref ObjectRef) string {
 	keys := e.owners.keys(ref)
@@ -651,7 +666,7 @@ func (e *Engine) ownLocked(key string, s *objectSet, ref ObjectRef) string {
 	}
 	at := len(keys)
 	for i, k := range keys {
-		if o := e.sets[k]; o != nil && (s.since.Before(o.since) || (s.since.Equal(o.since) && s.seq < o.seq)) {
+		if o := e.sets[k]; o != nil && s.holdsBefore(o) {
 			at = i
 			break
 		}

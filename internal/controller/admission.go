@@ -26,14 +26,25 @@ var _ admission.Locks = (*Controller)(nil)
 // EventDenied is recorded on a lock for each request Prevent mode denied.
 const EventDenied = "Denied"
 
-// Judge asks the engine (see engine.Engine.Judge).
+// Judge asks the engine (see engine.Engine.Judge), and lets through what a
+// tenant's lock holds but may not judge (see judgesFor).
 func (c *Controller) Judge(gvr schema.GroupVersionResource, old, obj *unstructured.Unstructured) (engine.Judgement, error) {
-	return c.engine.Judge(gvr, old, obj)
+	j, err := c.engine.Judge(gvr, old, obj)
+	if err != nil || !j.Denied() || c.judgesFor(j.Key, old, obj) {
+		return j, err
+	}
+	return engine.Judgement{}, nil
 }
 
-// JudgeScale asks the engine (see engine.Engine.JudgeScale).
+// JudgeScale asks the engine (see engine.Engine.JudgeScale), and lets
+// through what a tenant's lock holds but may not judge (see
+// judgesScaleFor).
 func (c *Controller) JudgeScale(gvr schema.GroupVersionResource, namespace, name string, oldReplicas, replicas int64) (engine.Judgement, error) {
-	return c.engine.JudgeScale(gvr, namespace, name, oldReplicas, replicas)
+	j, err := c.engine.JudgeScale(gvr, namespace, name, oldReplicas, replicas)
+	if err != nil || !j.Denied() || c.judgesScaleFor(j.Key, gvr, namespace, name) {
+		return j, err
+	}
+	return engine.Judgement{}, nil
 }
 
 // PreventedTypes lists the types Prevent locks hold, for the webhook's

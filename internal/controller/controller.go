@@ -112,7 +112,11 @@ type Controller struct {
 	// ConfigMaps and Secrets they read their manifests from.
 	locks   cache.SharedIndexInformer
 	sources *sourceWatches
-	mls     manifestLocks
+	// serviceAccounts, set only when tenants' locks are served, say
+	// which locks each ServiceAccount lets write as it (see
+	// serviceAccountInformer).
+	serviceAccounts cache.SharedIndexInformer
+	mls             manifestLocks
 	// crsHealth and secretsHealth say whether the CR and Secret caches
 	// see changes as they happen (see informers.Health).
 	crsHealth, secretsHealth, locksHealth *informers.Health
@@ -248,6 +252,9 @@ func New(cfg Config) *Controller {
 		},
 	})
 	c.sources = &sourceWatches{kube: cfg.Kube, enqueue: c.queue.Add}
+	if cfg.TenantManifestLocks && watchMetadata != nil {
+		c.serviceAccounts = c.serviceAccountInformer(watchMetadata)
+	}
 
 	// Release Secrets are watched as metadata only, selected by Helm's
 	// owner label: their labels carry the status and revision, and the
@@ -315,6 +322,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	start(c.locks.RunWithContext)
 	start(c.sources.run)
 	start(c.sweepWriters)
+	if c.serviceAccounts != nil {
+		// Not waited for: until it has listed, a tenant's lock reads
+		// its ServiceAccount with a GET (see writerAnnotations).
+		start(c.serviceAccounts.RunWithContext)
+	}
 	logger.Info("Waiting for caches to sync")
 	if !cache.WaitForCacheSync(ctx.Done(), c.crs.HasSynced, c.secrets.HasSynced, c.locks.HasSynced) {
 		return errors.New("caches did not sync before shutdown")

@@ -54,6 +54,9 @@ type manifestState struct {
 	missing map[mlv1.ObjectRef]bool
 	// inventory is status.inventory, kept here once read.
 	inventory []mlv1.ObjectRef
+	// unheld are the objects of a tenant's manifest the lock does not
+	// hold, and why (see tenantHolds), as of its declaration.
+	unheld []v1alpha1.ObjectProblem
 	bookkeeping
 }
 
@@ -192,11 +195,21 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 		var forbidden *forbiddenError
 		if errors.As(err, &forbidden) {
 			c.openManifestLock(key, st)
-			return manifestOpenStatus(ml, mlv1.StateError, "Forbidden", limit(err.Error())), nil
+			return manifestOpenStatus(ml, mlv1.StateError, mlv1.ReasonForbidden, limit(err.Error())), nil
 		}
 		return c.manifestError(ctx, key, ml, st, r, "InvalidManifest", limit(err.Error()))
 	}
-	writer, err := c.writerFor(ml.Namespace, c.manifestServiceAccount(ml))
+	sa := c.manifestServiceAccount(ml)
+	if c.isTenant(ml) {
+		permitted, why, err := c.writerPermitted(ctx, ml, sa)
+		if err != nil {
+			return ml.Status, err
+		}
+		if !permitted {
+			return c.notPermitted(ctx, key, ml, st, r, why), nil
+		}
+	}
+	writer, err := c.writerFor(ml.Namespace, sa)
 	if err != nil {
 		return c.manifestError(ctx, key, ml, st, r, "ImpersonationUnavailable", err.Error())
 	}
@@ -207,13 +220,21 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 	declared := digest + fmt.Sprintf("/%d", ml.Generation)
 	if c.cfg.ReadOnly {
 		if declared != st.declared {
-			st.declared = declared
-			c.engine.Declare(key, c.manifestSet(ml, objs, namespace, ignore, writer, false))
+			held, unheld, err := c.heldObjects(ctx, ml, objs, namespace, writer)
+			if err != nil {
+				return ml.Status, err
+			}
+			st.declared, st.unheld = declared, unheld
+			c.engine.Declare(key, c.manifestSet(ml, held, namespace, ignore, writer, false))
 			c.engine.Prepare(ctx)
 		}
 		return ml.Status, nil
 	}
 	if declared != st.declared {
+		held, unheld, err := c.heldObjects(ctx, ml, objs, namespace, writer)
+		if err != nil {
+			return ml.Status, err
+		}
 		if ml.Spec.Prune {
 			if err := c.prune(ctx, ml, st, refs, writer); err != nil {
 				return ml.Status, err
@@ -228,22 +249,35 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 		// changed.
 		applied := st.declared == "" && ml.Status.ManifestDigest == digest
 		st.declarations++
-		st.declared, st.missing = declared, missing
+		st.declared, st.missing, st.unheld = declared, missing, unheld
 		st.lock = st.lock.Next(lock.Event{Type: lock.Engage, Revision: st.declarations, Warn: ml.Spec.Mode == v1alpha1.ModeWarn})
-		c.engine.Declare(key, c.manifestSet(ml, objs, namespace, ignore, writer, applied))
-		logger.V(2).Info("ManifestLock engaged", "objects", len(objs), "created", len(missing), "mode", ml.Spec.Mode)
+		c.engine.Declare(key, c.manifestSet(ml, held, namespace, ignore, writer, applied))
+		logger.V(2).Info("ManifestLock engaged", "objects", len(held), "notHeld", len(unheld), "created", len(missing), "mode", ml.Spec.Mode)
 	}
 	status, syncErr := c.syncManifestObjects(ctx, key, ml, st, r, optedOut)
 	status.ManifestDigest = digest
 	return status, syncErr
 }
 
+// heldObjects returns the objects of the manifest the lock may hold: all
+// of an admin's, and of a tenant's those tenantHolds allows.
+func (c *Controller) heldObjects(ctx context.Context, ml *mlv1.ManifestLock, objs []*unstructured.Unstructured, namespace string, writer dynamic.Interface) ([]*unstructured.Unstructured, []v1alpha1.ObjectProblem, error) {
+	if !c.isTenant(ml) {
+		return objs, nil, nil
+	}
+	return c.tenantHolds(ctx, ml, objs, namespace, writer)
+}
+
 // manifestSet is what a ManifestLock declares to the engine. In Prevent
 // mode every object carries the lock's marker, so that the webhook is sent
-// its requests (see mlv1.MarkerAnnotation).
+// its requests (see mlv1.MarkerAnnotation); a tenant's lock that writes
+// marks its objects in every mode, as the proof that it created or
+// adopted them (see tenantHolds). A tenant's lock ranks below every
+// admin's lock for an object both declare (see tenantPrecedence).
 func (c *Controller) manifestSet(ml *mlv1.ManifestLock, objs []*unstructured.Unstructured, namespace string, ignore func(*unstructured.Unstructured) []engine.Pointer, writer dynamic.Interface, applied bool) engine.ObjectSet {
 	prevent := ml.Spec.Mode == v1alpha1.ModePrevent
-	if prevent {
+	tenant := c.isTenant(ml)
+	if prevent || (tenant && ml.Spec.Mode != v1alpha1.ModeWarn) {
 		for _, obj := range objs {
 			annotations := obj.GetAnnotations()
 			if annotations == nil {
@@ -253,6 +287,10 @@ func (c *Controller) manifestSet(ml *mlv1.ManifestLock, objs []*unstructured.Uns
 			obj.SetAnnotations(annotations)
 		}
 	}
+	precedence := 0
+	if tenant {
+		precedence = tenantPrecedence
+	}
 	return engine.ObjectSet{
 		Objects:          objs,
 		DefaultNamespace: namespace,
@@ -261,6 +299,7 @@ func (c *Controller) manifestSet(ml *mlv1.ManifestLock, objs []*unstructured.Uns
 		Ignore:           ignore,
 		Writer:           writer,
 		Since:            ml.CreationTimestamp.Time,
+		Precedence:       precedence,
 		Applied:          applied,
 	}
 }
@@ -274,7 +313,8 @@ func (c *Controller) syncManifestObjects(ctx context.Context, key string, ml *ml
 	st.lock = st.lock.Next(lock.Event{Type: lock.Checked, Revision: st.declarations, Complete: complete, InLine: res.InLine})
 	r.requeueBy(res.RequeueAfter)
 	status := manifestLockedStatus(ml, st, res, syncErr)
-	status.NotLocked = notLocked(optedOut, 0, res, syncErr)
+	status.NotLocked = notLocked(append(slices.Clone(optedOut), st.unheld...), 0, res, syncErr)
+	notAllHeld(&status.LockStatus, ml.Generation, st.unheld)
 	if syncErr == nil && len(res.Unresolved) > 0 {
 		syncErr = errors.Join(res.Unresolved...)
 	}
@@ -516,7 +556,7 @@ func (c *Controller) recordManifestDrifts(ctx context.Context, ml *mlv1.Manifest
 func (c *Controller) openManifestLock(key string, st *manifestState) {
 	c.open(key)
 	st.lock = st.lock.Next(lock.Event{Type: lock.Open})
-	st.declared, st.missing = "", nil
+	st.declared, st.missing, st.unheld = "", nil, nil
 }
 
 // manifestError reports a manifest that cannot be read or held. What the

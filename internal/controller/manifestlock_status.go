@@ -2,8 +2,13 @@ package controller
 
 import (
 	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
 	"github.com/helm-locker/helm-locker/lock"
 )
@@ -30,6 +35,25 @@ func manifestLockedStatus(ml *mlv1.ManifestLock, st *manifestState, res engine.R
 	}
 	heldLock(&s.LockStatus, ml.Generation, st.lock, st.lock.Holding(), res, syncErr, "in the manifest", "")
 	return s
+}
+
+// notAllHeld says, in place of a Locked or Ready condition that says the
+// manifest is held, that some objects of it are not (unheld, see
+// tenantHolds): a user reading the status must not take the lock for one
+// that holds them.
+func notAllHeld(s *v1alpha1.LockStatus, generation int64, unheld []v1alpha1.ObjectProblem) {
+	if len(unheld) == 0 {
+		return
+	}
+	msg := fmt.Sprintf("%s is not held: %s", unheld[0].Object, unheld[0].Message)
+	if n := len(unheld) - 1; n > 0 {
+		msg += fmt.Sprintf(" (and %d more objects, see status.notLocked)", n)
+	}
+	for _, typ := range []string{v1alpha1.ConditionLocked, v1alpha1.ConditionReady} {
+		if c := meta.FindStatusCondition(s.Conditions, typ); c != nil && c.Status == metav1.ConditionTrue {
+			setConditions(s, generation, condition(typ, false, unheld[0].Reason, limit(msg)))
+		}
+	}
 }
 
 // writeManifestLockStatus patches the lock's status if it changed.

@@ -33,6 +33,43 @@ const ManagedByAnnotation = "helm-locker.io/managed-by"
 // objects that carry it or Helm's release annotation.
 const MarkerAnnotation = "helm-locker.io/manifest-lock"
 
+// WritersAnnotation, on a ServiceAccount, names the ManifestLocks of its
+// namespace that may write as it: a comma-separated list of lock names,
+// or "*" for every lock there. A lock outside the registration namespace
+// is a tenant's, and RBAC grants ManifestLock create apart from any
+// ServiceAccount's power: without this opt-in, whoever may create a lock
+// could write as the most powerful account of the namespace. Kubernetes
+// lets a pod run as any account of its namespace, but creating pods is
+// not what a lock's author was granted. A lock in the registration
+// namespace is an admin's, and needs no opt-in.
+const WritersAnnotation = "helm-locker.io/manifest-locks"
+
+// The reasons a ManifestLock gives, in its conditions and in
+// status.notLocked, for what a tenant's lock does not hold. Whatever the
+// order the locks were created in, a tenant's lock never holds, and Prevent
+// mode never judges for it, an object it did not create or adopt with its
+// own MarkerAnnotation.
+const (
+	// ReasonWriterNotPermitted: the ServiceAccount the lock writes as
+	// does not name the lock in its WritersAnnotation (or does not
+	// exist). The lock holds nothing and writes nothing.
+	ReasonWriterNotPermitted = "WriterNotPermitted"
+	// ReasonForbidden: the lock names objects a tenant's lock may not
+	// hold (cluster-scoped, or of another namespace), and nothing is
+	// held; or, on one object in status.notLocked, the object exists
+	// without the lock's marker and the lock's writer may not write it
+	// (a server-side dry run adding the marker, as the writer, was
+	// refused), so the lock does not adopt it.
+	ReasonForbidden = "Forbidden"
+	// ReasonInstalledByHelm: the object carries Helm's ownership
+	// annotations (meta.helm.sh/release-name and release-namespace).
+	// Helm's operations on a release are never stopped by a tenant's
+	// lock, whoever created the object: an admin who installs a chart
+	// into a tenant's namespace must be able to upgrade it and delete
+	// its objects. A HelmRelease holds a release.
+	ReasonInstalledByHelm = "InstalledByHelm"
+)
+
 // ManifestLock holds the objects of a raw manifest as it declares them:
 // what is missing is applied, edits are reverted and deleted objects are
 // recreated. The manifest may come from any tool: kubectl, kustomize build,

@@ -1,0 +1,318 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/cache"
+
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/informers"
+	"github.com/helm-locker/helm-locker/internal/storage"
+)
+
+// The trust rules of a tenant's ManifestLock: one outside the registration
+// namespace, which anyone granted ManifestLock create there may write. An
+// admin's locks (HelmReleases, ManifestLocks of the registration
+// namespace) are trusted as their authors are; a tenant's lock may only
+// keep what its author could keep by hand:
+//
+//   - it writes as a ServiceAccount of its namespace that opted in to it
+//     (mlv1.WritersAnnotation), else it holds nothing (writerPermitted);
+//   - an admin's lock holds an object before it, whatever the order they
+//     were created in (engine.ObjectSet.Precedence);
+//   - it holds an object only if it creates it, or it carries the lock's
+//     marker, or its writer may write the marker on (adopt); never one
+//     Helm installed (tenantHolds);
+//   - Prevent mode judges for it only what, as the API server has it,
+//     carries its marker and not Helm's ownership (judgesFor).
+
+// Events of a tenant's ManifestLock.
+const (
+	// EventWriterNotPermitted: the lock's ServiceAccount does not let
+	// it write as it (see mlv1.WritersAnnotation).
+	EventWriterNotPermitted = mlv1.ReasonWriterNotPermitted
+	// EventNotAdopted: an object of the manifest is not held (see
+	// tenantHolds).
+	EventNotAdopted = "NotAdopted"
+)
+
+// tenantPrecedence is the engine Precedence of a tenant's lock, below
+// every admin's lock (0).
+const tenantPrecedence = -1
+
+// permittedRetry is how often a lock whose writer did not opt in looks
+// again when no ServiceAccount watch tells it of a change.
+const permittedRetry = time.Minute
+
+var serviceAccountsResource = schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
+
+// isTenant reports whether ml is a tenant's lock.
+func (c *Controller) isTenant(ml *mlv1.ManifestLock) bool { return ml.Namespace != c.cfg.Namespace }
+
+// tenantLockKey returns namespace/name of the tenant ManifestLock of an
+// engine key, and false for any other lock's key.
+func (c *Controller) tenantLockKey(key string) (string, bool) {
+	ref, ok := strings.CutPrefix(key, manifestLockPrefix)
+	if !ok {
+		return "", false
+	}
+	ns, _, _ := strings.Cut(ref, "/")
+	return ref, ns != c.cfg.Namespace
+}
+
+// permits reports whether the value of a ServiceAccount's
+// mlv1.WritersAnnotation names lock.
+func permits(value, lock string) bool {
+	for _, name := range strings.Split(value, ",") {
+		if name = strings.TrimSpace(name); name == "*" || name == lock {
+			return true
+		}
+	}
+	return false
+}
+
+// serviceAccountInformer watches the metadata of every ServiceAccount,
+// keeping only mlv1.WritersAnnotation, and queues the locks of its
+// namespace when that changes. It runs only for a controller that serves
+// tenants' locks everywhere: a few hundred bytes per ServiceAccount, where
+// a GET per sync would cost a request for every drift of a tenant's lock.
+func (c *Controller) serviceAccountInformer(client metadata.Interface) cache.SharedIndexInformer {
+	accounts := client.Resource(serviceAccountsResource)
+	inf := cache.NewSharedIndexInformerWithOptions(
+		cache.ToListWatcherWithWatchListSemantics(informers.Guard(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return accounts.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return accounts.Watch(ctx, o)
+			},
+		}, c.cfg.Readiness, nil), client),
+		&metav1.PartialObjectMetadata{},
+		cache.SharedIndexInformerOptions{ObjectDescription: "ServiceAccounts"})
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			return obj, nil
+		}
+		out := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name, ResourceVersion: m.ResourceVersion}}
+		if v, ok := m.Annotations[mlv1.WritersAnnotation]; ok {
+			out.Annotations = map[string]string{mlv1.WritersAnnotation: v}
+		}
+		return out, nil
+	})
+	changed := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if m, err := meta.Accessor(obj); err == nil {
+			c.enqueueManifestLocksIn(m.GetNamespace())
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if !initial {
+				changed(obj)
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			o, _ := meta.Accessor(old)
+			n, _ := meta.Accessor(obj)
+			if o == nil || n == nil || o.GetAnnotations()[mlv1.WritersAnnotation] != n.GetAnnotations()[mlv1.WritersAnnotation] {
+				changed(obj)
+			}
+		},
+		DeleteFunc: changed,
+	})
+	return inf
+}
+
+// enqueueManifestLocksIn queues the ManifestLocks of namespace.
+func (c *Controller) enqueueManifestLocksIn(namespace string) {
+	for _, key := range c.locks.GetIndexer().ListKeys() {
+		if strings.HasPrefix(key, namespace+"/") {
+			c.queue.Add(manifestLockPrefix + key)
+		}
+	}
+}
+
+// writerAnnotations returns the annotations of the ServiceAccount a lock
+// writes as (nil, false if it does not exist): from the watch when it has
+// listed, else with a GET.
+func (c *Controller) writerAnnotations(ctx context.Context, namespace, name string) (map[string]string, bool, error) {
+	if inf := c.serviceAccounts; inf != nil && inf.HasSynced() {
+		obj, exists, err := inf.GetIndexer().GetByKey(namespace + "/" + name)
+		if err != nil || !exists {
+			return nil, false, err
+		}
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return nil, false, err
+		}
+		return m.GetAnnotations(), true, nil
+	}
+	m, err := c.cfg.Metadata.Resource(serviceAccountsResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("reading ServiceAccount %s/%s: %w", namespace, name, err)
+	}
+	return m.Annotations, true, nil
+}
+
+// writerPermitted says whether tenant lock ml may write as ServiceAccount
+// sa of its namespace, and if not, why, for its status.
+func (c *Controller) writerPermitted(ctx context.Context, ml *mlv1.ManifestLock, sa string) (bool, string, error) {
+	annotations, exists, err := c.writerAnnotations(ctx, ml.Namespace, sa)
+	switch {
+	case err != nil:
+		return false, "", err
+	case !exists:
+		return false, fmt.Sprintf("the lock writes as ServiceAccount %s/%s, which does not exist; create it, annotated %s: %q, and grant it what the lock must write. The lock holds nothing until then",
+			ml.Namespace, sa, mlv1.WritersAnnotation, ml.Name), nil
+	case permits(annotations[mlv1.WritersAnnotation], ml.Name):
+		return true, "", nil
+	}
+	return false, fmt.Sprintf("ServiceAccount %s/%s, which the lock writes as, does not let it: a ManifestLock outside the registration namespace writes only as an account that names it in its %s annotation. To allow it: kubectl -n %s annotate serviceaccount %s %s=%s (a comma-separated list of locks, or \"*\" for every lock of the namespace). The lock holds nothing until then",
+		ml.Namespace, sa, mlv1.WritersAnnotation, ml.Namespace, sa, mlv1.WritersAnnotation, ml.Name), nil
+}
+
+// notPermitted opens a tenant's lock whose writer did not opt in, and says
+// so, with an event when the status did not say it already.
+func (c *Controller) notPermitted(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, r *result, why string) mlv1.ManifestLockStatus {
+	c.openManifestLock(key, st)
+	if c.serviceAccounts == nil {
+		r.requeueBy(permittedRetry)
+	}
+	if ready := meta.FindStatusCondition(ml.Status.Conditions, v1alpha1.ConditionReady); !c.cfg.ReadOnly && (ready == nil || ready.Reason != mlv1.ReasonWriterNotPermitted || ready.Message != why) {
+		c.cfg.Recorder.Event(manifestLockRef(ml), corev1.EventTypeWarning, EventWriterNotPermitted, truncate(why, maxEventMessage))
+	}
+	return manifestOpenStatus(ml, mlv1.StateError, mlv1.ReasonWriterNotPermitted, why)
+}
+
+// tenantHolds returns the objects of a tenant's lock that it may hold, and why
+// it does not hold the others. It holds an object that does not exist (it
+// creates it, with its marker), and one that carries its marker. It adopts
+// one that exists without its marker only if a server-side dry run of
+// writing the marker on, as the lock's writer, is allowed: so that it
+// never holds, or freezes in Prevent mode, what its author could not write.
+// It never holds an object Helm installed (see
+// mlv1.ReasonInstalledByHelm). Refusals are announced once in an event.
+func (c *Controller) tenantHolds(ctx context.Context, ml *mlv1.ManifestLock, objs []*unstructured.Unstructured, namespace string, writer dynamic.Interface) ([]*unstructured.Unstructured, []v1alpha1.ObjectProblem, error) {
+	if writer == nil {
+		writer = c.cfg.Dynamic
+	}
+	marker := ml.Namespace + "/" + ml.Name
+	var held []*unstructured.Unstructured
+	var unheld []v1alpha1.ObjectProblem
+	for _, obj := range objs {
+		gvk := obj.GroupVersionKind()
+		mapping, err := c.cfg.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			// manifestRefs refused the lock for it already.
+			return nil, nil, fmt.Errorf("mapping %s %s: %w", gvk.Kind, obj.GetName(), err)
+		}
+		ns := obj.GetNamespace()
+		if ns == "" {
+			ns = namespace
+		}
+		ref := mlv1.ObjectRef{APIVersion: obj.GetAPIVersion(), Kind: gvk.Kind, Namespace: ns, Name: obj.GetName()}
+		live, err := c.cfg.Metadata.Resource(mapping.Resource).Namespace(ns).Get(ctx, obj.GetName(), metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			held = append(held, obj)
+			continue
+		case err != nil:
+			return nil, nil, fmt.Errorf("reading %s %s: %w", gvk.Kind, inventoryName(ref), err)
+		}
+		if release, ok := live.Annotations[storage.AnnotationReleaseName]; ok {
+			unheld = append(unheld, v1alpha1.ObjectProblem{Object: gvk.Kind + " " + inventoryName(ref), Reason: mlv1.ReasonInstalledByHelm,
+				Message: limit(fmt.Sprintf("installed by Helm release %s/%s: a ManifestLock outside the registration namespace never holds what Helm installs, so that Helm and the release's owner are never stopped by it; a HelmRelease holds a release",
+					live.Annotations[storage.AnnotationReleaseSpace], release))})
+			continue
+		}
+		if live.Annotations[mlv1.MarkerAnnotation] == marker {
+			held = append(held, obj)
+			continue
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{mlv1.MarkerAnnotation: marker}}})
+		_, err = writer.Resource(mapping.Resource).Namespace(ns).Patch(ctx, obj.GetName(), types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+			held = append(held, obj)
+		case apierrors.IsForbidden(err):
+			unheld = append(unheld, v1alpha1.ObjectProblem{Object: gvk.Kind + " " + inventoryName(ref), Reason: mlv1.ReasonForbidden,
+				Message: limit(fmt.Sprintf("it exists without this lock's %s annotation, and the lock's writer may not write it, so the lock does not adopt it: %v", mlv1.MarkerAnnotation, err))})
+		default:
+			return nil, nil, fmt.Errorf("adopting %s %s: %w", gvk.Kind, inventoryName(ref), err)
+		}
+	}
+	if !c.cfg.ReadOnly {
+		for _, p := range unheld {
+			if !slices.Contains(ml.Status.NotLocked, p) {
+				c.cfg.Recorder.Event(manifestLockRef(ml), corev1.EventTypeWarning, EventNotAdopted, truncate(p.Object+": "+p.Message, maxEventMessage))
+			}
+		}
+	}
+	return held, unheld, nil
+}
+
+// judgesFor reports whether Prevent mode may judge a request for the lock
+// of key, given the object as the API server has it (old; obj for a
+// creation). An admin's lock judges all it holds. A tenant's judges only
+// an object that carries its marker and not Helm's ownership: the marker
+// is on what it created or adopted (see tenantHolds), and only someone able to
+// write the object can put it there; Helm's ownership means an admin's
+// release, which a tenant's lock never stops, whatever it declares.
+func (c *Controller) judgesFor(key string, old, obj *unstructured.Unstructured) bool {
+	ref, tenant := c.tenantLockKey(key)
+	if !tenant {
+		return true
+	}
+	target := old
+	if target == nil {
+		target = obj
+	}
+	return target != nil && claimedBy(target.GetAnnotations(), ref)
+}
+
+// claimedBy reports whether an object's annotations name the tenant lock
+// ref as its holder, and not a Helm release.
+func claimedBy(annotations map[string]string, ref string) bool {
+	_, helm := annotations[storage.AnnotationReleaseName]
+	return !helm && annotations[mlv1.MarkerAnnotation] == ref
+}
+
+// scaleJudgeTimeout bounds the read a scale request held by a tenant's
+// lock costs: the request carries a Scale, not the object's annotations.
+const scaleJudgeTimeout = time.Second
+
+// judgesScaleFor is judgesFor for the scale subresource: it reads the
+// object's metadata, and lets the request through if it cannot.
+func (c *Controller) judgesScaleFor(key string, gvr schema.GroupVersionResource, namespace, name string) bool {
+	ref, tenant := c.tenantLockKey(key)
+	if !tenant {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), scaleJudgeTimeout)
+	defer cancel()
+	m, err := c.cfg.Metadata.Resource(gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	return err == nil && claimedBy(m.Annotations, ref)
+}
