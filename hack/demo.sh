@@ -39,6 +39,14 @@ step "Installing the chart 'helm create' makes, with Helm 4 (server-side apply),
 "$HELM" install web "$WORK/web" -n "$NS" | sed -n '1,6p'
 
 step "Starting helm-locker (log: $WORK/locker.log)"
+# The locker only updates its webhook configuration, by name; the chart
+# creates it in a cluster, and here we do, empty, as the chart does.
+cat <<YAML | "$KUBECTL" apply -f - >/dev/null
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: helm-locker.cattle-helm-system
+YAML
 # The API server calls Prevent mode's webhook back over loopback TLS.
 bin/helm-locker --kubeconfig "$KUBECONFIG" --v=4 \
   --webhook-bind-address=127.0.0.1:9443 --webhook-url=https://127.0.0.1:9443/validate >"$WORK/locker.log" 2>&1 &

@@ -12,6 +12,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -238,6 +239,18 @@ func TestChartRBAC(t *testing.T) {
 			}
 			if !tt.writeAll && !grants(role.Rules, "impersonate", "", "serviceaccounts", "helm-locker-writer") {
 				t.Error("the ClusterRole does not impersonate the default writer helm-locker-writer")
+			}
+			// The chart creates the webhook configuration; the locker
+			// gets, watches and updates its own by name, since RBAC
+			// cannot limit create to a name.
+			const admissionGroup, configs = "admissionregistration.k8s.io", "validatingwebhookconfigurations"
+			for _, verb := range []string{"get", "list", "watch", "update"} {
+				if !grants(role.Rules, verb, admissionGroup, configs, "helm-locker.registration") {
+					t.Errorf("the ClusterRole does not %s the webhook configuration helm-locker.registration", verb)
+				}
+			}
+			if !tt.writeAll && (grants(role.Rules, "create", admissionGroup, configs, "") || grants(role.Rules, "update", admissionGroup, configs, "another")) {
+				t.Error("the ClusterRole creates webhook configurations, or updates others than its own")
 			}
 			sa := parseArgs(t, containerArgs(t, out)).Lookup("default-service-account").Value.String()
 			if want := map[bool]string{false: "helm-locker-writer", true: ""}[tt.writeAll]; sa != want {
@@ -710,6 +723,21 @@ func TestChartShards(t *testing.T) {
 	}
 	if got := names(clusterRole(t, out).Rules, "validatingwebhookconfigurations"); !slices.Equal(got, configs) {
 		t.Errorf("the ClusterRole updates webhook configurations %v, want %v", got, configs)
+	}
+	// The chart creates each, since the locker may not.
+	var created []string
+	for _, doc := range documents(out["helm-locker/templates/webhookconfiguration.yaml"]) {
+		var cfg admissionregistrationv1.ValidatingWebhookConfiguration
+		if err := yaml.UnmarshalStrict([]byte(doc), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if len(cfg.Webhooks) != 0 {
+			t.Errorf("the chart's webhook configuration %s has webhooks %+v; the locker writes them, and a Helm upgrade must leave them", cfg.Name, cfg.Webhooks)
+		}
+		created = append(created, cfg.Name)
+	}
+	if !slices.Equal(created, configs) {
+		t.Errorf("the chart creates webhook configurations %v, want %v, one per shard's Lease", created, configs)
 	}
 	var role rbacv1.Role
 	for _, doc := range documents(out["helm-locker/templates/rbac.yaml"]) {

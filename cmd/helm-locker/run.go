@@ -172,7 +172,7 @@ func runOperator(ctx context.Context, opts *options) error {
 		defer cancel()
 		var term sync.WaitGroup
 		defer term.Wait()
-		term.Go(func() { _ = webhookConfiguration(kube, opts, certs, c.PreventedTypes).Run(ctx) })
+		term.Go(func() { _ = webhookConfiguration(kube, opts, certs, c).Run(ctx) })
 		term.Go(func() {
 			for !c.Synced() {
 				select {
@@ -266,11 +266,11 @@ func webhookCerts(kube kubernetes.Interface, opts *options) (webhook.CertSource,
 // configuration that matches a request, and each shard denies what its
 // own locks hold, so no shard may overwrite another's rules, nor have its
 // calls answered by another's pods (see --webhook-service).
-func webhookConfiguration(kube kubernetes.Interface, opts *options, certs webhook.CertSource, types func() []schema.GroupVersionResource) *webhook.Configuration {
+func webhookConfiguration(kube kubernetes.Interface, opts *options, certs webhook.CertSource, locks webhook.Prevented) *webhook.Configuration {
 	return &webhook.Configuration{
 		Kube: kube, Name: opts.lease() + "." + opts.namespace, URL: opts.webhookURL,
 		Service: &admissionregistrationv1.ServiceReference{Namespace: opts.namespace, Name: opts.webhookService, Path: ptr.To(webhook.Path), Port: ptr.To[int32](443)},
-		Types:   types, Certs: certs, Every: time.Second,
+		Locks:   locks, Certs: certs, Every: time.Second,
 	}
 }
 

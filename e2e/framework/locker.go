@@ -47,8 +47,14 @@ func buildLocker(ctx context.Context, dir string) (string, error) {
 
 // StartLocker runs the helm-locker binary against the control plane with
 // the given extra flags, logging to a file in the test binary's folder. The
-// kernel kills it if the test binary dies.
+// kernel kills it if the test binary dies. A locker given a --webhook-url
+// finds its webhook configuration created first, as the chart creates it.
 func (e *Env) StartLocker(name string, args ...string) (*Locker, error) {
+	if servesWebhook(args) {
+		if err := e.EnsureWebhookConfiguration(context.Background(), args); err != nil {
+			return nil, err
+		}
+	}
 	return e.StartLockerWith(name, e.CP.Kubeconfig, args...)
 }
 

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"reflect"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	admissionlisters "k8s.io/client-go/listers/admissionregistration/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -48,6 +50,10 @@ const Timeout = 3
 // Path is where the webhook serves.
 const Path = "/validate"
 
+// PreventWebhook is the name of the webhook, in the configuration, that
+// sends the writes Prevent locks judge.
+const PreventWebhook = "prevent.helm-locker.io"
+
 // Build returns the configuration that sends writes of the given types to
 // the webhook: rules name only those types, with their scale subresource
 // where scalable says they have one.
@@ -65,9 +71,9 @@ func Build(name string, client admissionregistrationv1.WebhookClientConfig, type
 		})
 	}
 	return &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/managed-by": "helm-locker"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:                    "prevent.helm-locker.io",
+			Name:                    PreventWebhook,
 			ClientConfig:            client,
 			Rules:                   rules,
 			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
@@ -84,6 +90,15 @@ func Build(name string, client admissionregistrationv1.WebhookClientConfig, type
 	}
 }
 
+// Prevented is what the configuration asks of the controller.
+type Prevented interface {
+	// PreventedTypes lists the types Prevent locks hold now.
+	PreventedTypes() []schema.GroupVersionResource
+	// Synced reports whether every lock has been declared: until then
+	// PreventedTypes may lack types that locks hold.
+	Synced() bool
+}
+
 // Configuration keeps the ValidatingWebhookConfiguration current: its rules
 // follow the types Prevent locks hold, its caBundle the serving
 // certificate's CA. The API server never calls webhooks for webhook
@@ -97,11 +112,11 @@ type Configuration struct {
 	// locker outside the cluster; else Service.
 	URL     string
 	Service *admissionregistrationv1.ServiceReference
-	// Types lists the types Prevent locks hold now.
-	Types func() []schema.GroupVersionResource
+	// Locks says which types Prevent locks hold.
+	Locks Prevented
 	Certs CertSource
-	// Every is how often Types and the live configuration are compared:
-	// in memory, and one read only when they differ.
+	// Every is how often the wanted rules and the live configuration are
+	// compared: in memory, and one read only when they differ.
 	Every time.Duration
 }
 
@@ -121,23 +136,11 @@ func (c *Configuration) Run(ctx context.Context) error {
 	factory.WaitForCacheSync(ctx.Done())
 	ticker := time.NewTicker(c.Every)
 	defer ticker.Stop()
+	var report errorReport
 	for {
-		bundle, err := c.Certs.Current(ctx)
-		if err == nil {
-			client := admissionregistrationv1.WebhookClientConfig{CABundle: bundle.CA}
-			if c.URL != "" {
-				client.URL = ptr.To(c.URL)
-			} else {
-				client.Service = c.Service
-			}
-			want := Build(c.Name, client, c.Types(), scale.scalable)
-			if live, err := lister.Get(c.Name); err != nil || !sameWebhooks(live, want) {
-				if err := c.apply(ctx, want); err != nil {
-					logger.Error(err, "Cannot write the webhook configuration; retrying", "name", c.Name)
-				}
-			}
-		} else {
-			logger.Error(err, "No serving certificate for the webhook; retrying")
+		err := c.sync(ctx, lister, &scale)
+		if report.due(err, time.Now()) {
+			logger.Error(err, "Cannot keep the webhook configuration; retrying", "name", c.Name)
 		}
 		select {
 		case <-ctx.Done():
@@ -147,24 +150,143 @@ func (c *Configuration) Run(ctx context.Context) error {
 	}
 }
 
-// apply makes the live configuration want.
-func (c *Configuration) apply(ctx context.Context, want *admissionregistrationv1.ValidatingWebhookConfiguration) error {
+// sync makes the live configuration what the locks want, if it is not.
+func (c *Configuration) sync(ctx context.Context, lister admissionlisters.ValidatingWebhookConfigurationLister, scale *scaleCache) error {
+	bundle, err := c.Certs.Current(ctx)
+	if err != nil {
+		return fmt.Errorf("no serving certificate for the webhook: %w", err)
+	}
+	// Synced first: once it is true, the types read after it are every
+	// lock's.
+	synced := c.Locks.Synced()
+	types := c.Locks.PreventedTypes()
+	want := func(live *admissionregistrationv1.ValidatingWebhookConfiguration) *admissionregistrationv1.ValidatingWebhookConfiguration {
+		return Build(c.Name, c.clientConfig(bundle.CA), wantedTypes(types, synced, live), scale.scalable)
+	}
+	if live, err := lister.Get(c.Name); err == nil && sameWebhooks(live, want(live)) {
+		return nil
+	}
+	return c.update(ctx, want)
+}
+
+// clientConfig is how the API server reaches the webhook and verifies it.
+func (c *Configuration) clientConfig(ca []byte) admissionregistrationv1.WebhookClientConfig {
+	client := admissionregistrationv1.WebhookClientConfig{CABundle: ca}
+	if c.URL != "" {
+		client.URL = ptr.To(c.URL)
+	} else {
+		client.Service = c.Service
+	}
+	return client
+}
+
+// update writes want, built against the configuration read afresh, into
+// it. It never creates the configuration: the chart does, since RBAC cannot
+// limit create to a name (see MissingError). Labels and the rest of the
+// metadata stay as their owner set them; only the webhooks are the
+// locker's.
+func (c *Configuration) update(ctx context.Context, want func(live *admissionregistrationv1.ValidatingWebhookConfiguration) *admissionregistrationv1.ValidatingWebhookConfiguration) error {
 	client := c.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	live, err := client.Get(ctx, want.Name, metav1.GetOptions{})
+	live, err := client.Get(ctx, c.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		_, err = client.Create(ctx, want, metav1.CreateOptions{})
-		return err
+		return &MissingError{Name: c.Name}
 	case err != nil:
-		return err
-	case sameWebhooks(live, want):
+		return fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", c.Name, err)
+	}
+	w := want(live)
+	if sameWebhooks(live, w) {
 		return nil
 	}
 	live = live.DeepCopy()
-	live.Webhooks = want.Webhooks
-	live.Labels = want.Labels
-	_, err = client.Update(ctx, live, metav1.UpdateOptions{})
-	return err
+	live.Webhooks = w.Webhooks
+	if _, err := client.Update(ctx, live, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating ValidatingWebhookConfiguration %s: %w", c.Name, err)
+	}
+	return nil
+}
+
+// wantedTypes are the types the rules name: those Prevent locks hold, and
+// until every lock is declared also those the live configuration names. A
+// new leader's controller declares its locks only once its caches have
+// synced; rules built from what it has declared by then would switch
+// Prevent off for every type not yet declared, after each failover,
+// restart or rollout (issue 31: 0 rules for a second after a restart, and
+// an edit let through).
+func wantedTypes(types []schema.GroupVersionResource, synced bool, live *admissionregistrationv1.ValidatingWebhookConfiguration) []schema.GroupVersionResource {
+	if synced || live == nil {
+		return types
+	}
+	seen := map[schema.GroupVersionResource]bool{}
+	var out []schema.GroupVersionResource
+	add := func(gvr schema.GroupVersionResource) {
+		if !seen[gvr] {
+			seen[gvr] = true
+			out = append(out, gvr)
+		}
+	}
+	for _, gvr := range types {
+		add(gvr)
+	}
+	for _, gvr := range ruleTypes(live) {
+		add(gvr)
+	}
+	slices.SortFunc(out, func(a, b schema.GroupVersionResource) int { return cmp.Compare(a.String(), b.String()) })
+	return out
+}
+
+// ruleTypes are the types the rules of the configuration's Prevent webhook
+// name, subresources aside; Build adds those again where they are served.
+func ruleTypes(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) []schema.GroupVersionResource {
+	var out []schema.GroupVersionResource
+	for _, w := range cfg.Webhooks {
+		if w.Name != PreventWebhook {
+			continue
+		}
+		for _, r := range w.Rules {
+			for _, g := range r.APIGroups {
+				for _, v := range r.APIVersions {
+					for _, res := range r.Resources {
+						if !strings.Contains(res, "/") && g != "*" && v != "*" && res != "*" {
+							out = append(out, schema.GroupVersionResource{Group: g, Version: v, Resource: res})
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// MissingError says the configuration is not there to update. The chart
+// creates it (templates/webhookconfiguration.yaml), one per shard: RBAC
+// cannot limit create to a name, and a locker that may create webhook
+// configurations may create one that intercepts any request. The locker
+// holds only get and update by name.
+type MissingError struct{ Name string }
+
+func (e *MissingError) Error() string {
+	return fmt.Sprintf("ValidatingWebhookConfiguration %s does not exist, and the locker only updates it: "+
+		"the chart creates it; outside the chart, create it (see docs/admission.md)", e.Name)
+}
+
+// errorReport says when an error that repeats at every tick is worth a log
+// line: when it changes, and once a minute while it lasts.
+type errorReport struct {
+	last string
+	at   time.Time
+}
+
+func (r *errorReport) due(err error, now time.Time) bool {
+	if err == nil {
+		r.last = ""
+		return false
+	}
+	if err.Error() == r.last && now.Sub(r.at) < time.Minute {
+		return false
+	}
+	r.last, r.at = err.Error(), now
+	return true
 }
 
 // sameWebhooks compares what Build sets; the API server fills in defaults

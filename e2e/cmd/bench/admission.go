@@ -73,6 +73,12 @@ func measureAdmission(ctx context.Context, tools controlplane.Tools, lockerBinar
 	if err != nil {
 		return nil, err
 	}
+	// The locker only updates its webhook configuration; the chart
+	// creates it, and so does the bench.
+	empty := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "helm-locker." + v1alpha1Namespace}}
+	if _, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, empty, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
 	l, err := startLocker(lockerBinary, env.cp.Kubeconfig, filepath.Join(env.dir, "locker.log"),
 		"--webhook-bind-address="+addr, "--webhook-url=https://"+addr+webhook.Path)
 	if err != nil {
