@@ -176,9 +176,10 @@ func TestChartRBAC(t *testing.T) {
 		})
 	}
 	// What the locker reads for itself: release Secrets, ManifestLock
-	// sources, namespaces, CRDs and its CRs.
+	// sources, namespaces, ServiceAccounts (a tenant writer's opt-in), CRDs
+	// and its CRs.
 	own := []schema.GroupResource{
-		{Resource: "secrets"}, {Resource: "configmaps"}, {Resource: "namespaces"},
+		{Resource: "secrets"}, {Resource: "configmaps"}, {Resource: "namespaces"}, {Resource: "serviceaccounts"},
 		{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"},
 		{Group: "helm.cattle.io", Resource: "helmreleases"}, {Group: "helm-locker.io", Resource: "manifestlocks"},
 	}
