@@ -229,7 +229,7 @@ func runOperator(ctx context.Context, opts *options) error {
 			return nil
 		}
 		server := &webhook.Server{Addr: opts.webhookAddr, Certs: certs, Refresh: time.Hour,
-			Handler: admission.NewHandler(locks, admission.Options{ExemptGroups: opts.exemptGroups, Reviewed: m.Reviewed})}
+			Handler: admission.NewHandler(locks, admission.Options{ExemptGroups: opts.exemptGroups, Observer: m})}
 		if err := server.Start(ctx, &wg); err != nil {
 			return err
 		}

@@ -1,10 +1,11 @@
 package admission
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -20,6 +21,9 @@ import (
 
 // Locks is what the webhook asks of the locks the process holds.
 type Locks interface {
+	// Prevents reports whether a Prevent lock holds the named object. It
+	// is asked first, before either object of the request is decoded.
+	Prevents(gvr schema.GroupVersionResource, namespace, name string) bool
 	Judge(gvr schema.GroupVersionResource, old, obj *unstructured.Unstructured) (engine.Judgement, error)
 	JudgeScale(gvr schema.GroupVersionResource, namespace, name string, oldReplicas, replicas int64) (engine.Judgement, error)
 	// Confirm is asked before a request is denied, with the key of the
@@ -58,15 +62,57 @@ type Options struct {
 	ExemptGroups []string
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
-	// Reviewed, if set, is told of every request answered but dry runs,
-	// which promise to record nothing.
-	Reviewed func(allowed bool)
+	// Observer, if set, is told of every request answered or shed.
+	Observer Observer
+	// MaxInFlight bounds the reviews read and judged at once;
+	// DefaultMaxInFlight if 0. Past it a request is shed (see ServeHTTP).
+	MaxInFlight int
 }
+
+// Observer is told what the webhook does, for metrics.
+type Observer interface {
+	// Reviewed is told of each request answered but dry runs, which
+	// promise to record nothing.
+	Reviewed(allowed bool)
+	// Answered is told of each request answered, dry runs included: the
+	// time since the last one says whether the API server reaches the
+	// webhook at all.
+	Answered(at time.Time)
+	// Shed is told of a request refused unread, and why: ShedBusy or
+	// ShedTooLarge.
+	Shed(reason string)
+}
+
+// Why a request was shed.
+const (
+	// ShedBusy: MaxInFlight reviews were being answered already.
+	ShedBusy = "Busy"
+	// ShedTooLarge: the body was over MaxReviewBytes.
+	ShedTooLarge = "TooLarge"
+)
+
+// DefaultMaxInFlight bounds the reviews answered at once. One that no lock
+// holds is answered from its envelope in well under a millisecond, and one
+// that a lock holds in a few milliseconds, so 8 at once serve thousands a
+// second. It bounds memory: a review of MaxReviewBytes costs 8 MiB read
+// and its objects copied raw (TestHandlerMemory), and decoding the two
+// objects of a held one about four times their JSON more, some 24 MiB in
+// all; 8 at once stay under 200 MiB, within the chart's 512 MiB limit.
+const DefaultMaxInFlight = 8
+
+// MaxReviewBytes bounds a review's body. etcd refuses an object over
+// 1.5 MiB (its default --max-request-bytes), and a review carries two: the
+// object as stored and as the request would leave it. Stored as protobuf,
+// a built-in object grows by up to a third in JSON (a Secret's data is
+// base64), so two at their largest come to 4 MiB, with room for the
+// envelope. A larger review could never be stored, and is refused.
+const MaxReviewBytes = 2*(3<<20/2)*4/3 + 64<<10
 
 // Handler serves AdmissionReview requests.
 type Handler struct {
-	locks func() Locks
-	opts  Options
+	locks    func() Locks
+	opts     Options
+	inFlight chan struct{}
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -77,33 +123,46 @@ func NewHandler(locks func() Locks, opts Options) *Handler {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Handler{locks: locks, opts: opts}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
+	}
+	return &Handler{locks: locks, opts: opts, inFlight: make(chan struct{}, opts.MaxInFlight)}
 }
 
-// maxReview bounds a request's body; the API server's own limit on an
-// object is 3 MiB, and a review carries two.
-const maxReview = 8 << 20
-
+// ServeHTTP answers one AdmissionReview. Past MaxInFlight reviews at once,
+// or past MaxReviewBytes, it refuses the request unread with 429 or 413:
+// the configuration's failurePolicy Ignore lets the request through, as
+// "allowed" would, and the API server counts it in its own
+// apiserver_admission_webhook_fail_open_count. Answering "allowed" instead
+// would need the request's UID, so the very read and parse the bound is
+// there to spare. The revert stays the backstop for what gets through.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		http.Error(w, "POST an AdmissionReview", http.StatusMethodNotAllowed)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxReview))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	select {
+	case h.inFlight <- struct{}{}:
+		defer func() { <-h.inFlight }()
+	default:
+		h.shed(ShedBusy)
+		http.Error(w, "too many admission reviews at once", http.StatusTooManyRequests)
 		return
 	}
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
-		http.Error(w, fmt.Sprintf("not an AdmissionReview: %v", err), http.StatusBadRequest)
+	review, err := readReview(w, r)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		h.shed(ShedTooLarge)
+		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+		return
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	resp := h.review(r.Context(), review.Request)
 	resp.UID = review.Request.UID
-	if dryRun := review.Request.DryRun; h.opts.Reviewed != nil && (dryRun == nil || !*dryRun) {
-		h.opts.Reviewed(resp.Allowed)
-	}
+	h.observe(review.Request, resp.Allowed)
 	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
 	if out.APIVersion == "" {
 		out.APIVersion, out.Kind = admissionv1.SchemeGroupVersion.String(), "AdmissionReview"
@@ -112,7 +171,47 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(out)
 }
 
-// review decides one request.
+// readReview reads an AdmissionReview of at most MaxReviewBytes. Its
+// objects stay raw bytes (runtime.RawExtension keeps what it is given):
+// only the envelope is parsed here.
+func readReview(w http.ResponseWriter, r *http.Request) (*admissionv1.AdmissionReview, error) {
+	// Room for the whole body and the read that finds its end: a buffer
+	// that fills up grows to twice its size.
+	size := int64(bytes.MinRead)
+	if r.ContentLength > 0 && r.ContentLength <= MaxReviewBytes {
+		size += r.ContentLength
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxReviewBytes)); err != nil {
+		return nil, err
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(buf.Bytes(), &review); err != nil || review.Request == nil {
+		return nil, fmt.Errorf("not an AdmissionReview: %v", err)
+	}
+	return &review, nil
+}
+
+func (h *Handler) shed(reason string) {
+	if h.opts.Observer != nil {
+		h.opts.Observer.Shed(reason)
+	}
+}
+
+func (h *Handler) observe(req *admissionv1.AdmissionRequest, allowed bool) {
+	if h.opts.Observer == nil {
+		return
+	}
+	h.opts.Observer.Answered(h.opts.Now())
+	if req.DryRun == nil || !*req.DryRun {
+		h.opts.Observer.Reviewed(allowed)
+	}
+}
+
+// review decides one request. Whether a lock holds the object is asked
+// from the request's resource, namespace and name, before anything else
+// is decoded: a request no lock holds, forged or not, costs no decode and
+// records nothing.
 func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	allow := &admissionv1.AdmissionResponse{Allowed: true}
 	locks := h.locks()
@@ -120,6 +219,9 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest)
 		return allow
 	}
 	gvr := schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
+	if req.Name == "" || !locks.Prevents(gvr, req.Namespace, req.Name) {
+		return allow
+	}
 	j, err := judge(locks, gvr, req)
 	if err != nil || !j.Denied() {
 		// Not knowing is no reason to deny: the revert follows.
@@ -143,13 +245,14 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest)
 }
 
 // judge asks locks about req: the object, or for the scale subresource
-// the replicas, before and after.
+// the replicas, before and after. Both objects must be the one the
+// request names, which is the one a lock was found to hold.
 func judge(locks Locks, gvr schema.GroupVersionResource, req *admissionv1.AdmissionRequest) (engine.Judgement, error) {
-	old, err := decode(req.OldObject.Raw)
+	old, err := decode(req.OldObject.Raw, req)
 	if err != nil {
 		return engine.Judgement{}, err
 	}
-	obj, err := decode(req.Object.Raw)
+	obj, err := decode(req.Object.Raw, req)
 	if err != nil {
 		return engine.Judgement{}, err
 	}
@@ -172,15 +275,27 @@ func judge(locks Locks, gvr schema.GroupVersionResource, req *admissionv1.Admiss
 	}
 }
 
-func decode(raw []byte) (*unstructured.Unstructured, error) {
+// decode decodes one object of req, which must be the object req names.
+func decode(raw []byte, req *admissionv1.AdmissionRequest) (*unstructured.Unstructured, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
 	u := &unstructured.Unstructured{}
 	if err := u.UnmarshalJSON(raw); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("review %s of %s %s/%s: %w", req.UID, req.Resource.Resource, req.Namespace, req.Name, err)
+	}
+	if u.GetName() != req.Name || u.GetNamespace() != req.Namespace {
+		return nil, &MismatchError{Request: req.Namespace + "/" + req.Name, Object: u.GetNamespace() + "/" + u.GetName()}
 	}
 	return u, nil
+}
+
+// MismatchError is a review whose object is not the one its request names:
+// never sent by the API server, and never judged.
+type MismatchError struct{ Request, Object string }
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("the review names %s but carries the object %s", e.Request, e.Object)
 }
 
 // exempt reports whether a user may change locked objects whatever the

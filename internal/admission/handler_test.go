@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	goruntime "runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,15 +24,21 @@ import (
 
 var cmGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 
-// fakeLocks denies every change of data.key from "declared", and scaling
-// away from 2.
+// fakeLocks holds ConfigMap ns/c and Deployment ns/web, and denies every
+// change of data.key from "declared", and scaling away from 2.
 type fakeLocks struct {
 	helmWorking bool
 	recorded    []Denial
 	scaled      [2]int64
+	judged      int
+}
+
+func (f *fakeLocks) Prevents(gvr schema.GroupVersionResource, namespace, name string) bool {
+	return namespace == "ns" && (gvr.Resource == "configmaps" && name == "c" || gvr.Resource == "deployments" && name == "web")
 }
 
 func (f *fakeLocks) Judge(gvr schema.GroupVersionResource, old, obj *unstructured.Unstructured) (engine.Judgement, error) {
+	f.judged++
 	target := obj
 	if target == nil {
 		target = old
@@ -47,6 +55,7 @@ func (f *fakeLocks) Judge(gvr schema.GroupVersionResource, old, obj *unstructure
 }
 
 func (f *fakeLocks) JudgeScale(gvr schema.GroupVersionResource, namespace, name string, oldReplicas, replicas int64) (engine.Judgement, error) {
+	f.judged++
 	f.scaled = [2]int64{oldReplicas, replicas}
 	j := engine.Judgement{Key: "ns/web", Ref: engine.ObjectRef{GVR: gvr, Namespace: namespace, Name: name}, Kind: "Deployment"}
 	if replicas != 2 {
@@ -118,18 +127,20 @@ func TestHandler(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			locks := &fakeLocks{helmWorking: tt.helmWorking}
-			var reviewed []bool
+			observer := &fakeObserver{}
 			h := NewHandler(func() Locks {
 				if tt.noLocks {
 					return nil
 				}
 				return locks
-			}, Options{ExemptGroups: []string{"oncall"}, Now: func() time.Time { return at }, Reviewed: func(allowed bool) { reviewed = append(reviewed, allowed) }})
+			}, Options{ExemptGroups: []string{"oncall"}, Now: func() time.Time { return at }, Observer: observer})
 			req := tt.req
 			req.UID = "uid-1"
 			if req.Resource.Resource == "" {
 				req.Resource = metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+				req.Namespace, req.Name = "ns", "c"
 			}
+			reviewed := observer.reviewed
 			body, _ := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: &req})
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(body)))
@@ -142,6 +153,10 @@ func TestHandler(t *testing.T) {
 			}
 			if out.Response.Allowed != tt.wantAllowed {
 				t.Fatalf("allowed = %v, want %v; %+v", out.Response.Allowed, tt.wantAllowed, out.Response.Result)
+			}
+			reviewed = observer.reviewed
+			if len(observer.answered) != 1 || !observer.answered[0].Equal(at) {
+				t.Errorf("Answered was told %v; want once, %v, dry run or not", observer.answered, at)
 			}
 			switch dryRun := tt.req.DryRun != nil && *tt.req.DryRun; {
 			case dryRun && len(reviewed) != 0:
@@ -180,4 +195,144 @@ func TestHandlerRefusesWhatIsNoReview(t *testing.T) {
 			t.Errorf("body %q: status %d, want 400", body, rec.Code)
 		}
 	}
+}
+
+// fakeObserver keeps what the handler tells it.
+type fakeObserver struct {
+	reviewed []bool
+	answered []time.Time
+	shed     []string
+}
+
+func (f *fakeObserver) Reviewed(allowed bool) { f.reviewed = append(f.reviewed, allowed) }
+func (f *fakeObserver) Answered(at time.Time) { f.answered = append(f.answered, at) }
+func (f *fakeObserver) Shed(reason string)    { f.shed = append(f.shed, reason) }
+
+// TestHandlerLooksBeforeItDecodes: whether a lock holds the object is
+// asked from the request's resource, namespace and name; a review no lock
+// holds is allowed without decoding either object (so even objects that
+// are not JSON objects pass) and records nothing, whatever its body
+// carries; and one whose body is another object than it names is never
+// judged. Anyone who can reach the port can POST these (issue 31).
+func TestHandlerLooksBeforeItDecodes(t *testing.T) {
+	held := runtime.RawExtension{Raw: []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"ns"},"data":{"key":"edited"}}`)}
+	heldBefore := runtime.RawExtension{Raw: []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"ns"},"data":{"key":"declared"}}`)}
+	other := runtime.RawExtension{Raw: []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"other","namespace":"ns"},"data":{"key":"edited"}}`)}
+	notJSON := runtime.RawExtension{Raw: []byte(`["not", "an", "object"]`)}
+	configmaps := metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	tests := []struct {
+		name string
+		req  admissionv1.AdmissionRequest
+	}{
+		{name: "names an object no lock holds, carries a held one",
+			req: admissionv1.AdmissionRequest{Name: "other", Namespace: "ns", OldObject: heldBefore, Object: held}},
+		{name: "names an object no lock holds, carries no object at all",
+			req: admissionv1.AdmissionRequest{Name: "other", Namespace: "ns", OldObject: notJSON, Object: notJSON}},
+		{name: "names a held object, carries another",
+			req: admissionv1.AdmissionRequest{Name: "c", Namespace: "ns", OldObject: heldBefore, Object: other}},
+		{name: "names a held object in another namespace",
+			req: admissionv1.AdmissionRequest{Name: "c", Namespace: "elsewhere", OldObject: heldBefore, Object: held}},
+		{name: "a create with a generated name",
+			req: admissionv1.AdmissionRequest{Operation: admissionv1.Create, Namespace: "ns", Object: held}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			locks := &fakeLocks{}
+			req := tt.req
+			req.UID, req.Resource = "uid-1", configmaps
+			if req.Operation == "" {
+				req.Operation = admissionv1.Update
+			}
+			req.UserInfo = authenticationv1.UserInfo{Username: "mallory"}
+			out := serve(t, NewHandler(func() Locks { return locks }, Options{}), &req)
+			if !out.Allowed || locks.judged != 0 || len(locks.recorded) != 0 {
+				t.Errorf("allowed %v, judged %d times, recorded %v; want allowed, never judged, nothing recorded", out.Allowed, locks.judged, locks.recorded)
+			}
+		})
+	}
+}
+
+// TestHandlerSheds: past MaxInFlight reviews at once, or past
+// MaxReviewBytes, a request is refused unread, which failurePolicy Ignore
+// lets through, and counted.
+func TestHandlerSheds(t *testing.T) {
+	observer := &fakeObserver{}
+	h := NewHandler(func() Locks { return &fakeLocks{} }, Options{Observer: observer, MaxInFlight: 1})
+	h.inFlight <- struct{}{}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(reviewBody(t, &admissionv1.AdmissionRequest{UID: "1"}))))
+	if rec.Code != http.StatusTooManyRequests {
+		t.Errorf("with every slot taken: status %d, want 429", rec.Code)
+	}
+	<-h.inFlight
+	huge := bytes.Repeat([]byte(" "), MaxReviewBytes+1)
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(huge)))
+	if rec.Code != http.StatusRequestEntityTooLarge {
+		t.Errorf("a body of %d bytes: status %d, want 413", len(huge), rec.Code)
+	}
+	if diff := cmp.Diff([]string{ShedBusy, ShedTooLarge}, observer.shed); diff != "" {
+		t.Errorf("shed (-want +got):\n%s", diff)
+	}
+	if len(h.inFlight) != 0 {
+		t.Errorf("%d slots still taken after the requests were answered", len(h.inFlight))
+	}
+}
+
+// TestHandlerMemory measures what a review of the largest size costs: one
+// that no lock holds must cost about its body, read once and its objects
+// copied once, and nothing like a decode (issue 31: a 6 MiB review
+// allocated 110 MiB when both objects were decoded first).
+func TestHandlerMemory(t *testing.T) {
+	value := strings.Repeat("x", MaxReviewBytes/2-4096)
+	object := func(name string) runtime.RawExtension {
+		data, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name, "namespace": "ns"},
+			"data": map[string]any{"key": "declared", "big": value}})
+		return runtime.RawExtension{Raw: data}
+	}
+	measure := func(name string) (uint64, int) {
+		req := &admissionv1.AdmissionRequest{UID: "1", Operation: admissionv1.Update, Name: name, Namespace: "ns",
+			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"}, OldObject: object(name), Object: object(name)}
+		body := reviewBody(t, req)
+		h := NewHandler(func() Locks { return &fakeLocks{} }, Options{})
+		var before, after goruntime.MemStats
+		goruntime.GC()
+		goruntime.ReadMemStats(&before)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(body)))
+		goruntime.ReadMemStats(&after)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+		return after.TotalAlloc - before.TotalAlloc, len(body)
+	}
+	unheld, size := measure("other")
+	held, _ := measure("c")
+	t.Logf("a review of %.1f MiB allocates %.1f MiB when no lock holds its object, %.1f MiB when one does", mib(uint64(size)), mib(unheld), mib(held))
+	if unheld > 3*uint64(size) {
+		t.Errorf("a review of %d bytes no lock holds allocated %d bytes; want at most 3 times its size", size, unheld)
+	}
+}
+
+func mib(n uint64) float64 { return float64(n) / (1 << 20) }
+
+func reviewBody(t *testing.T, req *admissionv1.AdmissionRequest) []byte {
+	t.Helper()
+	body, err := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+// serve posts req to h and returns its response.
+func serve(t *testing.T, h *Handler, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(reviewBody(t, req))))
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
+		t.Fatalf("response %d %q: %v", rec.Code, rec.Body.String(), err)
+	}
+	return out.Response
 }

@@ -47,6 +47,12 @@ func (c *Controller) JudgeScale(gvr schema.GroupVersionResource, namespace, name
 	return engine.Judgement{}, nil
 }
 
+// Prevents asks the engine whether a Prevent lock holds the named object
+// (see engine.Engine.Prevents).
+func (c *Controller) Prevents(gvr schema.GroupVersionResource, namespace, name string) bool {
+	return c.engine.Prevents(engine.ObjectRef{GVR: gvr, Namespace: namespace, Name: name})
+}
+
 // PreventedTypes lists the types Prevent locks hold, for the webhook's
 // rules.
 func (c *Controller) PreventedTypes() []schema.GroupVersionResource { return c.engine.PreventedTypes() }

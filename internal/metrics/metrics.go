@@ -34,6 +34,7 @@ type Metrics struct {
 	eventsDropped  *prometheus.CounterVec
 	workqueue      *workqueueProvider
 	client         *clientRequests
+	webhook        *webhookMetrics
 
 	mu       sync.Mutex
 	releases map[string]releaseFigures // by CR key
@@ -103,6 +104,7 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 	)
 	m.workqueue = newWorkqueueProvider(m.registry)
 	m.client = newClientRequests(m.registry)
+	m.webhook = newWebhookMetrics(m.registry)
 	return m
 }
 

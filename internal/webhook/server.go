@@ -44,8 +44,18 @@ func (s *Server) serve(ctx context.Context, ln net.Listener) error {
 	logger.Info("Serving the admission webhook", "address", ln.Addr().String())
 	var current atomic.Pointer[tls.Certificate]
 	srv := &http.Server{
-		Handler:           s.Handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler: s.Handler,
+		// The API server gives up on the webhook after Timeout seconds,
+		// so a request still being read then is useless to answer; a
+		// client that sends slowly holds a connection, and a slot of
+		// the handler's, no longer than that.
+		ReadHeaderTimeout: Timeout * time.Second,
+		ReadTimeout:       Timeout * time.Second,
+		WriteTimeout:      2 * Timeout * time.Second,
+		// The API server keeps its connections to the webhook open
+		// between calls; without this, ReadTimeout would close them.
+		IdleTimeout:    90 * time.Second,
+		MaxHeaderBytes: 64 << 10,
 		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			if c := current.Load(); c != nil {
 				return c, nil
