@@ -500,7 +500,9 @@ func TestShardsChartRunWithLeastPrivilege(t *testing.T) {
 	registration := env.Namespace(t)
 	// Cluster-scoped names come from the release's, so it is unique.
 	release := registration
-	env.Helm(t, framework.Helm4, "install", release, operatorChart(t), "-n", registration, "--set", "shards={a,b}")
+	// The releases write as deployer, which the chart may impersonate
+	// only once named.
+	env.Helm(t, framework.Helm4, "install", release, operatorChart(t), "-n", registration, "--set", "shards={a,b},rbac.impersonate.serviceAccounts={deployer}")
 	fullname := chartFullname(release)
 	lockers := map[string]*framework.Locker{}
 	for _, s := range []string{"a", "b"} {
