@@ -510,6 +510,12 @@ func (e *Engine) Unwatched() []schema.GroupVersionResource {
 	return out
 }
 
+// WatchError is why gvr's informer last failed to list or watch, or nil.
+// A Forbidden one lasts until the locker's RBAC changes.
+func (e *Engine) WatchError(gvr schema.GroupVersionResource) error {
+	return e.informers.Err(gvr)
+}
+
 // Declare makes set the objects held under key, replacing what key held
 // before. Objects that are no longer declared are left as they are. Every
 // object is checked by the next Sync.
