@@ -228,7 +228,7 @@ func runOperator(ctx context.Context, opts *options) error {
 			}
 			return nil
 		}
-		server := &webhook.Server{Addr: opts.webhookAddr, Certs: certs, Refresh: time.Hour,
+		server := &webhook.Server{Addr: opts.webhookAddr, Certs: certs, Refresh: webhook.Reread,
 			Handler: admission.NewHandler(locks, admission.Options{ExemptGroups: opts.exemptGroups, Observer: m})}
 		if err := server.Start(ctx, &wg); err != nil {
 			return err

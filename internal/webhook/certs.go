@@ -35,17 +35,25 @@ const (
 )
 
 // The keys of the Secret and of a --webhook-cert-dir, as cert-manager
-// writes them.
+// writes them; the Secret also keeps the CA it replaced, while that lasts.
 const (
-	keyCA   = "ca.crt"
-	keyCert = "tls.crt"
-	keyKey  = "tls.key"
+	keyCA         = "ca.crt"
+	keyCert       = "tls.crt"
+	keyKey        = "tls.key"
+	keyPreviousCA = "ca-previous.crt"
 )
+
+// Reread is how long SecretCerts serves the bundle it last read before it
+// reads the Secret again: another replica may have renewed it, or replaced
+// its CA.
+const Reread = time.Minute
 
 // Bundle is a serving certificate and the CA the API server verifies it
 // against.
 type Bundle struct {
-	CA   []byte // PEM
+	// CA is what the API server verifies against (caBundle): the CA's
+	// PEM, followed by the CA it replaced while that one lasts.
+	CA   []byte
 	Cert tls.Certificate
 	// NotAfter is when the serving certificate expires.
 	NotAfter time.Time
@@ -69,16 +77,21 @@ type SecretCerts struct {
 	Hosts []string
 	Now   func() time.Time
 
-	mu   sync.Mutex
-	last *Bundle
+	mu     sync.Mutex
+	last   *Bundle
+	readAt time.Time
 }
 
 var _ CertSource = (*SecretCerts)(nil)
 
-// Current returns the bundle it last read while that lasts; then it reads
-// the Secret, and writes a new bundle there when it lacks one, names other
-// hosts, or expires within renewBefore. The CA is kept while it lasts, so
-// a renewal needs no new caBundle.
+// Current returns the bundle it last read for up to Reread, while that
+// lasts; then it reads the Secret, and writes a new bundle there when it
+// lacks one, names other hosts, or expires within renewBefore. The CA is
+// kept while it lasts, so a renewal needs no new caBundle. Reading again
+// every Reread is what keeps replicas serving one CA: without it, a
+// replica kept serving a certificate of a CA another had replaced, and the
+// API server's calls to it failed open. A read that fails keeps the
+// bundle it has while that lasts.
 func (s *SecretCerts) Current(ctx context.Context) (*Bundle, error) {
 	now := time.Now
 	if s.Now != nil {
@@ -86,12 +99,16 @@ func (s *SecretCerts) Current(ctx context.Context) (*Bundle, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if b := s.last; b != nil && b.NotAfter.Sub(now()) > renewBefore && covers(b.Cert.Leaf, s.Hosts) {
-		return b, nil
+	valid := s.last != nil && s.last.NotAfter.Sub(now()) > renewBefore && covers(s.last.Cert.Leaf, s.Hosts)
+	if valid && now().Sub(s.readAt) < Reread {
+		return s.last, nil
 	}
 	b, err := s.read(ctx, now)
+	if err != nil && valid {
+		return s.last, nil
+	}
 	if err == nil {
-		s.last = b
+		s.last, s.readAt = b, now()
 	}
 	return b, err
 }
@@ -104,16 +121,24 @@ func (s *SecretCerts) read(ctx context.Context, now func() time.Time) (*Bundle, 
 	if err == nil {
 		b, err := parseBundle(secret.Data[keyCA], secret.Data[keyCert], secret.Data[keyKey])
 		if err == nil && b.NotAfter.Sub(now()) > renewBefore && covers(b.Cert.Leaf, s.Hosts) {
+			b.CA = caBundle(secret.Data[keyCA], secret.Data[keyPreviousCA], now())
 			return b, nil
 		}
 	}
 	var ca *authority
+	var previous []byte
 	if secret != nil {
 		ca, _ = parseAuthority(secret.Data[keyCA], secret.Data["ca.key"], now())
+		previous = secret.Data[keyPreviousCA]
 	}
 	if ca == nil {
 		if ca, err = newAuthority(now()); err != nil {
 			return nil, err
+		}
+		if secret != nil {
+			// The CA replaced: replicas serve its certificates until
+			// they read the Secret again.
+			previous = secret.Data[keyCA]
 		}
 	}
 	certPEM, keyPEM, err := ca.issue(s.Hosts, now())
@@ -121,6 +146,9 @@ func (s *SecretCerts) read(ctx context.Context, now func() time.Time) (*Bundle, 
 		return nil, err
 	}
 	data := map[string][]byte{keyCA: ca.certPEM, "ca.key": ca.keyPEM, keyCert: certPEM, keyKey: keyPEM}
+	if lasts(previous, now()) {
+		data[keyPreviousCA] = previous
+	}
 	if secret == nil || secret.Name == "" {
 		_, err = s.Kube.CoreV1().Secrets(s.Namespace).Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, Labels: map[string]string{"app.kubernetes.io/managed-by": "helm-locker"}},
@@ -136,7 +164,36 @@ func (s *SecretCerts) read(ctx context.Context, now func() time.Time) (*Bundle, 
 		// next time.
 		return nil, fmt.Errorf("writing Secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
-	return parseBundle(ca.certPEM, certPEM, keyPEM)
+	b, err := parseBundle(ca.certPEM, certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	b.CA = caBundle(ca.certPEM, data[keyPreviousCA], now())
+	return b, nil
+}
+
+// caBundle is what the API server verifies against: the CA, and the one it
+// replaced while that lasts, so that a replica still serving a certificate
+// of the old CA is verified until it reads the new one.
+func caBundle(current, previous []byte, now time.Time) []byte {
+	if !lasts(previous, now) || bytes.Equal(bytes.TrimSpace(current), bytes.TrimSpace(previous)) {
+		return current
+	}
+	out := bytes.Clone(current)
+	if len(out) > 0 && out[len(out)-1] != '\n' {
+		out = append(out, '\n')
+	}
+	return append(out, previous...)
+}
+
+// lasts reports whether certPEM is a certificate still valid at now.
+func lasts(certPEM []byte, now time.Time) bool {
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		return false
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	return err == nil && now.Before(cert.NotAfter)
 }
 
 // DirCerts reads a bundle from a folder, such as a cert-manager Secret

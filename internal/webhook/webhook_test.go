@@ -1,18 +1,23 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 )
@@ -138,4 +143,105 @@ func TestDirCerts(t *testing.T) {
 	if _, err := (&DirCerts{Dir: t.TempDir()}).Current(ctx); err == nil || !strings.Contains(err.Error(), "--webhook-cert-dir") {
 		t.Errorf("an empty folder: %v; want an error naming --webhook-cert-dir", err)
 	}
+}
+
+// TestSecretCertsAcrossACARotation: two replicas share the Secret. One
+// replaces the CA (it would expire before a new serving certificate) while
+// the other still serves a certificate of the old one. The caBundle the
+// first writes holds both CAs, so the API server verifies either replica;
+// the second reads the Secret again within Reread and serves the new
+// certificate; and the old CA leaves the bundle once it has expired.
+func TestSecretCertsAcrossACARotation(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	hosts := []string{"127.0.0.1", "helm-locker-webhook.ns.svc"}
+	// A CA that expires in 200 days, sooner than a serving certificate
+	// would, and a serving certificate of it good for 265.
+	old, err := newAuthority(now.Add(200*24*time.Hour - caLifetime))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := old.issue(hosts, now.Add(-100*24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "tls"},
+		Data: map[string][]byte{keyCA: old.certPEM, "ca.key": old.keyPEM, keyCert: cert, keyKey: key}})
+	standby := &SecretCerts{Kube: kube, Namespace: "ns", Name: "tls", Hosts: hosts, Now: clock}
+	served, err := standby.Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !served.Cert.Leaf.Equal(mustLeaf(t, cert)) {
+		t.Fatal("the standby does not serve the Secret's certificate")
+	}
+
+	// The leader's hosts changed (an upgrade): it issues anew, and the
+	// old CA is too close to its end to sign, so it is replaced.
+	leader := &SecretCerts{Kube: kube, Namespace: "ns", Name: "tls", Hosts: append(slices.Clone(hosts), "helm-locker-webhook.ns.svc.cluster.local"), Now: clock}
+	rotated, err := leader.Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cas := certificates(t, rotated.CA); len(cas) != 2 || !cas[1].Equal(old.cert) {
+		t.Fatalf("the caBundle after the rotation holds %d certificates; want the new CA, then the old one", len(cas))
+	}
+	for name, leaf := range map[string]*x509.Certificate{"the leader's": rotated.Cert.Leaf, "the standby's": served.Cert.Leaf} {
+		if err := verify(rotated.CA, leaf, now); err != nil {
+			t.Errorf("%s certificate does not verify against the caBundle: %v", name, err)
+		}
+	}
+
+	now = now.Add(Reread / 2)
+	if b, _ := standby.Current(ctx); !b.Cert.Leaf.Equal(served.Cert.Leaf) {
+		t.Error("the standby read the Secret again before Reread")
+	}
+	now = now.Add(Reread)
+	reread, err := standby.Current(ctx)
+	if err != nil || !reread.Cert.Leaf.Equal(rotated.Cert.Leaf) || !bytes.Equal(reread.CA, rotated.CA) {
+		t.Errorf("after Reread the standby serves the new certificate %v and caBundle %v (%v); want both", reread.Cert.Leaf.Equal(rotated.Cert.Leaf), bytes.Equal(reread.CA, rotated.CA), err)
+	}
+
+	now = old.cert.NotAfter.Add(time.Hour)
+	later, err := leader.Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cas := certificates(t, later.CA); len(cas) != 1 || cas[0].Equal(old.cert) {
+		t.Errorf("once the old CA has expired the caBundle holds %d certificates; want the new CA alone", len(cas))
+	}
+}
+
+func mustLeaf(t *testing.T, certPEM []byte) *x509.Certificate {
+	t.Helper()
+	return certificates(t, certPEM)[0]
+}
+
+// certificates parses every certificate of a PEM bundle.
+func certificates(t *testing.T, bundle []byte) []*x509.Certificate {
+	t.Helper()
+	var out []*x509.Certificate
+	for {
+		var block *pem.Block
+		block, bundle = pem.Decode(bundle)
+		if block == nil {
+			return out
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, c)
+	}
+}
+
+// verify checks leaf as the API server would against caBundle.
+func verify(caBundle []byte, leaf *x509.Certificate, at time.Time) error {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caBundle) {
+		return errors.New("no certificate in the caBundle")
+	}
+	_, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "helm-locker-webhook.ns.svc", CurrentTime: at})
+	return err
 }
