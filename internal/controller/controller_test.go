@@ -49,11 +49,19 @@ const manifestYAML = "---\n# Source: c/templates/cm.yaml\napiVersion: v1\nkind: 
 // releaseSecret is a release Secret as Helm writes it.
 func releaseSecret(t *testing.T, status string, version int) *corev1.Secret {
 	t.Helper()
-	raw, _ := json.Marshal(map[string]any{
+	return releaseSecretWith(t, status, version, func(map[string]any) {})
+}
+
+// releaseSecretWith is releaseSecret with its release changed by edit.
+func releaseSecretWith(t *testing.T, status string, version int, edit func(rel map[string]any)) *corev1.Secret {
+	t.Helper()
+	rel := map[string]any{
 		"name": "rel", "namespace": "apps", "version": version,
 		"info":     map[string]any{"status": status, "description": "Install complete"},
 		"manifest": manifestYAML,
-	})
+	}
+	edit(rel)
+	raw, _ := json.Marshal(rel)
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	_, _ = zw.Write(raw)
@@ -556,5 +564,48 @@ func TestDeployedSelectors(t *testing.T) {
 				t.Errorf("deployedSelectors = %q, want the first to contain %q", got, tt.contains)
 			}
 		})
+	}
+}
+
+// TestInvalidRelease: a revision whose release names another namespace is
+// InvalidRelease, and is read once, not at every sync, until its Secret
+// changes; an error of the API server's is retried, not reported as an
+// invalid release.
+func TestInvalidRelease(t *testing.T) {
+	forged := releaseSecretWith(t, "deployed", 2, func(rel map[string]any) { rel["namespace"] = "kube-system" })
+	c, dyn := newTestController(t, helmRelease(nil), forged, nil)
+	kube := c.cfg.Kube.(*fake.Clientset)
+	for range 3 {
+		if _, err := c.sync(context.Background(), "cattle-helm-system/hr"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gets := 0
+	for _, a := range kube.Actions() {
+		if a.GetVerb() == "get" && a.GetResource().Resource == "secrets" {
+			gets++
+		}
+	}
+	if gets != 1 {
+		t.Errorf("three syncs read the invalid Secret %d times, want once", gets)
+	}
+	status := statusOf(t, dyn)
+	if c := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionLocked); status.State != v1alpha1.StateError || c == nil || c.Reason != "InvalidRelease" ||
+		!strings.Contains(c.Message, "release Secret apps/sh.helm.release.v1.rel.v2: holds revision 2 of release kube-system/rel") {
+		t.Errorf("status %s, Locked %+v; want Error, InvalidRelease naming the Secret and the namespace", status.State, c)
+	}
+	if _, err := dyn.Resource(cmGVR).Namespace("kube-system").Get(context.Background(), "cm", metav1.GetOptions{}); err == nil {
+		t.Error("the ConfigMap was created in the namespace the forged release names")
+	}
+
+	c, dyn = newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
+	c.cfg.Kube.(*fake.Clientset).PrependReactor("get", "secrets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+	})
+	if _, err := c.sync(context.Background(), "cattle-helm-system/hr"); err == nil || !strings.Contains(err.Error(), "etcd is down") {
+		t.Errorf("sync with the Secret unreadable = %v, want the API server's error, to retry", err)
+	}
+	if c := meta.FindStatusCondition(statusOf(t, dyn).Conditions, v1alpha1.ConditionLocked); c != nil && c.Reason == "InvalidRelease" {
+		t.Errorf("an unreadable Secret was reported as %+v", c)
 	}
 }

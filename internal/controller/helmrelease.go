@@ -8,7 +8,6 @@ import (
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -34,6 +33,33 @@ type releaseState struct {
 	// own are this controller's writes to the CR that its cache may not
 	// show yet.
 	own ownWrites
+	// rejected is the last release Secret found invalid.
+	rejected rejectedSecret
+}
+
+// rejectedSecret remembers a release Secret found invalid, so that it is
+// not read and decoded again, up to the bound of a release's size, at
+// every sync until it changes: anyone who may write Secrets in the
+// release namespace can write it.
+type rejectedSecret struct {
+	uid     types.UID
+	version string
+	err     error
+}
+
+// read returns the error secret was rejected with, if it is the one
+// rejected and unchanged since; else it reads it, and remembers an
+// invalid one.
+func (r *rejectedSecret) read(secret metav1.Object, read func() (*storage.Release, []*unstructured.Unstructured, error)) (*storage.Release, []*unstructured.Unstructured, error) {
+	if r.err != nil && r.uid == secret.GetUID() && r.version == secret.GetResourceVersion() {
+		return nil, nil, r.err
+	}
+	rel, objs, err := read()
+	var invalid *storage.InvalidError
+	if errors.As(err, &invalid) {
+		*r = rejectedSecret{uid: secret.GetUID(), version: secret.GetResourceVersion(), err: err}
+	}
+	return rel, objs, err
 }
 
 // held is what the lock holds: its state, and the revision declared to the
@@ -375,13 +401,19 @@ func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRe
 	}
 
 	if st.rel == nil || st.secretUID != latest.GetUID() || st.secretVersion != latest.GetResourceVersion() || st.generation != hr.Generation {
-		rel, objs, err := c.readRelease(ctx, rk, latest)
-		if err != nil {
+		rel, objs, err := st.rejected.read(latest, func() (*storage.Release, []*unstructured.Unstructured, error) {
+			return c.readRelease(ctx, rk, latest)
+		})
+		var invalid *storage.InvalidError
+		switch {
+		case errors.As(err, &invalid):
 			c.openState(key, st)
-			if apierrors.IsNotFound(err) {
-				return hr.Status, true, err // the informer will catch up
-			}
 			return openStatus(hr, v1alpha1.StateError, revision, "InvalidRelease", err.Error()), true, nil
+		case err != nil:
+			// Not found (the informer will catch up), or the API
+			// server's error: retried.
+			c.openState(key, st)
+			return hr.Status, true, err
 		}
 		writer, err := c.writerFor(rk.Namespace, c.serviceAccount(hr))
 		if err != nil {
@@ -532,7 +564,7 @@ func (c *Controller) readRelease(ctx context.Context, rk v1alpha1.ReleaseKey, la
 	}
 	objs, err := rel.Objects()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, &storage.InvalidError{Secret: secret.Namespace + "/" + secret.Name, Problem: err.Error()}
 	}
 	return rel, objs, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -66,11 +67,11 @@ const MaxInflated = 32 << 20
 // removed): base64, then gzip, then JSON, as Helm's Secret driver writes
 // it. Releases stored before Helm compressed them are accepted too.
 func Decode(data []byte) (*Release, error) {
-	buf := gunzipped.Get().(*bytes.Buffer)
+	buf := gunzipped.Get().(*[]byte)
 	defer func() {
 		// A buffer grown past any real release would be kept by the
 		// pool for as long as the process runs.
-		if buf.Cap() <= maxPooled {
+		if cap(*buf) <= maxPooled {
 			gunzipped.Put(buf)
 		}
 	}()
@@ -87,13 +88,13 @@ func Decode(data []byte) (*Release, error) {
 
 // DecodeJSON is Decode up to the release's JSON, all of it: the chart, its
 // values and its templates too. It does not check the JSON.
-func DecodeJSON(data []byte) ([]byte, error) { return decodeJSON(data, new(bytes.Buffer)) }
+func DecodeJSON(data []byte) ([]byte, error) { return decodeJSON(data, new([]byte)) }
 
 // Decoding a release reads a chart's JSON, tens to hundreds of kilobytes,
 // to keep its manifest; at startup, once for every release. Decode copies
 // what it keeps, so the buffers and gzip readers serve again.
 var (
-	gunzipped = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+	gunzipped = sync.Pool{New: func() any { return new([]byte) }}
 	gunzips   sync.Pool
 )
 
@@ -103,7 +104,7 @@ const maxPooled = 4 << 20
 
 // decodeJSON is DecodeJSON, inflating into buf: what it returns is buf's
 // if the release was gzipped.
-func decodeJSON(data []byte, buf *bytes.Buffer) ([]byte, error) {
+func decodeJSON(data []byte, buf *[]byte) ([]byte, error) {
 	if len(data) > MaxStored {
 		return nil, fmt.Errorf("decoding release: %d bytes stored, more than a Secret may hold (%d)", len(data), MaxStored)
 	}
@@ -124,16 +125,48 @@ func decodeJSON(data []byte, buf *bytes.Buffer) ([]byte, error) {
 	if err := zr.Reset(bytes.NewReader(raw)); err != nil {
 		return nil, fmt.Errorf("decoding release: %w", err)
 	}
-	buf.Reset()
-	// One byte past the bound tells a release at the bound from one
-	// beyond it.
-	if _, err := buf.ReadFrom(io.LimitReader(zr, MaxInflated+1)); err != nil {
-		return nil, fmt.Errorf("decoding release: gunzip: %w", err)
+	if *buf, err = inflate(zr, (*buf)[:0], inflatedSize(raw)); err != nil {
+		return nil, fmt.Errorf("decoding release: %w", err)
 	}
-	if buf.Len() > MaxInflated {
-		return nil, fmt.Errorf("decoding release: it inflates to more than %d MiB, the bound of a release's JSON; not reading it", MaxInflated>>20)
+	return *buf, nil
+}
+
+// inflatedSize is the size gzip's trailer gives, modulo 4 GiB: what Helm
+// wrote, unless someone else wrote the Secret.
+func inflatedSize(gz []byte) int {
+	if len(gz) < 4 {
+		return 0
 	}
-	return buf.Bytes(), nil
+	return int(binary.LittleEndian.Uint32(gz[len(gz)-4:]))
+}
+
+// inflate reads r to its end into buf, sized first for hint bytes, and
+// refuses past MaxInflated. It grows buf itself, to at most one byte past
+// the bound: bytes.Buffer would double past it, and keep the smaller
+// copies as garbage, which took a crafted release's 32 MiB to 170 MiB of
+// the locker's memory.
+func inflate(r io.Reader, buf []byte, hint int) ([]byte, error) {
+	const limit = MaxInflated + 1 // to tell a release at the bound from one past it
+	if want := min(hint+bytes.MinRead, limit); cap(buf) < want {
+		buf = make([]byte, 0, want)
+	}
+	for {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(max(2*cap(buf), bytes.MinRead), limit))
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case len(buf) > MaxInflated:
+			return nil, fmt.Errorf("it inflates to more than %d MiB, the bound of a release's JSON; not reading it", MaxInflated>>20)
+		case err == io.EOF:
+			return buf, nil
+		case err != nil:
+			return nil, fmt.Errorf("gunzip: %w", err)
+		}
+	}
 }
 
 // Objects parses the release's manifest into the objects it declares, in
