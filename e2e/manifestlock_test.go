@@ -180,8 +180,9 @@ func TestManifestLockFromConfigMapPrunes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A lock in the tenant's own namespace writes as its default
-	// ServiceAccount, which may edit ConfigMaps there.
+	// ServiceAccount, which may edit ConfigMaps there, and lets it.
 	grantConfigMaps(t, ns, "default")
+	optIn(t, ns, "default", "app")
 	createManifestLock(t, ns, "app", map[string]any{"manifestFrom": map[string]any{"configMapRef": map[string]any{"name": "app-manifest", "key": "app.yaml"}}, "prune": true})
 	ml := waitManifestLock(t, ns, "app", mlv1.StateLocked)
 	if got, want := inventoryNames(ml), []string{"ConfigMap/created", "ConfigMap/dropped"}; !slices.Equal(got, want) {
@@ -219,6 +220,8 @@ func TestManifestLockTenantEscalation(t *testing.T) {
 	ns := env.Namespace(t)
 	other := env.Namespace(t)
 	grantConfigMaps(t, ns, "default")
+	// The writer opted in: the refusal is for what the lock names.
+	optIn(t, ns, "default", "escalate")
 	binding := ns + "-admin"
 	manifest := configMapYAML("innocent", "x") + fmt.Sprintf(`---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -287,6 +290,7 @@ func TestManifestLockFromSecret(t *testing.T) {
 	t.Parallel()
 	ns := env.Namespace(t)
 	grantConfigMaps(t, ns, "default")
+	optIn(t, ns, "default", "app")
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app-manifest"}, Data: map[string][]byte{"app.yaml": []byte(configMapYAML("from-secret", "one"))}}
 	if _, err := env.Kube.CoreV1().Secrets(ns).Create(t.Context(), secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

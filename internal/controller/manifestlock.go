@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -308,6 +309,13 @@ func (c *Controller) manifestSet(ml *mlv1.ManifestLock, objs []*unstructured.Uns
 // and reports it.
 func (c *Controller) syncManifestObjects(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, r *result, optedOut []v1alpha1.ObjectProblem) (mlv1.ManifestLockStatus, error) {
 	res, syncErr := c.engine.Sync(ctx, key)
+	if c.isTenant(ml) && appearedUnmade(st, res) {
+		// Someone else made an object the lock was to create: whether
+		// the lock may hold it is decided again (see tenantHolds), by
+		// a new declaration at once.
+		st.declared = ""
+		r.requeueBy(time.Millisecond)
+	}
 	c.recordManifestDrifts(ctx, ml, st, res)
 	complete := syncErr == nil && len(res.Unresolved) == 0 && len(res.Failed) == 0
 	st.lock = st.lock.Next(lock.Event{Type: lock.Checked, Revision: st.declarations, Complete: complete, InLine: res.InLine})
@@ -319,6 +327,19 @@ func (c *Controller) syncManifestObjects(ctx context.Context, key string, ml *ml
 		syncErr = errors.Join(res.Unresolved...)
 	}
 	return status, syncErr
+}
+
+// appearedUnmade reports whether res found an object that did not exist
+// when the lock was declared, and that the lock did not create: it exists,
+// and differs from the declaration.
+func appearedUnmade(st *manifestState, res engine.Result) bool {
+	for _, d := range res.Drifts {
+		ref := mlv1.ObjectRef{APIVersion: d.Ref.GVR.GroupVersion().String(), Kind: d.Kind, Namespace: d.Ref.Namespace, Name: d.Ref.Name}
+		if !d.Deleted && st.missing[ref] {
+			return true
+		}
+	}
+	return false
 }
 
 // errNoManifest says a ManifestLock names no manifest.

@@ -4,8 +4,10 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
+	"github.com/helm-locker/helm-locker/engine"
 )
 
 // TestPermits holds the ServiceAccount opt-in to the names it lists.
@@ -55,5 +57,24 @@ func TestJudgesFor(t *testing.T) {
 		if got := c.judgesFor(tt.key, tt.old, tt.obj); got != tt.want {
 			t.Errorf("%s: judgesFor = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestAppearedUnmade: an object the lock was to create that someone else
+// made (it exists and differs) sends a tenant's lock back to decide
+// whether it may hold it; the lock's own creation does not.
+func TestAppearedUnmade(t *testing.T) {
+	rb := engine.ObjectRef{GVR: schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}, Namespace: "team", Name: "viewers"}
+	st := &manifestState{missing: map[mlv1.ObjectRef]bool{{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding", Namespace: "team", Name: "viewers"}: true}}
+	created := engine.Result{Drifts: []engine.Drift{{Ref: rb, Kind: "RoleBinding", Deleted: true, Corrected: true}}}
+	if appearedUnmade(st, created) {
+		t.Error("appearedUnmade of the lock's own creation = true")
+	}
+	made := engine.Result{Drifts: []engine.Drift{{Ref: rb, Kind: "RoleBinding", Paths: []string{"/metadata/annotations/helm-locker.io~1manifest-lock"}}}}
+	if !appearedUnmade(st, made) {
+		t.Error("appearedUnmade of an object someone else made = false")
+	}
+	if appearedUnmade(&manifestState{}, made) {
+		t.Error("appearedUnmade of an object the lock did not wait for = true")
 	}
 }
