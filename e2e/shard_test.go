@@ -458,7 +458,8 @@ func TestShardsAdmission(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if len(cfg.Webhooks) != 1 || cfg.Webhooks[0].ClientConfig.URL == nil || *cfg.Webhooks[0].ClientConfig.URL != urls[s] || len(cfg.Webhooks[0].Rules) == 0 {
+			// Prevent's webhook, then the probe's.
+			if len(cfg.Webhooks) != 2 || cfg.Webhooks[0].ClientConfig.URL == nil || *cfg.Webhooks[0].ClientConfig.URL != urls[s] || len(cfg.Webhooks[0].Rules) == 0 {
 				return fmt.Errorf("webhook configuration %s: %+v, want shard %s's URL %s and rules", name, cfg.Webhooks, s, urls[s])
 			}
 			configs[s] = cfg.ResourceVersion

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -354,4 +355,50 @@ func TestForgedReviewRecordsNothing(t *testing.T) {
 		return nil
 	})
 	t.Logf("a forged review of the held object was denied and recorded as %+v: what a client that reaches the webhook's port can still do", baseLast)
+}
+
+// TestAdmissionProbeAnswered: the leader's probe, a dry-run create of a
+// Lease sent through the real API server, comes back with the webhook's
+// answer, so a Prevent lock says AdmissionAnswered=True and the probe's
+// gauge is set; an Enforce lock carries no such condition.
+func TestAdmissionProbeAnswered(t *testing.T) {
+	t.Parallel()
+	ns, registration := env.Namespace(t), env.Namespace(t)
+	const controller = "admission-probe"
+	addr := framework.FreeAddress(t)
+	locker, err := env.StartLocker(controller, "--namespace", registration, "--controller-name", controller, "--leader-elect=false",
+		"--webhook-bind-address="+addr, "--webhook-url=https://"+addr+webhook.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = locker.Stop(10 * time.Second)
+		_ = env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), controller+"."+registration, metav1.DeleteOptions{})
+	})
+	metricsAddr := framework.ServedAddress(t, locker, "metrics")
+	env.Helm(t, framework.Helm3, "install", "probed", framework.Chart(t, "configmaps"), "-n", ns)
+	env.Helm(t, framework.Helm3, "install", "enforced", framework.Chart(t, "configmaps"), "-n", ns)
+	prevent := env.RegisterWith(t, registration, ns, "probed", map[string]any{"mode": "Prevent"})
+	enforce := env.RegisterIn(t, registration, ns, "enforced")
+	env.WaitForStateIn(t, registration, enforce, v1alpha1.StateDeployed, 1)
+	env.Eventually(t, 60*time.Second, func() error {
+		c := findCondition(env.HelmReleaseIn(t, registration, prevent), v1alpha1.ConditionAdmissionAnswered)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonAdmissionAnswered {
+			return fmt.Errorf("HelmRelease %s %s = %+v, want True/%s", prevent, v1alpha1.ConditionAdmissionAnswered, c, v1alpha1.ReasonAdmissionAnswered)
+		}
+		return nil
+	})
+	if c := findCondition(env.HelmReleaseIn(t, registration, enforce), v1alpha1.ConditionAdmissionAnswered); c != nil {
+		t.Errorf("the Enforce lock %s says %+v; want no %s condition", enforce, c, v1alpha1.ConditionAdmissionAnswered)
+	}
+	_, body := framework.HTTPGet("http://" + metricsAddr + "/metrics")
+	var answered float64
+	for _, line := range strings.Split(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, "helm_locker_webhook_probe_answered_timestamp_seconds "); ok {
+			answered, _ = strconv.ParseFloat(rest, 64)
+		}
+	}
+	if at := time.Unix(int64(answered), 0); time.Since(at) > 5*time.Minute {
+		t.Errorf("helm_locker_webhook_probe_answered_timestamp_seconds = %v; want within the last minutes", answered)
+	}
 }

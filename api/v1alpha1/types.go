@@ -129,6 +129,27 @@ const (
 	// ConditionReady is True when the lock does what the spec asks with
 	// nothing in its way: every object checked, none failing, no fight.
 	ConditionReady = "Ready"
+	// ConditionAdmissionAnswered is set on a lock in Prevent mode while
+	// the webhook is on: True while the API server reaches the webhook,
+	// False when it has not for AdmissionWindow. Admission fails open
+	// (failurePolicy Ignore), so without it nothing would say that edits
+	// are let through and only reverted after the fact. The locker
+	// learns it by a probe: a dry-run request through the API server,
+	// every minute, whose answer only the webhook can give.
+	ConditionAdmissionAnswered = "AdmissionAnswered"
+)
+
+// The reasons of ConditionAdmissionAnswered.
+const (
+	// ReasonAdmissionAnswered: the API server relayed the webhook's
+	// answer to the last probe.
+	ReasonAdmissionAnswered = "Answered"
+	// ReasonAdmissionProbing: no probe has been answered yet, and the
+	// first AdmissionWindow since the probe started has not passed.
+	ReasonAdmissionProbing = "Probing"
+	// ReasonAdmissionNotAnswered: no probe was answered for
+	// AdmissionWindow: Prevent mode is failing open.
+	ReasonAdmissionNotAnswered = "NotAnswered"
 )
 
 // HelmReleaseStatus reports what the locker knows of the release.

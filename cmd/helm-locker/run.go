@@ -102,7 +102,7 @@ func runOperator(ctx context.Context, opts *options) error {
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
 	// One probe for every informer and the elector: through an outage,
 	// they all wait on the same /readyz answers.
-	probe := informers.NewProbe(kube.Discovery().RESTClient())
+	readiness := informers.NewProbe(kube.Discovery().RESTClient())
 
 	// The correlator remembers recent events, to fold repeats, in three
 	// caches of 4096 entries by default: a few KB per release that
@@ -112,6 +112,19 @@ func runOperator(ctx context.Context, opts *options) error {
 	recorder := events.NewRecorder(kube.CoreV1(), scheme.Scheme, corev1.EventSource{Component: opts.controllerName, Host: opts.nodeName},
 		events.Options{Correlator: record.CorrelatorOptions{LRUCacheSize: eventCacheSize}, Dropped: m.EventDropped})
 
+	certs, err := webhookCerts(kube, opts)
+	if err != nil {
+		return err
+	}
+	probe, err := webhookProbe(cfg, opts, certs, m)
+	if err != nil {
+		return err
+	}
+	// A nil *webhook.Probe in the interface would not be nil.
+	var admissionProbe controller.AdmissionProbe
+	if probe != nil {
+		admissionProbe = probe
+	}
 	newController := func(readOnly bool) *controller.Controller {
 		return controller.New(controller.Config{
 			ReadOnly:              readOnly,
@@ -130,12 +143,9 @@ func runOperator(ctx context.Context, opts *options) error {
 			HelmOperationTimeout:  opts.helmTimeout,
 			Recorder:              recorder,
 			Metrics:               m,
-			Readiness:             probe,
+			Readiness:             readiness,
+			Admission:             admissionProbe,
 		})
-	}
-	certs, err := webhookCerts(kube, opts)
-	if err != nil {
-		return err
 	}
 	// standby is the read-only controller of a replica standing by: it
 	// answers admission from the same declarations as the leader, and
@@ -173,6 +183,7 @@ func runOperator(ctx context.Context, opts *options) error {
 		var term sync.WaitGroup
 		defer term.Wait()
 		term.Go(func() { _ = webhookConfiguration(kube, opts, certs, c).Run(ctx) })
+		term.Go(func() { probe.Run(ctx) })
 		term.Go(func() {
 			for !c.Synced() {
 				select {
@@ -237,7 +248,7 @@ func runOperator(ctx context.Context, opts *options) error {
 	if !opts.leaderElect {
 		return run(ctx, func() {})
 	}
-	return runAsLeader(ctx, kube, opts, probe, run, standBy)
+	return runAsLeader(ctx, kube, opts, readiness, run, standBy)
 }
 
 // webhookCerts returns where the webhook's certificate comes from, or nil
@@ -270,8 +281,25 @@ func webhookConfiguration(kube kubernetes.Interface, opts *options, certs webhoo
 	return &webhook.Configuration{
 		Kube: kube, Name: opts.lease() + "." + opts.namespace, URL: opts.webhookURL,
 		Service: &admissionregistrationv1.ServiceReference{Namespace: opts.namespace, Name: opts.webhookService, Path: ptr.To(webhook.Path), Port: ptr.To[int32](443)},
-		Locks:   locks, Certs: certs, Every: time.Second,
+		Locks:   locks, Certs: certs, Every: time.Second, ProbeNamespace: opts.namespace,
 	}
+}
+
+// webhookProbe returns the leader's probe of the webhook (see
+// webhook.Probe), or nil with admission off. It sends the dry-run create
+// of the Lease <lease>-admission-probe, which the chart's Role lets it
+// create; its client does not log the warning each answer carries.
+func webhookProbe(cfg *rest.Config, opts *options, certs webhook.CertSource, m *metrics.Metrics) (*webhook.Probe, error) {
+	if certs == nil {
+		return nil, nil
+	}
+	quiet := rest.CopyConfig(cfg)
+	quiet.WarningHandler = rest.NoWarnings{}
+	kube, err := kubernetes.NewForConfig(quiet)
+	if err != nil {
+		return nil, err
+	}
+	return &webhook.Probe{Kube: kube, Namespace: opts.namespace, Name: opts.lease() + "-admission-probe", Observer: m}, nil
 }
 
 // metricsMux serves /metrics and, with profiling, Go's profiles. They are

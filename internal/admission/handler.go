@@ -214,6 +214,9 @@ func (h *Handler) observe(req *admissionv1.AdmissionRequest, allowed bool) {
 // records nothing.
 func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	allow := &admissionv1.AdmissionResponse{Allowed: true}
+	if probe(req) {
+		return &admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{ProbeWarning}}
+	}
 	locks := h.locks()
 	if locks == nil || h.exempt(req.UserInfo.Username, req.UserInfo.Groups) {
 		return allow
@@ -242,6 +245,19 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest)
 		Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden,
 		Message: message(j, lock, change),
 	}}
+}
+
+// ProbeWarning is the webhook's answer to the leader's probe (see
+// webhook.Probe): the API server hands it back to the request's sender,
+// which learns that the API server reached the webhook.
+const ProbeWarning = "helm-locker: the admission webhook answered this probe"
+
+// probe reports whether req is the probe: a dry-run create of a Lease,
+// which the probe webhook alone sends here. Nothing of it is decoded, and
+// answering it records nothing.
+func probe(req *admissionv1.AdmissionRequest) bool {
+	return req.Operation == admissionv1.Create && req.DryRun != nil && *req.DryRun &&
+		req.Resource.Group == "coordination.k8s.io" && req.Resource.Resource == "leases"
 }
 
 // judge asks locks about req: the object, or for the scale subresource

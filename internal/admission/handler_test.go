@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -335,4 +336,42 @@ func serve(t *testing.T, h *Handler, req *admissionv1.AdmissionRequest) *admissi
 		t.Fatalf("response %d %q: %v", rec.Code, rec.Body.String(), err)
 	}
 	return out.Response
+}
+
+// TestHandlerAnswersTheProbe: the dry-run create of a Lease the probe
+// webhook sends is allowed with ProbeWarning, whether or not any lock is
+// held, and records nothing; a real create of a Lease gets no warning.
+func TestHandlerAnswersTheProbe(t *testing.T) {
+	yes := true
+	leases := metav1.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
+	for _, tt := range []struct {
+		name        string
+		dryRun      *bool
+		noLocks     bool
+		wantWarning bool
+	}{
+		{name: "the probe", dryRun: &yes, wantWarning: true},
+		{name: "the probe on a standby that holds nothing", dryRun: &yes, noLocks: true, wantWarning: true},
+		{name: "a Lease really created"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			locks := &fakeLocks{}
+			observer := &fakeObserver{}
+			h := NewHandler(func() Locks {
+				if tt.noLocks {
+					return nil
+				}
+				return locks
+			}, Options{Observer: observer})
+			out := serve(t, h, &admissionv1.AdmissionRequest{UID: "1", Operation: admissionv1.Create, Resource: leases, Namespace: "ns", Name: "hl-admission-probe",
+				DryRun: tt.dryRun, Object: runtime.RawExtension{Raw: []byte(`{"not": "decoded"}`)}})
+			if !out.Allowed || slices.Contains(out.Warnings, ProbeWarning) != tt.wantWarning || locks.judged != 0 || len(locks.recorded) != 0 {
+				t.Errorf("allowed %v, warnings %v, judged %d, recorded %v; want allowed, the probe's warning %v, nothing judged or recorded",
+					out.Allowed, out.Warnings, locks.judged, locks.recorded, tt.wantWarning)
+			}
+			if len(observer.answered) != 1 {
+				t.Errorf("Answered was told %d times; want once, so that the probe keeps the last review's time current", len(observer.answered))
+			}
+		})
+	}
 }

@@ -100,6 +100,10 @@ type Config struct {
 	// unavailable, so that they watch again as soon as it is ready (see
 	// informers.Guard). Nil asks REST's API server, if REST is set.
 	Readiness informers.Readiness
+	// Admission, if set, says whether the API server reaches Prevent
+	// mode's webhook, for ConditionAdmissionAnswered; nil with the
+	// webhook off.
+	Admission AdmissionProbe
 }
 
 // Controller locks the releases that HelmRelease CRs name.
@@ -339,6 +343,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.synced.Store(true)
 	} else {
 		c.runEngine(ctx, start)
+	}
+	if c.cfg.Admission != nil && !c.cfg.ReadOnly {
+		start(c.watchAdmission)
 	}
 	logger.Info("Starting workers", "count", c.cfg.Workers)
 	for range c.cfg.Workers {

@@ -58,6 +58,7 @@ func notAllHeld(s *v1alpha1.LockStatus, generation int64, unheld []v1alpha1.Obje
 
 // writeManifestLockStatus patches the lock's status if it changed.
 func (c *Controller) writeManifestLockStatus(ctx context.Context, ml *mlv1.ManifestLock, status mlv1.ManifestLockStatus) error {
+	c.setAdmission(&status.LockStatus, ml.Spec.Mode, ml.Generation)
 	_, err := c.patchStatus(ctx, mlv1.Resource, mlv1.Kind, ml, ml.Status, status)
 	return err
 }

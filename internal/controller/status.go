@@ -345,6 +345,7 @@ func fightMessage(f engine.Fight) string {
 // are not written, so a correction does not cost a second write; it
 // reports whether it wrote.
 func (c *Controller) writeStatus(ctx context.Context, hr *v1alpha1.HelmRelease, status v1alpha1.HelmReleaseStatus) (bool, error) {
+	c.setAdmission(&status.LockStatus, hr.Spec.Mode, hr.Generation)
 	return c.patchStatus(ctx, v1alpha1.Resource, v1alpha1.Kind, hr, hr.Status, status)
 }
 

@@ -112,6 +112,9 @@ type Configuration struct {
 	// locker outside the cluster; else Service.
 	URL     string
 	Service *admissionregistrationv1.ServiceReference
+	// ProbeNamespace, if set, adds the probe webhook (BuildProbe) for
+	// dry-run Lease creates there: the registration namespace.
+	ProbeNamespace string
 	// Locks says which types Prevent locks hold.
 	Locks Prevented
 	Certs CertSource
@@ -161,7 +164,11 @@ func (c *Configuration) sync(ctx context.Context, lister admissionlisters.Valida
 	synced := c.Locks.Synced()
 	types := c.Locks.PreventedTypes()
 	want := func(live *admissionregistrationv1.ValidatingWebhookConfiguration) *admissionregistrationv1.ValidatingWebhookConfiguration {
-		return Build(c.Name, c.clientConfig(bundle.CA), wantedTypes(types, synced, live), scale.scalable)
+		cfg := Build(c.Name, c.clientConfig(bundle.CA), wantedTypes(types, synced, live), scale.scalable)
+		if c.ProbeNamespace != "" {
+			cfg.Webhooks = append(cfg.Webhooks, BuildProbe(c.clientConfig(bundle.CA), c.ProbeNamespace))
+		}
+		return cfg
 	}
 	if live, err := lister.Get(c.Name); err == nil && sameWebhooks(live, want(live)) {
 		return nil

@@ -63,7 +63,7 @@ func TestConfigurationKeepsRulesUntilSynced(t *testing.T) {
 			}
 			live.Labels = map[string]string{"app.kubernetes.io/managed-by": "Helm"}
 			kube := fake.NewClientset(live)
-			c := &Configuration{Kube: kube, Name: live.Name, URL: "https://127.0.0.1:9443/validate", Locks: tt.locks, Certs: fixedCerts{ca: "ca"}}
+			c := &Configuration{Kube: kube, Name: live.Name, URL: "https://127.0.0.1:9443/validate", Locks: tt.locks, Certs: fixedCerts{ca: "ca"}, ProbeNamespace: "ns"}
 			if err := c.sync(context.Background(), listerOf(t, live), &scaleCache{disco: kube.Discovery(), known: map[schema.GroupVersion][]string{}}); err != nil {
 				t.Fatal(err)
 			}
@@ -77,6 +77,9 @@ func TestConfigurationKeepsRulesUntilSynced(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.want, resources); diff != "" {
 				t.Errorf("rules (-want +got):\n%s", diff)
+			}
+			if len(got.Webhooks) != 2 || got.Webhooks[1].Name != ProbeWebhook || got.Webhooks[1].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "ns" {
+				t.Errorf("webhooks %+v; want the probe's, for namespace ns, after Prevent's", got.Webhooks)
 			}
 			if got.Labels["app.kubernetes.io/managed-by"] != "Helm" {
 				t.Errorf("labels %v: the locker rewrote its owner's labels", got.Labels)

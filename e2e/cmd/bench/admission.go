@@ -104,7 +104,7 @@ func measureAdmission(ctx context.Context, tools controlplane.Tools, lockerBinar
 				return true, nil
 			}
 			cfg, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "helm-locker."+v1alpha1Namespace, metav1.GetOptions{})
-			return err == nil && len(cfg.Webhooks) == 1 && len(cfg.Webhooks[0].Rules) > 0, nil
+			return err == nil && len(cfg.Webhooks) > 0 && len(cfg.Webhooks[0].Rules) > 0, nil
 		})
 		if err != nil {
 			return fmt.Errorf("waiting for the locks (Prevent %v): %w\n%s", prevent, err, tailFile(filepath.Join(env.dir, "locker.log")))
