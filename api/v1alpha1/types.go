@@ -131,7 +131,7 @@ const (
 	ConditionReady = "Ready"
 	// ConditionAdmissionAnswered is set on a lock in Prevent mode while
 	// the webhook is on: True while the API server reaches the webhook,
-	// False when it has not for AdmissionWindow. Admission fails open
+	// False when it has not for 3 minutes, three probes. Admission fails open
 	// (failurePolicy Ignore), so without it nothing would say that edits
 	// are let through and only reverted after the fact. The locker
 	// learns it by a probe: a dry-run request through the API server,
@@ -145,10 +145,10 @@ const (
 	// answer to the last probe.
 	ReasonAdmissionAnswered = "Answered"
 	// ReasonAdmissionProbing: no probe has been answered yet, and the
-	// first AdmissionWindow since the probe started has not passed.
+	// first 3 minutes since the probe started have not passed.
 	ReasonAdmissionProbing = "Probing"
 	// ReasonAdmissionNotAnswered: no probe was answered for
-	// AdmissionWindow: Prevent mode is failing open.
+	// 3 minutes: Prevent mode is failing open.
 	ReasonAdmissionNotAnswered = "NotAnswered"
 )
 
