@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,10 +13,7 @@ import (
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
@@ -469,28 +464,10 @@ func TestStandbyAnswersAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	edited := live.DeepCopy()
-	edited.Object["data"].(map[string]any)["key"] = "edited"
-	oldRaw, _ := live.MarshalJSON()
-	newRaw, _ := edited.MarshalJSON()
-	review, _ := json.Marshal(admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{UID: "1", Operation: admissionv1.Update, Name: "cms-0", Namespace: ns,
-			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"}, UserInfo: authenticationv1.UserInfo{Username: "alice"},
-			OldObject: runtime.RawExtension{Raw: oldRaw}, Object: runtime.RawExtension{Raw: newRaw}},
-	})
-	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	review := editReview(t, live, "cms-0", "alice")
 	ask := func() (bool, error) {
-		resp, err := client.Post("https://"+standbyAddr+"/validate", "application/json", bytes.NewReader(review))
-		if err != nil {
-			return false, err
-		}
-		defer resp.Body.Close()
-		var out admissionv1.AdmissionReview
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Response == nil {
-			return false, fmt.Errorf("response: %v", err)
-		}
-		return !out.Response.Allowed, nil
+		allowed, err := postReview(standbyAddr, review)
+		return !allowed, err
 	}
 	env.Eventually(t, 30*time.Second, func() error {
 		if denied, err := ask(); err != nil || !denied {

@@ -24,6 +24,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -263,18 +264,7 @@ func forwardToFirstUp(t *testing.T, addrs []string) string {
 func TestForgedReviewRecordsNothing(t *testing.T) {
 	t.Parallel()
 	ns, registration := env.Namespace(t), env.Namespace(t)
-	const controller = "forged-review"
-	addr := framework.FreeAddress(t)
-	locker, err := env.StartLocker(controller, "--namespace", registration, "--controller-name", controller, "--leader-elect=false",
-		"--webhook-bind-address="+addr, "--webhook-url=https://"+addr+webhook.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = locker.Stop(10 * time.Second)
-		_ = env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), controller+"."+registration, metav1.DeleteOptions{})
-	})
-	metricsAddr := framework.ServedAddress(t, locker, "metrics")
+	addr, metricsAddr := startWebhookLocker(t, "forged-review", registration)
 	env.Helm(t, framework.Helm3, "install", "forged", framework.Chart(t, "configmaps"), "-n", ns)
 	cr := env.RegisterWith(t, registration, ns, "forged", map[string]any{"mode": "Prevent"})
 	env.WaitForStateIn(t, registration, cr, v1alpha1.StateDeployed, 1)
@@ -283,32 +273,8 @@ func TestForgedReviewRecordsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	edited := live.DeepCopy()
-	edited.Object["data"].(map[string]any)["key"] = "edited"
-	oldRaw, _ := live.MarshalJSON()
-	newRaw, _ := edited.MarshalJSON()
-	forge := func(name string) []byte {
-		review, _ := json.Marshal(admissionv1.AdmissionReview{
-			TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-			Request: &admissionv1.AdmissionRequest{UID: types.UID("forged-" + name), Operation: admissionv1.Update, Name: name, Namespace: ns,
-				Resource: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"}, UserInfo: authenticationv1.UserInfo{Username: "someone-innocent"},
-				OldObject: runtime.RawExtension{Raw: oldRaw}, Object: runtime.RawExtension{Raw: newRaw}},
-		})
-		return review
-	}
-	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	post := func(review []byte) (bool, error) {
-		resp, err := client.Post("https://"+addr+webhook.Path, "application/json", bytes.NewReader(review))
-		if err != nil {
-			return false, err
-		}
-		defer resp.Body.Close()
-		var out admissionv1.AdmissionReview
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Response == nil {
-			return false, fmt.Errorf("status %d: %v", resp.StatusCode, err)
-		}
-		return out.Response.Allowed, nil
-	}
+	forge := func(name string) []byte { return editReview(t, live, name, "someone-innocent") }
+	post := func(review []byte) (bool, error) { return postReview(addr, review) }
 	// The locker answers once it has synced: a forged review of the held
 	// object is denied by then.
 	env.Eventually(t, 30*time.Second, func() error {
@@ -364,18 +330,7 @@ func TestForgedReviewRecordsNothing(t *testing.T) {
 func TestAdmissionProbeAnswered(t *testing.T) {
 	t.Parallel()
 	ns, registration := env.Namespace(t), env.Namespace(t)
-	const controller = "admission-probe"
-	addr := framework.FreeAddress(t)
-	locker, err := env.StartLocker(controller, "--namespace", registration, "--controller-name", controller, "--leader-elect=false",
-		"--webhook-bind-address="+addr, "--webhook-url=https://"+addr+webhook.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = locker.Stop(10 * time.Second)
-		_ = env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), controller+"."+registration, metav1.DeleteOptions{})
-	})
-	metricsAddr := framework.ServedAddress(t, locker, "metrics")
+	_, metricsAddr := startWebhookLocker(t, "admission-probe", registration)
 	env.Helm(t, framework.Helm3, "install", "probed", framework.Chart(t, "configmaps"), "-n", ns)
 	env.Helm(t, framework.Helm3, "install", "enforced", framework.Chart(t, "configmaps"), "-n", ns)
 	prevent := env.RegisterWith(t, registration, ns, "probed", map[string]any{"mode": "Prevent"})
@@ -401,4 +356,60 @@ func TestAdmissionProbeAnswered(t *testing.T) {
 	if at := time.Unix(int64(answered), 0); time.Since(at) > 5*time.Minute {
 		t.Errorf("helm_locker_webhook_probe_answered_timestamp_seconds = %v; want within the last minutes", answered)
 	}
+}
+
+// startWebhookLocker starts a locker of its own, named controller, serving
+// the registration namespace and a webhook on a loopback address, and
+// returns that address and its metrics' address. Cleanup stops it and
+// deletes its webhook configuration.
+func startWebhookLocker(t *testing.T, controller, registration string) (addr, metricsAddr string) {
+	t.Helper()
+	addr = framework.FreeAddress(t)
+	locker, err := env.StartLocker(controller, "--namespace", registration, "--controller-name", controller, "--leader-elect=false",
+		"--webhook-bind-address="+addr, "--webhook-url=https://"+addr+webhook.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = locker.Stop(10 * time.Second)
+		_ = env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), controller+"."+registration, metav1.DeleteOptions{})
+	})
+	return addr, framework.ServedAddress(t, locker, "metrics")
+}
+
+// editReview is the review the API server would send of an update, by
+// user, of ConfigMap name: live with its data.key edited. The name need
+// not be live's: a forged review names what it likes.
+func editReview(t *testing.T, live *unstructured.Unstructured, name, user string) []byte {
+	t.Helper()
+	edited := live.DeepCopy()
+	edited.Object["data"].(map[string]any)["key"] = "edited"
+	oldRaw, _ := live.MarshalJSON()
+	newRaw, _ := edited.MarshalJSON()
+	review, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{UID: types.UID("review-" + name), Operation: admissionv1.Update, Name: name, Namespace: live.GetNamespace(),
+			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"}, UserInfo: authenticationv1.UserInfo{Username: user},
+			OldObject: runtime.RawExtension{Raw: oldRaw}, Object: runtime.RawExtension{Raw: newRaw}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return review
+}
+
+// postReview sends review straight to the webhook at addr, as a client
+// that is not the API server can, and returns whether it was allowed.
+func postReview(addr string, review []byte) (bool, error) {
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := client.Post("https://"+addr+webhook.Path, "application/json", bytes.NewReader(review))
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	var out admissionv1.AdmissionReview
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Response == nil {
+		return false, fmt.Errorf("status %d: %v", resp.StatusCode, err)
+	}
+	return out.Response.Allowed, nil
 }
