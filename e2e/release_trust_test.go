@@ -197,7 +197,7 @@ func TestGzipBombRelease(t *testing.T) {
 		t.Fatalf("the bomb takes %d bytes; a Secret holds 1 MiB", len(bomb))
 	}
 	secret := plantRevision(t, forger, ns, "app", 2, bomb)
-	waitInvalid(t, registration, cr, 2, ns+"/"+secret, "inflates to more than 32 MiB")
+	waitInvalid(t, registration, cr, 2, ns+"/"+secret, "more than the 33554432 (32 MiB) a release's JSON may take")
 	setKey(t, neighbour, "next-0", "drifted")
 	waitForKey(t, neighbour, "next-0", "declared")
 	if err := locker.Exited(); err != nil {

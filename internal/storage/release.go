@@ -57,10 +57,21 @@ const MaxStored = 1 << 20
 // the API server lets a Secret hold. Helm's gzip shrinks real charts'
 // JSON (templates, values, base64 of files) 3 to 10 times, so a real
 // release is far from it; a crafted one inflates 1 MiB to about 1 GiB
-// (gzip's limit is about 1032:1). Each sync worker may inflate one release
-// at a time, so the locker holds at most Workers times this while it
-// decodes.
+// (gzip's limit is about 1032:1).
 const MaxInflated = 32 << 20
+
+// Budget is what the process spends at once, in bytes, on inflating
+// releases and parsing their manifests, however many workers decode: a
+// release takes its inflated size from it, and its manifest four times its
+// size, the most a parse was seen to hold, and waits while too little is
+// left. Without it, every sync worker (64 by default) could inflate a
+// release at the bound at once: 2 GiB, four times the chart's memory
+// limit. A real release takes well under a megabyte of it, so it holds
+// back nothing but crafted ones.
+const Budget = 2 * MaxInflated
+
+// spending is the process's Budget.
+var spending = newBudget(Budget)
 
 // Decode decodes the value of a release Secret's "release" key as the
 // Kubernetes API returns it (Secret.Data, one layer of base64 already
@@ -75,20 +86,29 @@ func Decode(data []byte) (*Release, error) {
 			gunzipped.Put(buf)
 		}
 	}()
-	raw, err := decodeJSON(data, buf)
+	var rel Release
+	err := decodeJSON(data, buf, func(raw []byte) error {
+		if err := json.Unmarshal(raw, &rel); err != nil {
+			return fmt.Errorf("decoding release: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	var rel Release
-	if err := json.Unmarshal(raw, &rel); err != nil {
-		return nil, fmt.Errorf("decoding release: %w", err)
 	}
 	return &rel, nil
 }
 
 // DecodeJSON is Decode up to the release's JSON, all of it: the chart, its
 // values and its templates too. It does not check the JSON.
-func DecodeJSON(data []byte) ([]byte, error) { return decodeJSON(data, new([]byte)) }
+func DecodeJSON(data []byte) ([]byte, error) {
+	var out []byte
+	err := decodeJSON(data, new([]byte), func(raw []byte) error {
+		out = raw
+		return nil
+	})
+	return out, err
+}
 
 // Decoding a release reads a chart's JSON, tens to hundreds of kilobytes,
 // to keep its manifest; at startup, once for every release. Decode copies
@@ -102,37 +122,47 @@ var (
 // large chart's.
 const maxPooled = 4 << 20
 
-// decodeJSON is DecodeJSON, inflating into buf: what it returns is buf's
-// if the release was gzipped.
-func decodeJSON(data []byte, buf *[]byte) ([]byte, error) {
+// decodeJSON is DecodeJSON, inflating into buf, and handing the JSON to
+// use while the release's size is taken from the Budget: what use gets is
+// buf's if the release was gzipped.
+func decodeJSON(data []byte, buf *[]byte, use func([]byte) error) error {
 	if len(data) > MaxStored {
-		return nil, fmt.Errorf("decoding release: %d bytes stored, more than a Secret may hold (%d)", len(data), MaxStored)
+		return fmt.Errorf("decoding release: %d bytes stored, more than a Secret may hold (%d)", len(data), MaxStored)
 	}
 	raw := make([]byte, base64.StdEncoding.DecodedLen(len(data)))
 	n, err := base64.StdEncoding.Decode(raw, data)
 	if err != nil {
-		return nil, fmt.Errorf("decoding release: not base64: %w", err)
+		return fmt.Errorf("decoding release: not base64: %w", err)
 	}
 	raw = raw[:n]
 	if !bytes.HasPrefix(raw, gzipMagic) {
-		return raw, nil
+		return use(raw)
 	}
+	// Helm writes one gzip member, whose trailer gives its size (modulo
+	// 4 GiB): what it inflates to. The size is known before anything is
+	// inflated, so a release past the bound costs nothing, and one that
+	// inflates past what its trailer says was not written by Helm.
+	size := inflatedSize(raw)
+	if size > MaxInflated {
+		return fmt.Errorf("decoding release: it inflates to %d bytes, more than the %d (%d MiB) a release's JSON may take; not reading it", size, MaxInflated, MaxInflated>>20)
+	}
+	spending.take(int64(size))
+	defer spending.give(int64(size))
 	zr, _ := gunzips.Get().(*gzip.Reader)
 	if zr == nil {
 		zr = new(gzip.Reader)
 	}
 	defer gunzips.Put(zr)
 	if err := zr.Reset(bytes.NewReader(raw)); err != nil {
-		return nil, fmt.Errorf("decoding release: %w", err)
+		return fmt.Errorf("decoding release: %w", err)
 	}
-	if *buf, err = inflate(zr, (*buf)[:0], inflatedSize(raw)); err != nil {
-		return nil, fmt.Errorf("decoding release: %w", err)
+	if *buf, err = inflate(zr, (*buf)[:0], size); err != nil {
+		return fmt.Errorf("decoding release: %w", err)
 	}
-	return *buf, nil
+	return use(*buf)
 }
 
-// inflatedSize is the size gzip's trailer gives, modulo 4 GiB: what Helm
-// wrote, unless someone else wrote the Secret.
+// inflatedSize is the size gzip's trailer gives, modulo 4 GiB.
 func inflatedSize(gz []byte) int {
 	if len(gz) < 4 {
 		return 0
@@ -140,27 +170,19 @@ func inflatedSize(gz []byte) int {
 	return int(binary.LittleEndian.Uint32(gz[len(gz)-4:]))
 }
 
-// inflate reads r to its end into buf, sized first for hint bytes, and
-// refuses past MaxInflated. It grows buf itself, to at most one byte past
-// the bound: bytes.Buffer would double past it, and keep the smaller
-// copies as garbage, which took a crafted release's 32 MiB to 170 MiB of
-// the locker's memory.
-func inflate(r io.Reader, buf []byte, hint int) ([]byte, error) {
-	const limit = MaxInflated + 1 // to tell a release at the bound from one past it
-	if want := min(hint+bytes.MinRead, limit); cap(buf) < want {
-		buf = make([]byte, 0, want)
+// inflate reads r to its end into buf, and refuses more than size bytes:
+// its first read allocates them all, and nothing is grown or copied.
+func inflate(r io.Reader, buf []byte, size int) ([]byte, error) {
+	// One byte more tells a release of size bytes from a larger one.
+	if cap(buf) < size+1 {
+		buf = make([]byte, 0, size+1)
 	}
 	for {
-		if len(buf) == cap(buf) {
-			grown := make([]byte, len(buf), min(max(2*cap(buf), bytes.MinRead), limit))
-			copy(grown, buf)
-			buf = grown
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
+		n, err := r.Read(buf[len(buf) : size+1])
 		buf = buf[:len(buf)+n]
 		switch {
-		case len(buf) > MaxInflated:
-			return nil, fmt.Errorf("it inflates to more than %d MiB, the bound of a release's JSON; not reading it", MaxInflated>>20)
+		case len(buf) > size:
+			return nil, fmt.Errorf("it inflates past the %d bytes its gzip trailer gives, which Helm's gzip never does; not reading it", size)
 		case err == io.EOF:
 			return buf, nil
 		case err != nil:
@@ -169,12 +191,46 @@ func inflate(r io.Reader, buf []byte, hint int) ([]byte, error) {
 	}
 }
 
+// budget is a count of bytes that callers take and give back, waiting
+// while too few are left. Each take is at most the whole, so every caller
+// is served once those before it give theirs back.
+type budget struct {
+	mu   sync.Mutex
+	more *sync.Cond
+	left int64
+}
+
+func newBudget(n int64) *budget {
+	b := &budget{left: n}
+	b.more = sync.NewCond(&b.mu)
+	return b
+}
+
+func (b *budget) take(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.left < n {
+		b.more.Wait()
+	}
+	b.left -= n
+}
+
+func (b *budget) give(n int64) {
+	b.mu.Lock()
+	b.left += n
+	b.mu.Unlock()
+	b.more.Broadcast()
+}
+
 // Objects parses the release's manifest into the objects it declares, in
 // manifest order, as Helm applies them (see manifest.ParseHelm), with the
 // ownership metadata Helm adds as it applies. Its errors name the release,
 // the revision and the document at fault.
 func (r *Release) Objects() ([]*unstructured.Unstructured, error) {
+	cost := min(4*int64(len(r.Manifest)), Budget)
+	spending.take(cost)
 	objs, err := manifest.ParseHelm(r.Manifest)
+	spending.give(cost)
 	if err != nil {
 		return nil, fmt.Errorf("release %s/%s revision %d, %w", r.Namespace, r.Name, r.Version, err)
 	}

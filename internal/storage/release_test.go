@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/base64"
+	"encoding/binary"
 	"strings"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v3/pkg/release"
 )
@@ -79,7 +81,9 @@ func TestObjectsErrorsNameTheDocument(t *testing.T) {
 }
 
 // TestDecodeBounded: a release that inflates past MaxInflated is refused
-// without inflating it all, and one at the bound is read.
+// before it is inflated, one at the bound is read, and one that inflates
+// past what its gzip trailer says, which Helm's gzip never does, is
+// refused once it does.
 func TestDecodeBounded(t *testing.T) {
 	// bomb is a release whose JSON is padded with n spaces, which gzip
 	// shrinks about a thousand times.
@@ -93,13 +97,46 @@ func TestDecodeBounded(t *testing.T) {
 	if rel, err := Decode(atBound); err != nil || rel.Version != 3 {
 		t.Errorf("Decode of a release of %d bytes = %+v, %v; want it read", MaxInflated, rel, err)
 	}
-	if _, err := Decode(bomb(MaxInflated - len(releaseJSON) + 1)); err == nil || !strings.Contains(err.Error(), "inflates to more than 32 MiB") {
+	if _, err := Decode(bomb(MaxInflated - len(releaseJSON) + 1)); err == nil || !strings.Contains(err.Error(), "it inflates to 33554433 bytes, more than the 33554432 (32 MiB) a release's JSON may take") {
 		t.Errorf("Decode of a release one byte past the bound = %v", err)
 	}
-	if _, err := DecodeJSON(bomb(100 << 20)); err == nil || !strings.Contains(err.Error(), "inflates to more than") {
+	if _, err := DecodeJSON(bomb(100 << 20)); err == nil || !strings.Contains(err.Error(), "a release's JSON may take") {
 		t.Errorf("DecodeJSON of a 100 MiB release = %v", err)
 	}
 	if _, err := Decode(bytes.Repeat([]byte("A"), MaxStored+4)); err == nil || !strings.Contains(err.Error(), "more than a Secret may hold") {
 		t.Errorf("Decode of more than a Secret holds = %v", err)
+	}
+
+	// A trailer that understates the size: a 4 GiB and 1 KiB bomb's
+	// says 1 KiB, as would a crafted one.
+	gz, _ := base64.StdEncoding.DecodeString(string(bomb(1 << 20)))
+	binary.LittleEndian.PutUint32(gz[len(gz)-4:], 1024)
+	if _, err := Decode([]byte(base64.StdEncoding.EncodeToString(gz))); err == nil || !strings.Contains(err.Error(), "inflates past the 1024 bytes its gzip trailer gives") {
+		t.Errorf("Decode of a release whose trailer says less than it holds = %v", err)
+	}
+}
+
+// TestBudget: a take that does not fit waits for what is given back.
+func TestBudget(t *testing.T) {
+	b := newBudget(10)
+	b.take(7)
+	took := make(chan struct{})
+	go func() {
+		b.take(5)
+		close(took)
+	}()
+	select {
+	case <-took:
+		t.Fatal("5 bytes were taken of the 3 left")
+	case <-time.After(50 * time.Millisecond):
+	}
+	b.give(7)
+	select {
+	case <-took:
+	case <-time.After(5 * time.Second):
+		t.Fatal("5 bytes were not taken once 10 were left")
+	}
+	if b.left != 5 {
+		t.Errorf("left %d, want 5", b.left)
 	}
 }
