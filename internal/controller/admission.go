@@ -17,6 +17,7 @@ import (
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
 	"github.com/helm-locker/helm-locker/internal/admission"
+	"github.com/helm-locker/helm-locker/internal/metrics"
 	"github.com/helm-locker/helm-locker/internal/storage"
 )
 
@@ -147,7 +148,7 @@ func (c *Controller) Record(key string, d admission.Denial) {
 
 // lockRef returns the object reference of key's CR for events, and the
 // namespace and name the metrics give it: a release's, or the
-// ManifestLock's own.
+// ManifestLock's namespace and metrics.ManifestLockRelease.
 func (c *Controller) lockRef(key string) (*corev1.ObjectReference, string, string) {
 	if ref, ok := strings.CutPrefix(key, manifestLockPrefix); ok {
 		obj, exists, _ := c.locks.GetIndexer().GetByKey(ref)
@@ -155,7 +156,7 @@ func (c *Controller) lockRef(key string) (*corev1.ObjectReference, string, strin
 		if !exists || ml == nil {
 			return nil, "", ""
 		}
-		return manifestLockRef(ml), ml.Namespace, ml.Name
+		return manifestLockRef(ml), ml.Namespace, metrics.ManifestLockRelease(ml.Name)
 	}
 	obj, exists, _ := c.crs.GetIndexer().GetByKey(key)
 	hr, _ := obj.(*v1alpha1.HelmRelease)

@@ -27,6 +27,10 @@ import (
 // Only the worker syncing the CR's key touches it.
 type releaseState struct {
 	release v1alpha1.ReleaseKey
+	// holds says this CR held release at its last decide: it lost no
+	// Conflict. Only then are the release's series its own to forget;
+	// one that lost holds none, and the holder's go on.
+	holds bool
 	held
 	bookkeeping
 	verifying
@@ -254,7 +258,7 @@ func (c *Controller) observe(ctx context.Context, key string) (*v1alpha1.HelmRel
 		c.open(key)
 		// The series of the release it held before name a lock that is
 		// gone.
-		c.cfg.Metrics.ForgetLock(st.release.Namespace, st.release.Name)
+		c.forgetRelease(st)
 		*st = releaseState{release: hr.Spec.Release}
 	}
 	st.own.apply(hr)
@@ -364,7 +368,9 @@ func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRe
 		c.openState(key, st)
 		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", "spec.release.name and spec.release.namespace must both be set"), true, nil
 	}
-	if holder := c.lockedElsewhere(hr); holder != "" {
+	holder := c.lockedElsewhere(hr)
+	st.holds = holder == ""
+	if holder != "" {
 		c.openState(key, st)
 		return openStatus(hr, v1alpha1.StateError, 0, "Conflict",
 			fmt.Sprintf("release %s/%s is already locked by HelmRelease %s/%s; this one holds nothing until that one is deleted", rk.Namespace, rk.Name, hr.Namespace, holder)), true, nil
@@ -517,7 +523,7 @@ func (c *Controller) state(key string) *releaseState {
 }
 
 // dropState forgets key's HelmRelease: its state, its last denial, and
-// its metrics, those of the release it held included.
+// its metrics, those of the release it held included (see forgetRelease).
 func (c *Controller) dropState(key string) {
 	c.mu.Lock()
 	st := c.states[key]
@@ -525,9 +531,18 @@ func (c *Controller) dropState(key string) {
 	c.mu.Unlock()
 	c.cfg.Metrics.ForgetRelease(key)
 	if st != nil {
-		c.cfg.Metrics.ForgetLock(st.release.Namespace, st.release.Name)
+		c.forgetRelease(st)
 	}
 	c.denials.drop(key)
+}
+
+// forgetRelease deletes the series of the release st names, if this CR
+// held it: a CR that lost a Conflict wrote none of them, and deleting or
+// moving it must not silence the holder's.
+func (c *Controller) forgetRelease(st *releaseState) {
+	if st.holds {
+		c.cfg.Metrics.ForgetLock(st.release.Namespace, st.release.Name)
+	}
 }
 
 // latestSecret returns the metadata of the release's highest revision.

@@ -117,7 +117,7 @@ func (c *Controller) syncManifestLock(ctx context.Context, key string) (result, 
 		c.denials.drop(key)
 		c.sources.watch(key, nil)
 		if ns, name, err := cache.SplitMetaNamespaceKey(ref); err == nil {
-			c.cfg.Metrics.ForgetLock(ns, name)
+			c.cfg.Metrics.ForgetManifestLock(ns, name)
 		}
 		return result{}, nil
 	}
@@ -130,7 +130,7 @@ func (c *Controller) syncManifestLock(ctx context.Context, key string) (result, 
 		c.open(key)
 		c.mls.drop(key)
 		c.sources.watch(key, nil)
-		c.cfg.Metrics.ForgetLock(ml.Namespace, ml.Name)
+		c.cfg.Metrics.ForgetManifestLock(ml.Namespace, ml.Name)
 		return result{}, nil
 	}
 	ml = ml.DeepCopy()

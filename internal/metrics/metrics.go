@@ -82,7 +82,7 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 		}, []string{"namespace", "name"}),
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "admission_denied_total",
-			Help: "Requests Prevent mode denied at admission, dry runs aside; release is the release's name or the ManifestLock's.",
+			Help: "Requests Prevent mode denied at admission, dry runs aside; release is the release's name, or ManifestLock/<name> for a ManifestLock.",
 		}, []string{"namespace", "release", "kind"}),
 		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "admission_reviews_total",
@@ -140,11 +140,11 @@ func (m *Metrics) ForgetRelease(key string) {
 	}
 }
 
-// ForgetLock deletes every series that names a lock that is gone, no
-// longer served, or now holds another release: its drifts, corrections,
-// fights and denials. namespace and name are the release's for a
-// HelmRelease, the ManifestLock's own for one (as Denied takes them).
-// Without it, every release or lock ever held would stay in /metrics.
+// ForgetLock deletes every series that names a release no lock holds
+// any more (its HelmRelease is gone, no longer served, or now holds
+// another release): its drifts, corrections, fights and denials. Without
+// it, every release ever held would stay in /metrics. namespace and name
+// are the release's; a ManifestLock's series go with ForgetManifestLock.
 func (m *Metrics) ForgetLock(namespace, name string) {
 	if m == nil || name == "" {
 		return
@@ -155,6 +155,24 @@ func (m *Metrics) ForgetLock(namespace, name string) {
 	m.fights.DeletePartialMatch(l)
 	m.denied.DeletePartialMatch(l)
 }
+
+// ForgetManifestLock deletes the series of a ManifestLock that is gone or
+// no longer served: its denials, the only series it has.
+func (m *Metrics) ForgetManifestLock(namespace, name string) {
+	if m == nil || name == "" {
+		return
+	}
+	m.denied.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "release": ManifestLockRelease(name)})
+}
+
+// ManifestLockRelease is the release label of a ManifestLock's series:
+// "ManifestLock/<name>". A ManifestLock may be named as any release is,
+// and a tenant may create and delete one in a release's namespace, so
+// with its bare name its denials would add to that release's series and
+// deleting it would delete them, the release's drifts included, and
+// silence an alert. A release name holds no '/' nor capital (Helm's rule,
+// and the HelmRelease CRD's pattern), so these never meet a release's.
+func ManifestLockRelease(name string) string { return "ManifestLock/" + name }
 
 // KnowManagers adds field managers that drift_detected_total names rather
 // than count as "other": the names --helm-field-managers gives Helm. The
@@ -248,7 +266,8 @@ func (m *Metrics) ReconcileError(namespace, name string) {
 }
 
 // Denied counts a request Prevent mode denied, to an object of kind held
-// by release (a ManifestLock's name for such a lock) in namespace.
+// by release in namespace: a release's, or a ManifestLock's namespace and
+// ManifestLockRelease.
 func (m *Metrics) Denied(namespace, release, kind string) {
 	if m == nil {
 		return

@@ -94,3 +94,31 @@ func TestForgetDeletesSeries(t *testing.T) {
 	none.ForgetLock("apps", "web")
 	none.KnowManagers("helm")
 }
+
+// TestManifestLockSeriesAreApart: a ManifestLock may bear a release's name
+// in that release's namespace; its denials are counted apart, and
+// forgetting it leaves every series of the release.
+func TestManifestLockSeriesAreApart(t *testing.T) {
+	m := New(nil)
+	m.Drift("apps", "web", "ConfigMap", "kubectl-edit", true, 0)
+	m.Fight("apps", "web", "ConfigMap")
+	m.Denied("apps", "web", "ConfigMap")
+	m.Denied("apps", ManifestLockRelease("web"), "ConfigMap")
+	m.ForgetManifestLock("apps", "web")
+	body := scrape(t, m)
+	for _, want := range []string{
+		`helm_locker_drift_detected_total{kind="ConfigMap",manager="kubectl-edit",namespace="apps",release="web"} 1`,
+		`helm_locker_drift_corrected_total{kind="ConfigMap",namespace="apps",release="web"} 1`,
+		`helm_locker_fights_total{kind="ConfigMap",namespace="apps",release="web"} 1`,
+		`helm_locker_admission_denied_total{kind="ConfigMap",namespace="apps",release="web"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the ManifestLock apps/web is forgotten; the release's series lack %s", want)
+		}
+	}
+	if strings.Contains(body, `release="ManifestLock/web"`) {
+		t.Errorf("the ManifestLock apps/web is forgotten; its denials remain")
+	}
+	var none *Metrics
+	none.ForgetManifestLock("apps", "web")
+}
