@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -67,6 +68,9 @@ type Options struct {
 	// MaxInFlight bounds the reviews read and judged at once;
 	// DefaultMaxInFlight if 0. Past it a request is shed (see ServeHTTP).
 	MaxInFlight int
+	// MaxBodyRead bounds how long a review's body may take to arrive
+	// once it holds one of those slots; DefaultMaxBodyRead if 0.
+	MaxBodyRead time.Duration
 }
 
 // Observer is told what the webhook does, for metrics.
@@ -78,8 +82,8 @@ type Observer interface {
 	// time since the last one says whether the API server reaches the
 	// webhook at all.
 	Answered(at time.Time)
-	// Shed is told of a request refused unread, and why: ShedBusy or
-	// ShedTooLarge.
+	// Shed is told of a request refused unread or let through unjudged,
+	// and why: ShedBusy, ShedTooLarge, ShedSlowBody or ShedMismatch.
 	Shed(reason string)
 }
 
@@ -89,6 +93,12 @@ const (
 	ShedBusy = "Busy"
 	// ShedTooLarge: the body was over MaxReviewBytes.
 	ShedTooLarge = "TooLarge"
+	// ShedSlowBody: the body did not arrive within MaxBodyRead.
+	ShedSlowBody = "SlowBody"
+	// ShedMismatch: the review names an object a lock holds but carries
+	// another (MismatchError). The API server never sends one, so it is
+	// forged; it is let through unjudged and records nothing.
+	ShedMismatch = "Mismatch"
 )
 
 // DefaultMaxInFlight bounds the reviews answered at once. One that no lock
@@ -99,6 +109,17 @@ const (
 // objects of a held one about four times their JSON more, some 24 MiB in
 // all; 8 at once stay under 200 MiB, within the chart's 512 MiB limit.
 const DefaultMaxInFlight = 8
+
+// DefaultMaxBodyRead bounds how long a review's body may take to arrive
+// once the review holds a slot. The API server writes a review whole,
+// headers and body at once, so only a client that stalls on purpose comes
+// near it: a body of MaxReviewBytes takes 34 ms at 1 Gb/s, and 1 s is room
+// for a link 30 times slower. Without it, a client that sends headers and
+// then nothing held a slot for the server's whole ReadTimeout (3 s), and 8
+// such clients made every real review fail open. A client that keeps
+// sending them can still keep the slots busy, each for at most this long:
+// the chart's NetworkPolicy is what keeps such clients away.
+const DefaultMaxBodyRead = time.Second
 
 // MaxReviewBytes bounds a review's body. etcd refuses an object over
 // 1.5 MiB (its default --max-request-bytes), and a review carries two: the
@@ -126,11 +147,15 @@ func NewHandler(locks func() Locks, opts Options) *Handler {
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = DefaultMaxInFlight
 	}
+	if opts.MaxBodyRead <= 0 {
+		opts.MaxBodyRead = DefaultMaxBodyRead
+	}
 	return &Handler{locks: locks, opts: opts, inFlight: make(chan struct{}, opts.MaxInFlight)}
 }
 
 // ServeHTTP answers one AdmissionReview. Past MaxInFlight reviews at once,
-// or past MaxReviewBytes, it refuses the request unread with 429 or 413:
+// or past MaxReviewBytes, it refuses the request unread with 429 or 413,
+// and a body that takes longer than MaxBodyRead with 408:
 // the configuration's failurePolicy Ignore lets the request through, as
 // "allowed" would, and the API server counts it in its own
 // apiserver_admission_webhook_fail_open_count. Answering "allowed" instead
@@ -149,12 +174,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "too many admission reviews at once", http.StatusTooManyRequests)
 		return
 	}
-	review, err := readReview(w, r)
+	review, err := h.readBody(w, r)
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
 		h.shed(ShedTooLarge)
 		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+		return
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		h.shed(ShedSlowBody)
+		http.Error(w, "the review's body took too long", http.StatusRequestTimeout)
 		return
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -169,6 +198,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
+}
+
+// readBody reads the review within MaxBodyRead, so that a client that
+// stalls holds the slot taken for it no longer than that (see
+// DefaultMaxBodyRead). The deadline bounds the body alone: net/http clears
+// it once the body is read to its end, before it reads on in the
+// background to learn whether the client goes away (HTTP/2 only closes the
+// body, read already), so it never cancels the review's context while the
+// review is judged. A ResponseWriter that cannot set deadlines (a test's
+// recorder) reads without one.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (*admissionv1.AdmissionReview, error) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.opts.MaxBodyRead))
+	return readReview(w, r)
 }
 
 // readReview reads an AdmissionReview of at most MaxReviewBytes. Its
@@ -226,6 +268,9 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest)
 		return allow
 	}
 	j, err := judge(locks, gvr, req)
+	if mismatch := (*MismatchError)(nil); errors.As(err, &mismatch) {
+		h.shed(ShedMismatch)
+	}
 	if err != nil || !j.Denied() {
 		// Not knowing is no reason to deny: the revert follows.
 		return allow

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	goruntime "runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -198,16 +201,29 @@ func TestHandlerRefusesWhatIsNoReview(t *testing.T) {
 	}
 }
 
-// fakeObserver keeps what the handler tells it.
+// fakeObserver keeps what the handler tells it. shedSoFar reads what a
+// handler served by a server's goroutines shed.
 type fakeObserver struct {
 	reviewed []bool
 	answered []time.Time
+	mu       sync.Mutex
 	shed     []string
 }
 
 func (f *fakeObserver) Reviewed(allowed bool) { f.reviewed = append(f.reviewed, allowed) }
 func (f *fakeObserver) Answered(at time.Time) { f.answered = append(f.answered, at) }
-func (f *fakeObserver) Shed(reason string)    { f.shed = append(f.shed, reason) }
+
+func (f *fakeObserver) Shed(reason string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.shed = append(f.shed, reason)
+}
+
+func (f *fakeObserver) shedSoFar() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.shed)
+}
 
 // TestHandlerLooksBeforeItDecodes: whether a lock holds the object is
 // asked from the request's resource, namespace and name; a review no lock
@@ -224,12 +240,15 @@ func TestHandlerLooksBeforeItDecodes(t *testing.T) {
 	tests := []struct {
 		name string
 		req  admissionv1.AdmissionRequest
+		// forged: the review names a held object and carries another,
+		// which the API server never sends; it is counted.
+		forged bool
 	}{
 		{name: "names an object no lock holds, carries a held one",
 			req: admissionv1.AdmissionRequest{Name: "other", Namespace: "ns", OldObject: heldBefore, Object: held}},
 		{name: "names an object no lock holds, carries no object at all",
 			req: admissionv1.AdmissionRequest{Name: "other", Namespace: "ns", OldObject: notJSON, Object: notJSON}},
-		{name: "names a held object, carries another",
+		{name: "names a held object, carries another", forged: true,
 			req: admissionv1.AdmissionRequest{Name: "c", Namespace: "ns", OldObject: heldBefore, Object: other}},
 		{name: "names a held object in another namespace",
 			req: admissionv1.AdmissionRequest{Name: "c", Namespace: "elsewhere", OldObject: heldBefore, Object: held}},
@@ -245,9 +264,17 @@ func TestHandlerLooksBeforeItDecodes(t *testing.T) {
 				req.Operation = admissionv1.Update
 			}
 			req.UserInfo = authenticationv1.UserInfo{Username: "mallory"}
-			out := serve(t, NewHandler(func() Locks { return locks }, Options{}), &req)
+			observer := &fakeObserver{}
+			out := serve(t, NewHandler(func() Locks { return locks }, Options{Observer: observer}), &req)
 			if !out.Allowed || locks.judged != 0 || len(locks.recorded) != 0 {
 				t.Errorf("allowed %v, judged %d times, recorded %v; want allowed, never judged, nothing recorded", out.Allowed, locks.judged, locks.recorded)
+			}
+			var wantShed []string
+			if tt.forged {
+				wantShed = []string{ShedMismatch}
+			}
+			if diff := cmp.Diff(wantShed, observer.shed); diff != "" {
+				t.Errorf("shed (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -277,6 +304,93 @@ func TestHandlerSheds(t *testing.T) {
 	}
 	if len(h.inFlight) != 0 {
 		t.Errorf("%d slots still taken after the requests were answered", len(h.inFlight))
+	}
+}
+
+// confirmSlowly is fakeLocks whose Confirm takes wait, as one that asks
+// the API server may, and says no if the review's context ends first.
+type confirmSlowly struct {
+	*fakeLocks
+	wait time.Duration
+}
+
+func (c *confirmSlowly) Confirm(ctx context.Context, _ string) (bool, error) {
+	select {
+	case <-time.After(c.wait):
+		return true, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// TestSlowBodyHoldsASlotBriefly: clients that send a review's headers and
+// then stall, one for every slot, hold them for MaxBodyRead at most
+// (issue 31: they held them for the server's whole ReadTimeout, and every
+// real review meanwhile failed open). A real review sent just after gets
+// a slot within that bound, and is judged with a context the body's
+// deadline did not cancel, however long its Confirm takes.
+func TestSlowBodyHoldsASlotBriefly(t *testing.T) {
+	const maxBodyRead = 200 * time.Millisecond
+	observer := &fakeObserver{}
+	locks := &confirmSlowly{fakeLocks: &fakeLocks{}, wait: 2 * maxBodyRead}
+	h := NewHandler(func() Locks { return locks }, Options{Observer: observer, MaxBodyRead: maxBodyRead})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	for range DefaultMaxInFlight {
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, "POST /validate HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n{"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(h.inFlight) < DefaultMaxInFlight; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d slots taken by the stalled clients; want all %d", len(h.inFlight), DefaultMaxInFlight)
+		}
+	}
+
+	edit := reviewBody(t, &admissionv1.AdmissionRequest{UID: "real", Operation: admissionv1.Update, Name: "c", Namespace: "ns",
+		Resource: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"}, UserInfo: authenticationv1.UserInfo{Username: "alice"},
+		OldObject: runtime.RawExtension{Raw: []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"ns"},"data":{"key":"declared"}}`)},
+		Object:    runtime.RawExtension{Raw: []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"ns"},"data":{"key":"edited"}}`)}})
+	start := time.Now()
+	var out admissionv1.AdmissionReview
+	for {
+		resp, err := http.Post(srv.URL+"/validate", "application/json", bytes.NewReader(edit))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			if err := json.Unmarshal(body, &out); err != nil || out.Response == nil {
+				t.Fatalf("response %q: %v", body, err)
+			}
+			break
+		}
+		if resp.StatusCode != http.StatusTooManyRequests || time.Since(start) > 5*time.Second {
+			t.Fatalf("a real review after %v: status %d %q; want a slot within %v", time.Since(start).Round(time.Millisecond), resp.StatusCode, body, maxBodyRead)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Past the bound, the time to answer: Confirm alone takes twice it.
+	if waited := time.Since(start) - locks.wait; waited > maxBodyRead+300*time.Millisecond {
+		t.Errorf("a real review waited %v for a slot; want about %v at most", waited.Round(time.Millisecond), maxBodyRead)
+	}
+	if out.Response.Allowed {
+		t.Errorf("the real review of a held edit was allowed; want denied (its context ended while Confirm waited?)")
+	}
+	slow := 0
+	for _, reason := range observer.shedSoFar() {
+		if reason == ShedSlowBody {
+			slow++
+		}
+	}
+	if slow != DefaultMaxInFlight {
+		t.Errorf("shed %q; want %d %s, one for each stalled client", observer.shedSoFar(), DefaultMaxInFlight, ShedSlowBody)
 	}
 }
 
@@ -375,3 +489,4 @@ func TestHandlerAnswersTheProbe(t *testing.T) {
 		})
 	}
 }
+

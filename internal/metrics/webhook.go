@@ -19,7 +19,7 @@ type webhookMetrics struct {
 
 // The reasons a review is shed; the series of each exist from the start
 // at 0, so that rate() sees the first one.
-var shedReasons = []string{admission.ShedBusy, admission.ShedTooLarge}
+var shedReasons = []string{admission.ShedBusy, admission.ShedTooLarge, admission.ShedSlowBody, admission.ShedMismatch}
 
 func newWebhookMetrics(r prometheus.Registerer) *webhookMetrics {
 	w := &webhookMetrics{
@@ -33,7 +33,7 @@ func newWebhookMetrics(r prometheus.Registerer) *webhookMetrics {
 		}),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "admission_reviews_shed_total",
-			Help: "Admission requests refused unread, and so let through by failurePolicy Ignore: Busy (too many at once) or TooLarge (a body no stored object could make).",
+			Help: "Admission requests let through unjudged: refused unread, and so let through by failurePolicy Ignore, as Busy (too many at once), TooLarge (a body no stored object could make) or SlowBody (a body that did not arrive within a second); or Mismatch, allowed since the review names a held object but carries another, which only a forged review does.",
 		}, []string{"reason"}),
 	}
 	for _, reason := range shedReasons {
@@ -51,7 +51,7 @@ func (m *Metrics) Answered(at time.Time) {
 	m.webhook.lastReview.Set(float64(at.UnixNano()) / 1e9)
 }
 
-// Shed counts an admission request refused unread, and why.
+// Shed counts an admission request let through unjudged, and why.
 func (m *Metrics) Shed(reason string) {
 	if m == nil {
 		return

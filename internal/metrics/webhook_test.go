@@ -25,6 +25,8 @@ func TestWebhookMetrics(t *testing.T) {
 	for _, want := range []string{
 		`helm_locker_admission_reviews_shed_total{reason="Busy"} 0`,
 		`helm_locker_admission_reviews_shed_total{reason="TooLarge"} 0`,
+		`helm_locker_admission_reviews_shed_total{reason="SlowBody"} 0`,
+		`helm_locker_admission_reviews_shed_total{reason="Mismatch"} 0`,
 		`helm_locker_webhook_last_review_timestamp_seconds 0`,
 		`helm_locker_webhook_probe_answered_timestamp_seconds 0`,
 	} {

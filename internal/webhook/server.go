@@ -47,8 +47,9 @@ func (s *Server) serve(ctx context.Context, ln net.Listener) error {
 		Handler: s.Handler,
 		// The API server gives up on the webhook after Timeout seconds,
 		// so a request still being read then is useless to answer; a
-		// client that sends slowly holds a connection, and a slot of
-		// the handler's, no longer than that.
+		// client that sends slowly holds a connection no longer than
+		// that, and a slot of the handler's no longer than its
+		// MaxBodyRead (admission.DefaultMaxBodyRead).
 		ReadHeaderTimeout: Timeout * time.Second,
 		ReadTimeout:       Timeout * time.Second,
 		WriteTimeout:      2 * Timeout * time.Second,
