@@ -131,11 +131,14 @@ const (
 	ConditionReady = "Ready"
 	// ConditionAdmissionAnswered is set on a lock in Prevent mode while
 	// the webhook is on: True while the API server reaches the webhook,
-	// False when it has not for 3 minutes, three probes. Admission fails open
-	// (failurePolicy Ignore), so without it nothing would say that edits
-	// are let through and only reverted after the fact. The locker
+	// False when no probe has been answered for 3 minutes. Admission fails
+	// open (failurePolicy Ignore), so without it nothing would say that
+	// edits are let through and only reverted after the fact. The locker
 	// learns it by a probe: a dry-run request through the API server,
-	// every minute, whose answer only the webhook can give.
+	// whose answer only the webhook can give, sent every minute, and every
+	// 5 seconds after one goes unanswered until one is: two dozen or so go
+	// unanswered before it turns False, and it turns True again within
+	// seconds of the webhook answering.
 	ConditionAdmissionAnswered = "AdmissionAnswered"
 )
 

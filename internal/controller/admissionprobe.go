@@ -20,8 +20,10 @@ type AdmissionProbe interface {
 }
 
 // AdmissionWindow is how long no probe may be answered before Prevent
-// locks say admission is failing open: three probes, a minute apart, so
-// that one lost to a slow API server or a rollout is no alarm.
+// locks say admission is failing open. A probe goes every minute, and
+// every 5 s after one goes unanswered (webhook.ProbeRetry), so a probe or
+// two lost to a slow API server or a rollout is no alarm: the window is
+// two minutes of retries after the first probe missed.
 const AdmissionWindow = 3 * time.Minute
 
 // admissionCheckEvery is how often the controller looks at the probe's
