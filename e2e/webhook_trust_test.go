@@ -251,17 +251,20 @@ func forwardToFirstUp(t *testing.T, addrs []string) string {
 	return ln.Addr().String()
 }
 
-// TestForgedReviewRecordsNothing POSTs forged AdmissionReviews straight at
-// a locker's webhook, from a client that is not the API server (issue 31,
-// item 6). One names an object no lock holds but carries the body of an
-// object a Prevent lock holds, edited: it is allowed, and records nothing
-// (no Denied event, no status.lastDenied, no denial counted), since the
-// holder is looked up from the request's name before anything is decoded.
-// One names the locked object itself: it is denied, as a real one would
-// be. What that one records is logged: a client that can reach the port
-// can still forge a denial of a held object (see the README's trust
-// table; the chart's NetworkPolicy narrows who can reach it).
-func TestForgedReviewRecordsNothing(t *testing.T) {
+// TestForgedReviewOfUnheldObjectRecordsNothing POSTs forged
+// AdmissionReviews straight at a locker's webhook, from a client that is
+// not the API server (issue 31, item 6). One names an object no lock holds
+// but carries the body of an object a Prevent lock holds, edited: it is
+// allowed, and records nothing (no Denied event, no status.lastDenied, no
+// denial counted), since the holder is looked up from the request's name
+// before anything is decoded. One names the held object but carries
+// another: it is allowed unjudged, records nothing, and is counted as
+// shed for Mismatch. One names the held object and carries it: it is
+// denied, as a real one would be, and recorded. What that one records is
+// logged: a client that can reach the port can still forge a denial of a
+// held object (see the README's trust table; the chart's NetworkPolicy
+// narrows who can reach it).
+func TestForgedReviewOfUnheldObjectRecordsNothing(t *testing.T) {
 	t.Parallel()
 	ns, registration := env.Namespace(t), env.Namespace(t)
 	addr, metricsAddr := startWebhookLocker(t, "forged-review", registration)
@@ -290,7 +293,7 @@ func TestForgedReviewRecordsNothing(t *testing.T) {
 			}
 		}
 		return events, env.HelmReleaseIn(t, registration, cr).Status.LastDenied,
-			metric(t, metricsAddr, fmt.Sprintf(`helm_locker_admission_denied_total{kind="ConfigMap",namespace=%q,release="forged"}`, registration))
+			metric(t, metricsAddr, fmt.Sprintf(`helm_locker_admission_denied_total{kind="ConfigMap",namespace=%q,release="forged"}`, ns))
 	}
 	// What the held review above recorded is the baseline; wait until it
 	// is all written.
@@ -298,8 +301,8 @@ func TestForgedReviewRecordsNothing(t *testing.T) {
 	var baseLast *v1alpha1.Denial
 	env.Eventually(t, 10*time.Second, func() error {
 		baseEvents, baseLast, baseDenials = recorded()
-		if baseEvents == 0 || baseLast == nil {
-			return fmt.Errorf("the held review's denial is not recorded yet: %d events, lastDenied %v", baseEvents, baseLast)
+		if baseEvents == 0 || baseLast == nil || baseDenials == 0 {
+			return fmt.Errorf("the held review's denial is not recorded yet: %d events, lastDenied %v, %d denials counted", baseEvents, baseLast, baseDenials)
 		}
 		return nil
 	})
@@ -311,6 +314,15 @@ func TestForgedReviewRecordsNothing(t *testing.T) {
 		if err != nil || !allowed {
 			t.Fatalf("a forged review naming an object no lock holds: allowed %v, %v; want allowed", allowed, err)
 		}
+	}
+	const mismatch = `helm_locker_admission_reviews_shed_total{reason="Mismatch"}`
+	another := live.DeepCopy()
+	another.SetName("not-held")
+	if allowed, err := post(editReview(t, another, "forged-0", "someone-innocent")); err != nil || !allowed {
+		t.Fatalf("a forged review naming the held object, carrying another: allowed %v, %v; want allowed unjudged", allowed, err)
+	}
+	if n := metric(t, metricsAddr, mismatch); n != 1 {
+		t.Errorf("%s = %d after one forged review carrying another object than it names; want 1", mismatch, n)
 	}
 	env.Consistently(t, 3*time.Second, func() error {
 		events, last, denials := recorded()
