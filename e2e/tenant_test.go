@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,15 +42,6 @@ func optIn(t *testing.T, ns, sa, locks string) {
 	}
 }
 
-func readyCondition(ml *mlv1.ManifestLock) *metav1.Condition {
-	for i, c := range ml.Status.Conditions {
-		if c.Type == v1alpha1.ConditionReady {
-			return &ml.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 // TestTenantLockWriterOptIn: a tenant's ManifestLock that names a
 // ServiceAccount of its namespace far more powerful than its author
 // (admin of the namespace) holds and writes nothing until that account
@@ -73,7 +65,7 @@ subjects:
 `
 	createManifestLock(t, ns, "app", map[string]any{"manifest": manifest, "serviceAccountName": "powerful"})
 	ml := waitManifestLock(t, ns, "app", mlv1.StateError)
-	ready := readyCondition(ml)
+	ready := meta.FindStatusCondition(ml.Status.Conditions, v1alpha1.ConditionReady)
 	if ready == nil || ready.Reason != mlv1.ReasonWriterNotPermitted || !strings.Contains(ready.Message, "ServiceAccount "+ns+"/powerful") ||
 		!strings.Contains(ready.Message, mlv1.WritersAnnotation+"=app") {
 		t.Errorf("Ready condition %+v; want %s naming the ServiceAccount and the annotation to add", ready, mlv1.ReasonWriterNotPermitted)
@@ -302,4 +294,91 @@ subjects:
 		}
 		return nil
 	})
+}
+
+// configMapChart writes a chart of one ConfigMap, name, whose data.key is
+// value, and returns its folder.
+func configMapChart(t *testing.T, name, value string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.MkdirAll(filepath.Join(dir, "templates"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"Chart.yaml":               "apiVersion: v2\nname: " + name + "\nversion: 0.1.0\n",
+		"templates/configmap.yaml": configMapYAML(name, value),
+	}
+	for file, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestTenantLockNeverWritesOverHelm: a tenant's lock, whose writer may
+// write ConfigMaps, creates the ConfigMap it declares; an admin then
+// installs a chart of that ConfigMap with helm install --take-ownership.
+// The lock decided it held the ConfigMap before Helm had it, and its next
+// write would land after: each write checks again (see the controller's
+// tenantWriteGuard), so the admin's value is never written over, not even
+// once, and the lock says it does not hold the ConfigMap because Helm
+// installed it. The same check covers a ConfigMap an admin's install
+// creates between the lock's read of the cluster and its first write,
+// which no test can time.
+func TestTenantLockNeverWritesOverHelm(t *testing.T) {
+	t.Parallel()
+	ns := env.Namespace(t)
+	grantConfigMaps(t, ns, "writer")
+	optIn(t, ns, "writer", "*")
+	createManifestLock(t, ns, "tenant", map[string]any{"manifest": configMapYAML("settings", "tenant"), "serviceAccountName": "writer"})
+	waitKey(t, ns, "settings", "tenant")
+	waitManifestLock(t, ns, "tenant", mlv1.StateLocked)
+
+	// Every version of the ConfigMap from here on.
+	cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "settings", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := env.Kube.CoreV1().ConfigMaps(ns).Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=settings", ResourceVersion: cm.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values []string
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for ev := range w.ResultChan() {
+			if c, ok := ev.Object.(*corev1.ConfigMap); ok {
+				values = append(values, c.Data["key"])
+			}
+		}
+	}()
+	defer func() {
+		w.Stop()
+		<-watched
+	}()
+
+	env.Helm(t, framework.Helm3, "install", "settings", configMapChart(t, "settings", "admin"), "-n", ns, "--take-ownership")
+	env.Eventually(t, 30*time.Second, func() error {
+		ml := getManifestLock(t, ns, "tenant")
+		for _, p := range ml.Status.NotLocked {
+			if p.Object == "ConfigMap "+ns+"/settings" && p.Reason == mlv1.ReasonInstalledByHelm && strings.Contains(p.Message, "Helm release "+ns+"/settings") {
+				return nil
+			}
+		}
+		return fmt.Errorf("ManifestLock %s/tenant: notLocked %+v, conditions %+v; want ConfigMap %s/settings as %s",
+			ns, ml.Status.NotLocked, ml.Status.Conditions, ns, mlv1.ReasonInstalledByHelm)
+	})
+	env.Consistently(t, 2*time.Second, func() error {
+		if got, _ := keyOf(t, ns, "settings"); got != "admin" {
+			return fmt.Errorf("ConfigMap %s/settings data.key = %q; want the admin's %q", ns, got, "admin")
+		}
+		return nil
+	})
+	w.Stop()
+	<-watched
+	if i := slices.Index(values, "admin"); i < 0 || slices.ContainsFunc(values[i:], func(v string) bool { return v != "admin" }) {
+		t.Errorf("data.key of each version of the ConfigMap since the lock held it: %q; once Helm wrote %q, want no other", values, "admin")
+	}
 }

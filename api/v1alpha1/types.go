@@ -234,8 +234,9 @@ type ObjectProblem struct {
 	// Reason is one of OptedOut, TypeNotServed, Conflict, APIError,
 	// NotAppliedByHelm, HelmOperationInProgress, or a refusal of the API
 	// server: TooLarge, Invalid, Forbidden, NamespaceNotFound. A tenant's
-	// ManifestLock also gives InstalledByHelm, and Forbidden for an object
-	// its writer may not adopt (see the ManifestLock API's reasons).
+	// ManifestLock also gives InstalledByHelm, NotMarked, and Forbidden for
+	// an object its writer may not adopt (see the ManifestLock API's
+	// reasons).
 	Reason  string `json:"reason"`
 	Message string `json:"message,omitempty"`
 }

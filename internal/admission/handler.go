@@ -26,7 +26,9 @@ type Locks interface {
 	// is asked first, before either object of the request is decoded.
 	Prevents(gvr schema.GroupVersionResource, namespace, name string) bool
 	Judge(gvr schema.GroupVersionResource, old, obj *unstructured.Unstructured) (engine.Judgement, error)
-	JudgeScale(gvr schema.GroupVersionResource, namespace, name string, oldReplicas, replicas int64) (engine.Judgement, error)
+	// JudgeScale judges a request to the scale subresource. It may read
+	// the object, within ctx, the review's.
+	JudgeScale(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, oldReplicas, replicas int64) (engine.Judgement, error)
 	// Confirm is asked before a request is denied, with the key of the
 	// lock that holds the object; false lets the request through. A
 	// HelmRelease's lock is open while Helm is at work, and the watch
@@ -267,7 +269,7 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if req.Name == "" || !locks.Prevents(gvr, req.Namespace, req.Name) {
 		return allow
 	}
-	j, err := judge(locks, gvr, req)
+	j, err := judge(ctx, locks, gvr, req)
 	if mismatch := (*MismatchError)(nil); errors.As(err, &mismatch) {
 		h.shed(ShedMismatch)
 	}
@@ -308,7 +310,7 @@ func probe(req *admissionv1.AdmissionRequest) bool {
 // judge asks locks about req: the object, or for the scale subresource
 // the replicas, before and after. Both objects must be the one the
 // request names, which is the one a lock was found to hold.
-func judge(locks Locks, gvr schema.GroupVersionResource, req *admissionv1.AdmissionRequest) (engine.Judgement, error) {
+func judge(ctx context.Context, locks Locks, gvr schema.GroupVersionResource, req *admissionv1.AdmissionRequest) (engine.Judgement, error) {
 	old, err := decode(req.OldObject.Raw, req)
 	if err != nil {
 		return engine.Judgement{}, err
@@ -329,7 +331,7 @@ func judge(locks Locks, gvr schema.GroupVersionResource, req *admissionv1.Admiss
 		}
 		before, _, _ := unstructured.NestedInt64(old.Object, "spec", "replicas")
 		after, _, _ := unstructured.NestedInt64(obj.Object, "spec", "replicas")
-		return locks.JudgeScale(gvr, req.Namespace, req.Name, before, after)
+		return locks.JudgeScale(ctx, gvr, req.Namespace, req.Name, before, after)
 	default:
 		// Status and other subresources are not the lock's.
 		return engine.Judgement{}, nil

@@ -58,7 +58,7 @@ func (f *fakeLocks) Judge(gvr schema.GroupVersionResource, old, obj *unstructure
 	return j, nil
 }
 
-func (f *fakeLocks) JudgeScale(gvr schema.GroupVersionResource, namespace, name string, oldReplicas, replicas int64) (engine.Judgement, error) {
+func (f *fakeLocks) JudgeScale(_ context.Context, gvr schema.GroupVersionResource, namespace, name string, oldReplicas, replicas int64) (engine.Judgement, error) {
 	f.judged++
 	f.scaled = [2]int64{oldReplicas, replicas}
 	j := engine.Judgement{Key: "ns/web", Ref: engine.ObjectRef{GVR: gvr, Namespace: namespace, Name: name}, Kind: "Deployment"}
@@ -490,3 +490,33 @@ func TestHandlerAnswersTheProbe(t *testing.T) {
 	}
 }
 
+// contextLocks is fakeLocks that keeps the context JudgeScale is given.
+type contextLocks struct {
+	fakeLocks
+	ctx context.Context
+}
+
+func (l *contextLocks) JudgeScale(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, oldReplicas, replicas int64) (engine.Judgement, error) {
+	l.ctx = ctx
+	return l.fakeLocks.JudgeScale(ctx, gvr, namespace, name, oldReplicas, replicas)
+}
+
+// TestJudgeScaleWithinTheReview: a scale request is judged within the
+// review's context, so that what JudgeScale reads ends with the review.
+func TestJudgeScaleWithinTheReview(t *testing.T) {
+	locks := &contextLocks{}
+	h := NewHandler(func() Locks { return locks }, Options{})
+	scale := func(n int) runtime.RawExtension {
+		data, _ := json.Marshal(map[string]any{"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": map[string]any{"name": "web", "namespace": "ns"}, "spec": map[string]any{"replicas": n}})
+		return runtime.RawExtension{Raw: data}
+	}
+	req := admissionv1.AdmissionRequest{UID: "uid-1", Operation: admissionv1.Update, SubResource: "scale", Name: "web", Namespace: "ns",
+		Resource: metav1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, OldObject: scale(2), Object: scale(5)}
+	body, _ := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: &req})
+	type reviewKey struct{}
+	ctx := context.WithValue(t.Context(), reviewKey{}, "review")
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(body)).WithContext(ctx))
+	if locks.ctx == nil || locks.ctx.Value(reviewKey{}) != "review" {
+		t.Errorf("JudgeScale was given context %v; want the review's", locks.ctx)
+	}
+}

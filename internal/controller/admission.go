@@ -39,10 +39,10 @@ func (c *Controller) Judge(gvr schema.GroupVersionResource, old, obj *unstructur
 
 // JudgeScale asks the engine (see engine.Engine.JudgeScale), and lets
 // through what a tenant's lock holds but may not judge (see
-// judgesScaleFor).
-func (c *Controller) JudgeScale(gvr schema.GroupVersionResource, namespace, name string, oldReplicas, replicas int64) (engine.Judgement, error) {
+// judgesScaleFor, which reads the object within ctx).
+func (c *Controller) JudgeScale(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, oldReplicas, replicas int64) (engine.Judgement, error) {
 	j, err := c.engine.JudgeScale(gvr, namespace, name, oldReplicas, replicas)
-	if err != nil || !j.Denied() || c.judgesScaleFor(j.Key, gvr, namespace, name) {
+	if err != nil || !j.Denied() || c.judgesScaleFor(ctx, j.Key, gvr, namespace, name) {
 		return j, err
 	}
 	return engine.Judgement{}, nil

@@ -135,7 +135,8 @@ type Controller struct {
 
 	writersMu sync.Mutex
 	writers   map[string]dynamic.Interface // by impersonated user
-	// sweep asks sweepWriters to prune writers, once a lock is deleted.
+	// sweep asks sweepWriters to prune writers, once a lock is deleted or
+	// changes its writer.
 	sweep chan struct{}
 
 	// bookkeeping is the budget of status writes that carry only
@@ -232,8 +233,11 @@ func New(cfg Config) *Controller {
 		cache.Indexers{byRelease: crReleaseIndex}, v1alpha1.Resource.String())
 	_ = c.crs.SetTransform(compact[v1alpha1.HelmRelease])
 	_, _ = c.crs.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueCR,
-		UpdateFunc: func(_, obj any) { c.enqueueCR(obj) },
+		AddFunc: c.enqueueCR,
+		UpdateFunc: func(old, obj any) {
+			c.enqueueCR(obj)
+			c.writerMayBeUnused(old, obj)
+		},
 		// A CR that goes may leave its release to another, and its
 		// writer to no one.
 		DeleteFunc: func(obj any) {
@@ -249,8 +253,11 @@ func New(cfg Config) *Controller {
 	c.locks = c.crInformer(watchDynamic, locks, c.locksHealth, nil, mlv1.Resource.String())
 	_ = c.locks.SetTransform(compact[mlv1.ManifestLock])
 	_, _ = c.locks.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueManifestLock,
-		UpdateFunc: func(_, obj any) { c.enqueueManifestLock(obj) },
+		AddFunc: c.enqueueManifestLock,
+		UpdateFunc: func(old, obj any) {
+			c.enqueueManifestLock(obj)
+			c.writerMayBeUnused(old, obj)
+		},
 		DeleteFunc: func(obj any) {
 			c.enqueueManifestLock(obj)
 			c.writersMayBeUnused()

@@ -76,8 +76,11 @@ func (c *Controller) reportDrifts(ctx context.Context, rk *v1alpha1.ReleaseKey, 
 	now := time.Now()
 	for _, d := range res.Drifts {
 		var open *LockOpenError
-		if d.Held || errors.As(d.Err, &open) {
-			// Helm moving the release on is not drift.
+		var notHeld *NotHeldError
+		if d.Held || errors.As(d.Err, &open) || errors.As(d.Err, &notHeld) {
+			// Helm moving the release on is not drift, nor is an
+			// object changing hands under a tenant's lock (see
+			// tenantWriteGuard).
 			continue
 		}
 		if rk != nil {

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
@@ -56,20 +57,29 @@ func (c *Controller) writerFor(namespace, name string) (dynamic.Interface, error
 	return w, nil
 }
 
+// writerOf is the identity a cached HelmRelease or ManifestLock writes
+// as: "" for the locker's own, or for anything else.
+func (c *Controller) writerOf(obj any) string {
+	switch lk := obj.(type) {
+	case *v1alpha1.HelmRelease:
+		if sa := c.serviceAccount(lk); sa != "" {
+			return impersonated(lk.Spec.Release.Namespace, sa)
+		}
+	case *mlv1.ManifestLock:
+		if sa := c.manifestServiceAccount(lk); sa != "" {
+			return impersonated(lk.Namespace, sa)
+		}
+	}
+	return ""
+}
+
 // writersInUse are the identities the locks in the caches write as.
 func (c *Controller) writersInUse() map[string]bool {
 	inUse := map[string]bool{}
-	for _, obj := range c.crs.GetIndexer().List() {
-		if hr, ok := obj.(*v1alpha1.HelmRelease); ok {
-			if sa := c.serviceAccount(hr); sa != "" {
-				inUse[impersonated(hr.Spec.Release.Namespace, sa)] = true
-			}
-		}
-	}
-	for _, obj := range c.locks.GetIndexer().List() {
-		if ml, ok := obj.(*mlv1.ManifestLock); ok {
-			if sa := c.manifestServiceAccount(ml); sa != "" {
-				inUse[impersonated(ml.Namespace, sa)] = true
+	for _, store := range []cache.Store{c.crs.GetIndexer(), c.locks.GetIndexer()} {
+		for _, obj := range store.List() {
+			if user := c.writerOf(obj); user != "" {
+				inUse[user] = true
 			}
 		}
 	}
@@ -111,8 +121,18 @@ func (c *Controller) writersMayBeUnused() {
 	}
 }
 
-// sweepWriters prunes the writers each time a lock is deleted, at most
-// once per writerSweepInterval, until ctx is done.
+// writerMayBeUnused asks for a sweep of the writers when an update changes
+// the identity a lock writes as: swept only on deletes, the writers of a
+// tenant who keeps changing spec.serviceAccountName would grow for the life
+// of the process. Other updates, such as status writes, ask nothing.
+func (c *Controller) writerMayBeUnused(old, obj any) {
+	if c.writerOf(old) != c.writerOf(obj) {
+		c.writersMayBeUnused()
+	}
+}
+
+// sweepWriters prunes the writers each time a lock is deleted or changes
+// its writer, at most once per writerSweepInterval, until ctx is done.
 func (c *Controller) sweepWriters(ctx context.Context) {
 	for {
 		select {

@@ -1,12 +1,16 @@
 package controller
 
 import (
+	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -70,5 +74,72 @@ func TestPruneWriters(t *testing.T) {
 	w1 := c.writers["system:serviceaccount:team:writer"]
 	if w2, _ := c.writerFor("team", "writer"); w2 != w1 {
 		t.Error("the writer in use was rebuilt; want it kept")
+	}
+}
+
+// TestWriterChangeAsksForASweep: an update that changes the identity a
+// HelmRelease or ManifestLock writes as asks for a sweep of the writers,
+// as a delete does, so that a tenant who keeps changing
+// spec.serviceAccountName does not grow them without bound; other updates
+// ask nothing.
+func TestWriterChangeAsksForASweep(t *testing.T) {
+	hr := helmRelease(nil)
+	c, dyn := newTestController(t, hr, nil, nil)
+	ctx := t.Context()
+	locksDone := make(chan struct{})
+	lockCtx, stopLocks := context.WithCancel(ctx)
+	go func() {
+		defer close(locksDone)
+		c.locks.RunWithContext(lockCtx)
+	}()
+	t.Cleanup(func() {
+		stopLocks()
+		<-locksDone
+	})
+	ml := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": mlv1.SchemeGroupVersion.String(), "kind": mlv1.Kind,
+		"metadata": map[string]any{"name": "app", "namespace": "cattle-helm-system"},
+		"spec":     map[string]any{"manifest": manifestYAML, "serviceAccountName": "a"},
+	}}
+	if _, err := dyn.Resource(mlv1.Resource).Namespace("cattle-helm-system").Create(ctx, ml, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), c.locks.HasSynced) {
+		t.Fatal("the ManifestLock cache did not sync")
+	}
+	swept := func(what string) {
+		t.Helper()
+		select {
+		case <-c.sweep:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no sweep of the writers asked for", what)
+		}
+	}
+	for _, tt := range []struct {
+		what     string
+		resource schema.GroupVersionResource
+		name     string
+	}{
+		{"a HelmRelease's new serviceAccountName", v1alpha1.Resource, "hr"},
+		{"a ManifestLock's new serviceAccountName", mlv1.Resource, "app"},
+	} {
+		for _, sa := range []string{"b", "c"} {
+			patch := []byte(`{"spec":{"serviceAccountName":"` + sa + `"}}`)
+			if _, err := dyn.Resource(tt.resource).Namespace("cattle-helm-system").Patch(ctx, tt.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			swept(tt.what + " " + sa)
+		}
+	}
+
+	// The same writer before and after: nothing to sweep.
+	a := &mlv1.ManifestLock{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "app"}, Spec: mlv1.ManifestLockSpec{ServiceAccountName: "a"}}
+	relabelled := a.DeepCopy()
+	relabelled.Labels = map[string]string{"team": "ops"}
+	c.writerMayBeUnused(a, relabelled)
+	select {
+	case <-c.sweep:
+		t.Error("an update that keeps the writer asked for a sweep")
+	default:
 	}
 }

@@ -221,18 +221,18 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 	declared := digest + fmt.Sprintf("/%d", ml.Generation)
 	if c.cfg.ReadOnly {
 		if declared != st.declared {
-			held, unheld, err := c.heldObjects(ctx, ml, objs, namespace, writer)
+			h, err := c.heldObjects(ctx, ml, objs, refs, namespace, writer, st.inventory)
 			if err != nil {
 				return ml.Status, err
 			}
-			st.declared, st.unheld = declared, unheld
-			c.engine.Declare(key, c.manifestSet(ml, held, namespace, ignore, writer, false))
+			st.declared, st.unheld = declared, h.unheld
+			c.engine.Declare(key, c.manifestSet(ml, h, namespace, ignore, writer, false))
 			c.engine.Prepare(ctx)
 		}
 		return ml.Status, nil
 	}
 	if declared != st.declared {
-		held, unheld, err := c.heldObjects(ctx, ml, objs, namespace, writer)
+		h, err := c.heldObjects(ctx, ml, objs, refs, namespace, writer, st.inventory)
 		if err != nil {
 			return ml.Status, err
 		}
@@ -241,41 +241,30 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 				return ml.Status, err
 			}
 		}
-		missing, err := c.missingObjects(ctx, refs, st.inventory)
-		if err != nil {
-			return ml.Status, err
-		}
 		// After a restart or a suspension, the manifest the status says
 		// was held is not new: what differs from it now, someone else
 		// changed.
 		applied := st.declared == "" && ml.Status.ManifestDigest == digest
 		st.declarations++
-		st.declared, st.missing, st.unheld = declared, missing, unheld
+		st.declared, st.missing, st.unheld = declared, h.missing, h.unheld
 		st.lock = st.lock.Next(lock.Event{Type: lock.Engage, Revision: st.declarations, Warn: ml.Spec.Mode == v1alpha1.ModeWarn})
-		c.engine.Declare(key, c.manifestSet(ml, held, namespace, ignore, writer, applied))
-		logger.V(2).Info("ManifestLock engaged", "objects", len(held), "notHeld", len(unheld), "created", len(missing), "mode", ml.Spec.Mode)
+		c.engine.Declare(key, c.manifestSet(ml, h, namespace, ignore, writer, applied))
+		logger.V(2).Info("ManifestLock engaged", "objects", len(h.objs), "notHeld", len(h.unheld), "created", len(h.missing), "mode", ml.Spec.Mode)
 	}
 	status, syncErr := c.syncManifestObjects(ctx, key, ml, st, r, optedOut)
 	status.ManifestDigest = digest
 	return status, syncErr
 }
 
-// heldObjects returns the objects of the manifest the lock may hold: all
-// of an admin's, and of a tenant's those tenantHolds allows.
-func (c *Controller) heldObjects(ctx context.Context, ml *mlv1.ManifestLock, objs []*unstructured.Unstructured, namespace string, writer dynamic.Interface) ([]*unstructured.Unstructured, []v1alpha1.ObjectProblem, error) {
-	if !c.isTenant(ml) {
-		return objs, nil, nil
-	}
-	return c.tenantHolds(ctx, ml, objs, namespace, writer)
-}
-
 // manifestSet is what a ManifestLock declares to the engine. In Prevent
 // mode every object carries the lock's marker, so that the webhook is sent
 // its requests (see mlv1.MarkerAnnotation); a tenant's lock that writes
 // marks its objects in every mode, as the proof that it created or
-// adopted them (see tenantHolds). A tenant's lock ranks below every
-// admin's lock for an object both declare (see tenantPrecedence).
-func (c *Controller) manifestSet(ml *mlv1.ManifestLock, objs []*unstructured.Unstructured, namespace string, ignore func(*unstructured.Unstructured) []engine.Pointer, writer dynamic.Interface, applied bool) engine.ObjectSet {
+// adopted them (see tenantHolds), and checks each write against the
+// object as it is then (see tenantWriteGuard). A tenant's lock ranks below
+// every admin's lock for an object both declare (see tenantPrecedence).
+func (c *Controller) manifestSet(ml *mlv1.ManifestLock, h holding, namespace string, ignore func(*unstructured.Unstructured) []engine.Pointer, writer dynamic.Interface, applied bool) engine.ObjectSet {
+	objs := h.objs
 	prevent := ml.Spec.Mode == v1alpha1.ModePrevent
 	tenant := c.isTenant(ml)
 	if prevent || (tenant && ml.Spec.Mode != v1alpha1.ModeWarn) {
@@ -288,11 +277,7 @@ func (c *Controller) manifestSet(ml *mlv1.ManifestLock, objs []*unstructured.Uns
 			obj.SetAnnotations(annotations)
 		}
 	}
-	precedence := 0
-	if tenant {
-		precedence = tenantPrecedence
-	}
-	return engine.ObjectSet{
+	set := engine.ObjectSet{
 		Objects:          objs,
 		DefaultNamespace: namespace,
 		ReportOnly:       ml.Spec.Mode == v1alpha1.ModeWarn,
@@ -300,19 +285,24 @@ func (c *Controller) manifestSet(ml *mlv1.ManifestLock, objs []*unstructured.Uns
 		Ignore:           ignore,
 		Writer:           writer,
 		Since:            ml.CreationTimestamp.Time,
-		Precedence:       precedence,
 		Applied:          applied,
 	}
+	if tenant {
+		set.Precedence = tenantPrecedence
+		set.BeforeWrite = tenantWriteGuard(ml, h.adopted)
+	}
+	return set
 }
 
 // syncManifestObjects syncs the declaration the engine holds for the lock
 // and reports it.
 func (c *Controller) syncManifestObjects(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, r *result, optedOut []v1alpha1.ObjectProblem) (mlv1.ManifestLockStatus, error) {
 	res, syncErr := c.engine.Sync(ctx, key)
-	if c.isTenant(ml) && appearedUnmade(st, res) {
-		// Someone else made an object the lock was to create: whether
-		// the lock may hold it is decided again (see tenantHolds), by
-		// a new declaration at once.
+	if c.isTenant(ml) && (appearedUnmade(st, res) || writeRefused(res)) {
+		// Someone else made an object the lock was to create, or
+		// tenantWriteGuard refused a write: whether the lock may hold
+		// the object is decided again (see tenantHolds), by a new
+		// declaration at once.
 		st.declared = ""
 		r.requeueBy(time.Millisecond)
 	}
@@ -399,7 +389,7 @@ func (e *forbiddenError) Error() string {
 // is held (a forbiddenError). Kinds the API server does not serve yet are
 // left for the engine to report, unless the lock is a tenant's.
 func (c *Controller) manifestRefs(ml *mlv1.ManifestLock, objs []*unstructured.Unstructured, namespace string) (map[mlv1.ObjectRef]bool, error) {
-	tenant := ml.Namespace != c.cfg.Namespace
+	tenant := c.isTenant(ml)
 	// The scopes of the kinds whose CRDs the manifest declares, for their
 	// objects: the API server does not serve them yet.
 	scopes := map[schema.GroupKind]string{}
@@ -456,36 +446,10 @@ func (c *Controller) manifestServiceAccount(ml *mlv1.ManifestLock) string {
 		return ml.Spec.ServiceAccountName
 	case c.cfg.DefaultServiceAccount != "":
 		return c.cfg.DefaultServiceAccount
-	case ml.Namespace != c.cfg.Namespace:
+	case c.isTenant(ml):
 		return "default"
 	}
 	return ""
-}
-
-// missingObjects returns the refs that do not exist now and are not in
-// the inventory already: the lock creates them, so they are its to prune.
-func (c *Controller) missingObjects(ctx context.Context, refs map[mlv1.ObjectRef]bool, inventory []mlv1.ObjectRef) (map[mlv1.ObjectRef]bool, error) {
-	missing := map[mlv1.ObjectRef]bool{}
-	for ref := range refs {
-		if slices.Contains(inventory, ref) {
-			continue
-		}
-		gvr, err := c.resourceOf(ref)
-		if err != nil {
-			// A kind not served yet, such as one whose CRD the
-			// manifest declares, has no objects.
-			missing[ref] = true
-			continue
-		}
-		_, err = resourceClient(c.cfg.Dynamic, gvr, ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			missing[ref] = true
-		case err != nil:
-			return nil, fmt.Errorf("reading %s %s: %w", ref.Kind, ref.Name, err)
-		}
-	}
-	return missing, nil
 }
 
 // prune deletes the inventory's objects that refs, the new declaration, no

@@ -220,9 +220,12 @@ func notLocked(optedOut []v1alpha1.ObjectProblem, revision int, res engine.Resul
 		}
 		reason := "APIError"
 		var open *LockOpenError
+		var notHeld *NotHeldError
 		switch {
 		case errors.As(err, &open):
 			reason = "HelmOperationInProgress"
+		case errors.As(err, &notHeld):
+			reason = notHeld.Reason
 		case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
 			reason = "Conflict"
 		}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -23,6 +24,7 @@ import (
 
 	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/engine"
 	"github.com/helm-locker/helm-locker/informers"
 	"github.com/helm-locker/helm-locker/internal/storage"
 )
@@ -39,7 +41,8 @@ import (
 //     were created in (engine.ObjectSet.Precedence);
 //   - it holds an object only if it creates it, or it carries the lock's
 //     marker, or its writer may write the marker on (adopt); never one
-//     Helm installed (tenantHolds);
+//     Helm installed (tenantHolds); and each write checks that again of
+//     the object as it is then (tenantWriteGuard);
 //   - Prevent mode judges for it only what, as the API server has it,
 //     carries its marker and not Helm's ownership (judgesFor).
 
@@ -207,71 +210,133 @@ func (c *Controller) notPermitted(ctx context.Context, key string, ml *mlv1.Mani
 	return manifestOpenStatus(ml, mlv1.StateError, mlv1.ReasonWriterNotPermitted, why)
 }
 
-// tenantHolds returns the objects of a tenant's lock that it may hold, and why
-// it does not hold the others. It holds an object that does not exist (it
-// creates it, with its marker), and one that carries its marker. It adopts
-// one that exists without its marker only if a server-side dry run of
-// writing the marker on, as the lock's writer, is allowed: so that it
-// never holds, or freezes in Prevent mode, what its author could not write.
-// It never holds an object Helm installed (see
-// mlv1.ReasonInstalledByHelm). Refusals are announced once in an event.
-func (c *Controller) tenantHolds(ctx context.Context, ml *mlv1.ManifestLock, objs []*unstructured.Unstructured, namespace string, writer dynamic.Interface) ([]*unstructured.Unstructured, []v1alpha1.ObjectProblem, error) {
+// tenantHolds decides which of a tenant's objects its lock holds, given
+// each as the API server has it (live, read once by heldObjects; nil for
+// one that does not exist), and says why it does not hold the others. It
+// holds an object that does not exist (it creates it, with its marker),
+// and one that carries its marker. It adopts one that exists without its
+// marker only if a server-side dry run of writing the marker on, as the
+// lock's writer, is allowed: so that it never holds, or freezes in Prevent
+// mode, what its author could not write. It never holds an object Helm
+// installed (see mlv1.ReasonInstalledByHelm). Refusals are announced once
+// in an event.
+func (c *Controller) tenantHolds(ctx context.Context, ml *mlv1.ManifestLock, objs []*unstructured.Unstructured, namespace string, writer dynamic.Interface, live map[mlv1.ObjectRef]*metav1.PartialObjectMetadata) (holding, error) {
 	if writer == nil {
 		writer = c.cfg.Dynamic
 	}
 	marker := ml.Namespace + "/" + ml.Name
-	var held []*unstructured.Unstructured
-	var unheld []v1alpha1.ObjectProblem
+	h := holding{adopted: map[types.UID]bool{}}
 	for _, obj := range objs {
 		gvk := obj.GroupVersionKind()
 		mapping, err := c.cfg.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
 			// manifestRefs refused the lock for it already.
-			return nil, nil, fmt.Errorf("mapping %s %s: %w", gvk.Kind, obj.GetName(), err)
+			return holding{}, fmt.Errorf("mapping %s %s: %w", gvk.Kind, obj.GetName(), err)
 		}
 		ns := obj.GetNamespace()
 		if ns == "" {
 			ns = namespace
 		}
 		ref := mlv1.ObjectRef{APIVersion: obj.GetAPIVersion(), Kind: gvk.Kind, Namespace: ns, Name: obj.GetName()}
-		live, err := c.cfg.Metadata.Resource(mapping.Resource).Namespace(ns).Get(ctx, obj.GetName(), metav1.GetOptions{})
+		m, read := live[ref]
 		switch {
-		case apierrors.IsNotFound(err):
-			held = append(held, obj)
+		case !read:
+			return holding{}, fmt.Errorf("%s %s was not read", gvk.Kind, inventoryName(ref))
+		case m == nil:
+			h.objs = append(h.objs, obj)
 			continue
-		case err != nil:
-			return nil, nil, fmt.Errorf("reading %s %s: %w", gvk.Kind, inventoryName(ref), err)
 		}
-		if release, ok := live.Annotations[storage.AnnotationReleaseName]; ok {
-			unheld = append(unheld, v1alpha1.ObjectProblem{Object: gvk.Kind + " " + inventoryName(ref), Reason: mlv1.ReasonInstalledByHelm,
+		if release, ok := m.Annotations[storage.AnnotationReleaseName]; ok {
+			h.unheld = append(h.unheld, v1alpha1.ObjectProblem{Object: gvk.Kind + " " + inventoryName(ref), Reason: mlv1.ReasonInstalledByHelm,
 				Message: limit(fmt.Sprintf("installed by Helm release %s/%s: a ManifestLock outside the registration namespace never holds what Helm installs, so that Helm and the release's owner are never stopped by it; a HelmRelease holds a release",
-					live.Annotations[storage.AnnotationReleaseSpace], release))})
+					m.Annotations[storage.AnnotationReleaseSpace], release))})
 			continue
 		}
-		if live.Annotations[mlv1.MarkerAnnotation] == marker {
-			held = append(held, obj)
+		if m.Annotations[mlv1.MarkerAnnotation] == marker {
+			h.objs = append(h.objs, obj)
 			continue
 		}
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{mlv1.MarkerAnnotation: marker}}})
 		_, err = writer.Resource(mapping.Resource).Namespace(ns).Patch(ctx, obj.GetName(), types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
-			held = append(held, obj)
+			h.objs = append(h.objs, obj)
+			if m.UID != "" {
+				h.adopted[m.UID] = true
+			}
 		case apierrors.IsForbidden(err):
-			unheld = append(unheld, v1alpha1.ObjectProblem{Object: gvk.Kind + " " + inventoryName(ref), Reason: mlv1.ReasonForbidden,
+			h.unheld = append(h.unheld, v1alpha1.ObjectProblem{Object: gvk.Kind + " " + inventoryName(ref), Reason: mlv1.ReasonForbidden,
 				Message: limit(fmt.Sprintf("it exists without this lock's %s annotation, and the lock's writer may not write it, so the lock does not adopt it: %v", mlv1.MarkerAnnotation, err))})
 		default:
-			return nil, nil, fmt.Errorf("adopting %s %s: %w", gvk.Kind, inventoryName(ref), err)
+			return holding{}, fmt.Errorf("adopting %s %s: %w", gvk.Kind, inventoryName(ref), err)
 		}
 	}
 	if !c.cfg.ReadOnly {
-		for _, p := range unheld {
+		for _, p := range h.unheld {
 			if !slices.Contains(ml.Status.NotLocked, p) {
 				c.cfg.Recorder.Event(manifestLockRef(ml), corev1.EventTypeWarning, EventNotAdopted, truncate(p.Object+": "+p.Message, maxEventMessage))
 			}
 		}
 	}
-	return held, unheld, nil
+	return h, nil
+}
+
+// NotHeldError says a tenant's lock did not write an object it holds:
+// as the object was just before the write, the lock may no longer hold
+// it (see tenantWriteGuard). Reason is mlv1.ReasonInstalledByHelm or
+// mlv1.ReasonNotMarked.
+type NotHeldError struct {
+	Reason string
+	// Release is namespace/name of the Helm release whose annotations
+	// the object carries, for mlv1.ReasonInstalledByHelm.
+	Release string
+}
+
+func (e *NotHeldError) Error() string {
+	if e.Reason == mlv1.ReasonInstalledByHelm {
+		return fmt.Sprintf("not written: it carries the %s annotation of Helm release %s, which installed it or took it over, and a ManifestLock outside the registration namespace never writes what Helm installs", storage.AnnotationReleaseName, e.Release)
+	}
+	return fmt.Sprintf("not written: it exists without this lock's %s annotation, and is not the object the lock adopted; whether the lock may adopt it is decided again", mlv1.MarkerAnnotation)
+}
+
+// tenantWriteGuard is the engine.ObjectSet.BeforeWrite of a tenant's lock.
+// tenantHolds decides what the lock holds when it reads its manifest; by
+// the engine's write, the object may have changed hands: someone may have
+// created one the lock was about to create (an admin's helm install of
+// that name, say), or Helm taken over one the lock created (helm install
+// --take-ownership). So every write over a live object is checked again
+// against the object as the engine read it: one carrying Helm's release
+// annotation is never written, and one without the lock's marker only if
+// it is the very object (by UID) the lock adopted after its dry run.
+// Creating a missing object is let through: the lock creates it with its
+// marker. A refusal is a *NotHeldError, and the lock's next sync decides
+// again what it holds.
+func tenantWriteGuard(ml *mlv1.ManifestLock, adopted map[types.UID]bool) func(context.Context, engine.Write) error {
+	marker := ml.Namespace + "/" + ml.Name
+	return func(_ context.Context, w engine.Write) error {
+		if w.Live == nil {
+			return nil
+		}
+		annotations := w.Live.GetAnnotations()
+		if release, ok := annotations[storage.AnnotationReleaseName]; ok {
+			return &NotHeldError{Reason: mlv1.ReasonInstalledByHelm, Release: annotations[storage.AnnotationReleaseSpace] + "/" + release}
+		}
+		if annotations[mlv1.MarkerAnnotation] != marker && !adopted[w.Live.GetUID()] {
+			return &NotHeldError{Reason: mlv1.ReasonNotMarked}
+		}
+		return nil
+	}
+}
+
+// writeRefused reports whether tenantWriteGuard refused a write of res.
+func writeRefused(res engine.Result) bool {
+	for _, d := range res.Drifts {
+		var notHeld *NotHeldError
+		if errors.As(d.Err, &notHeld) {
+			return true
+		}
+	}
+	return false
 }
 
 // judgesFor reports whether Prevent mode may judge a request for the lock
@@ -302,16 +367,20 @@ func claimedBy(annotations map[string]string, ref string) bool {
 
 // scaleJudgeTimeout bounds the read a scale request held by a tenant's
 // lock costs: the request carries a Scale, not the object's annotations.
+// It is read within the review's context, which ends when the API server
+// stops waiting for the webhook (its timeoutSeconds) or the client goes;
+// this bound keeps one read from spending all of that.
 const scaleJudgeTimeout = time.Second
 
 // judgesScaleFor is judgesFor for the scale subresource: it reads the
-// object's metadata, and lets the request through if it cannot.
-func (c *Controller) judgesScaleFor(key string, gvr schema.GroupVersionResource, namespace, name string) bool {
+// object's metadata, within the review's ctx, and lets the request through
+// if it cannot.
+func (c *Controller) judgesScaleFor(ctx context.Context, key string, gvr schema.GroupVersionResource, namespace, name string) bool {
 	ref, tenant := c.tenantLockKey(key)
 	if !tenant {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), scaleJudgeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, scaleJudgeTimeout)
 	defer cancel()
 	m, err := c.cfg.Metadata.Resource(gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	return err == nil && claimedBy(m.Annotations, ref)

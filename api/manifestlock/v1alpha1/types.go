@@ -68,6 +68,12 @@ const (
 	// into a tenant's namespace must be able to upgrade it and delete
 	// its objects. A HelmRelease holds a release.
 	ReasonInstalledByHelm = "InstalledByHelm"
+	// ReasonNotMarked: the lock was about to write an object that exists
+	// without its MarkerAnnotation, and is not the one it adopted when it
+	// read its manifest (someone else created it since, or took the
+	// marker off). The lock wrote nothing to it, and decides again
+	// whether it may adopt it.
+	ReasonNotMarked = "NotMarked"
 )
 
 // ManifestLock holds the objects of a raw manifest as it declares them:
