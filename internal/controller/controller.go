@@ -401,7 +401,13 @@ func (c *Controller) runEngine(ctx context.Context, start func(func(context.Cont
 	})
 }
 
-// Synced reports whether every cache has finished its first list.
+// Synced reports whether every HelmRelease and ManifestLock in the CR
+// caches has been declared once (see declareAll) and, on a leader, the
+// engine's informers have finished their first list. From then on the
+// declarations count every lock: PreventedTypes names every type a
+// Prevent lock holds, and Judge answers for every lock. A lock whose
+// manifest or release could not be read then is declared by its first
+// sync, which retries it.
 func (c *Controller) Synced() bool { return c.synced.Load() }
 
 // Watching reports whether every cache sees changes as they happen, and if
@@ -450,10 +456,12 @@ func (c *Controller) Informers() []schema.GroupVersionResource {
 	return c.engine.Watched()
 }
 
-// declareAll declares the objects of every registered, deployed release
-// before the engine starts its informers. Each informer's first list then
-// finds the objects it must keep whole already tracked, and the first sync
-// of every release reads them from the cache instead of one GET each.
+// declareAll declares the objects of every registered, deployed release,
+// and of every ManifestLock, before the engine starts its informers. Each
+// informer's first list then finds the objects it must keep whole already
+// tracked, and the first sync of every lock reads them from the cache
+// instead of one GET each. Once it returns, every lock in the CR caches
+// has been declared once (see Synced).
 func (c *Controller) declareAll(ctx context.Context) {
 	// Most releases' latest revision is the deployed one: listing those
 	// a page at a time costs a request per page rather than a GET per
@@ -496,8 +504,17 @@ func (c *Controller) declareAll(ctx context.Context) {
 			rest = append(rest, key)
 		}
 	}
+	releases := len(declared) + len(rest)
+	// ManifestLocks too: the workers would declare them only after the
+	// controller says it is synced, and until then a new leader's
+	// webhook rules would lack the types only Prevent ManifestLocks hold,
+	// and a standby would let their objects' edits through.
+	locks := c.locks.GetIndexer().ListKeys()
+	for _, key := range locks {
+		rest = append(rest, manifestLockPrefix+key)
+	}
 	c.declareKeys(ctx, rest)
-	klog.FromContext(ctx).V(2).Info("Declared the releases", "count", len(declared)+len(rest))
+	klog.FromContext(ctx).V(2).Info("Declared the releases", "count", releases, "manifestLocks", len(locks))
 	c.engine.Prepare(ctx)
 }
 
@@ -566,7 +583,7 @@ func deployedSelectors(releases []string) []string {
 	return selectors
 }
 
-// declareKeys declares the objects of the releases keys name, with the
+// declareKeys declares the objects of the locks keys name, with the
 // controller's workers.
 func (c *Controller) declareKeys(ctx context.Context, keys []string) {
 	work := make(chan string)
@@ -574,25 +591,9 @@ func (c *Controller) declareKeys(ctx context.Context, keys []string) {
 	for range min(c.cfg.Workers, len(keys)) {
 		wg.Go(func() {
 			for key := range work {
-				err := recovered(ctx, key, func() error {
-					hr, st, ok := c.observe(ctx, key)
-					if !ok {
-						return nil
-					}
-					// The first sync would claim it first thing. Claimed
-					// now, the API server writes the claims while the
-					// locker parses manifests and lists, rather than
-					// after, when every status write waits behind them.
-					if !c.cfg.ReadOnly {
-						if err := c.claimIfFree(ctx, hr, st); err != nil {
-							return err
-						}
-					}
-					_, _, err := c.decide(ctx, key, hr, st, &result{})
-					return err
-				})
+				err := recovered(ctx, key, func() error { return c.declare(ctx, key) })
 				if err != nil {
-					klog.FromContext(ctx).V(2).Info("Could not declare release at startup; the first sync retries", "helmRelease", key, "err", err)
+					klog.FromContext(ctx).V(2).Info("Could not declare lock at startup; the first sync retries", "lock", lockName(key), "err", err)
 				}
 			}
 		})
@@ -602,6 +603,35 @@ func (c *Controller) declareKeys(ctx context.Context, keys []string) {
 	}
 	close(work)
 	wg.Wait()
+}
+
+// declare declares the objects of the lock key names as the first step of
+// its sync does, so that the sync finds them declared. What that step asks
+// of the queue is left out: the sync that follows asks it again.
+func (c *Controller) declare(ctx context.Context, key string) error {
+	if strings.HasPrefix(key, manifestLockPrefix) {
+		ml, st := c.observeManifestLock(ctx, key)
+		if ml == nil {
+			return nil
+		}
+		_, _, err := c.declareManifestLock(ctx, key, ml, st, &result{})
+		return err
+	}
+	hr, st, ok := c.observe(ctx, key)
+	if !ok {
+		return nil
+	}
+	// The first sync would claim it first thing. Claimed now, the API
+	// server writes the claims while the locker parses manifests and
+	// lists, rather than after, when every status write waits behind
+	// them.
+	if !c.cfg.ReadOnly {
+		if err := c.claimIfFree(ctx, hr, st); err != nil {
+			return err
+		}
+	}
+	_, _, err := c.decide(ctx, key, hr, st, &result{})
+	return err
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {

@@ -105,40 +105,9 @@ func (c *Controller) servesManifestLock(ml *mlv1.ManifestLock) bool {
 // syncManifestLock brings one ManifestLock in line: observe the CR and its
 // manifest, decide what may be held, act (prune, declare, sync) and report.
 func (c *Controller) syncManifestLock(ctx context.Context, key string) (result, error) {
-	ref := strings.TrimPrefix(key, manifestLockPrefix)
-	obj, exists, err := c.locks.GetIndexer().GetByKey(ref)
-	if err != nil {
-		return result{}, err
-	}
-	if !exists {
-		// Deleting the lock deletes nothing it held.
-		c.open(key)
-		c.mls.drop(key)
-		c.denials.drop(key)
-		c.sources.watch(key, nil)
-		if ns, name, err := cache.SplitMetaNamespaceKey(ref); err == nil {
-			c.cfg.Metrics.ForgetManifestLock(ns, name)
-		}
+	ml, st := c.observeManifestLock(ctx, key)
+	if ml == nil {
 		return result{}, nil
-	}
-	ml, ok := obj.(*mlv1.ManifestLock)
-	if !ok {
-		klog.FromContext(ctx).Error(nil, "Cannot read ManifestLock; ignoring it", "manifestLock", ref)
-		return result{}, nil
-	}
-	if !c.servesManifestLock(ml) {
-		c.open(key)
-		c.mls.drop(key)
-		c.sources.watch(key, nil)
-		c.cfg.Metrics.ForgetManifestLock(ml.Namespace, ml.Name)
-		return result{}, nil
-	}
-	ml = ml.DeepCopy()
-	st := c.mls.state(key)
-	if !st.counted {
-		st.counted = true
-		st.driftsDetected, st.corrected, st.lastDrift = ml.Status.DriftsDetected, ml.Status.DriftsCorrected, ml.Status.LastDrift.DeepCopy()
-		st.inventory = slices.Clone(ml.Status.Inventory)
 	}
 	var res result
 	status, syncErr := c.reconcileManifestLock(ctx, key, ml, st, &res)
@@ -149,7 +118,7 @@ func (c *Controller) syncManifestLock(ctx context.Context, key string) (result, 
 	status.DriftsDetected, status.DriftsCorrected, status.LastDrift = st.driftsDetected, st.corrected, st.lastDrift
 	status.LastDenied = c.denials.get(key, ml.Status.LastDenied)
 	status.Inventory = st.inventory
-	err = c.writeManifestLockStatus(ctx, ml, status)
+	err := c.writeManifestLockStatus(ctx, ml, status)
 	if errors.Is(err, errLabelsChanged) {
 		res.requeueBy(labelsChangedRetry)
 		err = nil
@@ -157,33 +126,112 @@ func (c *Controller) syncManifestLock(ctx context.Context, key string) (result, 
 	return res, errors.Join(syncErr, err)
 }
 
-// reconcileManifestLock observes the lock's manifest, decides what it may
-// hold and as whom, acts (prune, declare, sync) and returns the status to
-// report, with an error to retry on; r collects what it asks of the queue.
+// observeManifestLock returns a copy of the ManifestLock key names, from
+// the cache, and what the controller remembers of it. A lock that is gone,
+// or that this controller does not serve, is let go of: nothing is
+// returned, and what it held is left as it is.
+func (c *Controller) observeManifestLock(ctx context.Context, key string) (*mlv1.ManifestLock, *manifestState) {
+	ref := strings.TrimPrefix(key, manifestLockPrefix)
+	obj, exists, _ := c.locks.GetIndexer().GetByKey(ref)
+	if !exists {
+		// Deleting the lock deletes nothing it held.
+		c.open(key)
+		c.mls.drop(key)
+		c.denials.drop(key)
+		c.sources.watch(key, nil)
+		if ns, name, err := cache.SplitMetaNamespaceKey(ref); err == nil {
+			c.cfg.Metrics.ForgetManifestLock(ns, name)
+		}
+		return nil, nil
+	}
+	ml, ok := obj.(*mlv1.ManifestLock)
+	if !ok {
+		klog.FromContext(ctx).Error(nil, "Cannot read ManifestLock; ignoring it", "manifestLock", ref)
+		return nil, nil
+	}
+	if !c.servesManifestLock(ml) {
+		c.open(key)
+		c.mls.drop(key)
+		c.sources.watch(key, nil)
+		c.cfg.Metrics.ForgetManifestLock(ml.Namespace, ml.Name)
+		return nil, nil
+	}
+	ml = ml.DeepCopy()
+	st := c.mls.state(key)
+	if !st.counted {
+		st.counted = true
+		st.driftsDetected, st.corrected, st.lastDrift = ml.Status.DriftsDetected, ml.Status.DriftsCorrected, ml.Status.LastDrift.DeepCopy()
+		st.inventory = slices.Clone(ml.Status.Inventory)
+	}
+	return ml, st
+}
+
+// reconcileManifestLock declares the lock's manifest, if it changed, and
+// syncs its objects, and returns the status to report, with an error to
+// retry on; r collects what it asks of the queue.
 func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, r *result) (mlv1.ManifestLockStatus, error) {
-	logger := klog.FromContext(ctx)
+	d, status, err := c.declareManifestLock(ctx, key, ml, st, r)
+	switch {
+	case d == nil:
+		return status, err
+	case c.cfg.ReadOnly:
+		// A replica standing by syncs nothing, so nothing else
+		// resolves what it declared for Judge.
+		if d.changed {
+			c.engine.Prepare(ctx)
+		}
+		return ml.Status, nil
+	}
+	status, syncErr := c.syncManifestObjects(ctx, key, ml, st, r, d.optedOut)
+	status.ManifestDigest = d.digest
+	return status, syncErr
+}
+
+// manifestDeclaration is what declareManifestLock read of a lock's
+// manifest that its sync goes on with.
+type manifestDeclaration struct {
+	digest string
+	// optedOut are the manifest's objects the lock leaves out.
+	optedOut []v1alpha1.ObjectProblem
+	// changed says the manifest was declared now: it differed from what
+	// the engine held.
+	changed bool
+}
+
+// declareManifestLock observes the lock's manifest, decides what it may
+// hold and as whom, and, if that changed since it was last declared, acts:
+// a leader prunes what the new manifest drops and notes what the lock is
+// to create, and any replica declares it to the engine. It is the first
+// step of every sync, and what declareAll does for every lock at startup,
+// so that a new leader's webhook rules and a standby's answers count every
+// lock as soon as the controller is synced (see Controller.Synced). With
+// no declaration, the lock ends with status (and an error to retry on).
+func (c *Controller) declareManifestLock(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, r *result) (*manifestDeclaration, mlv1.ManifestLockStatus, error) {
 	if ml.Spec.Suspend {
 		c.openManifestLock(key, st)
 		c.sources.watch(key, nil)
-		return manifestOpenStatus(ml, mlv1.StateSuspended, "Suspended", "spec.suspend is true: the lock is open and nothing is reverted"), nil
+		return nil, manifestOpenStatus(ml, mlv1.StateSuspended, "Suspended", "spec.suspend is true: the lock is open and nothing is reverted"), nil
+	}
+	ended := func(status mlv1.ManifestLockStatus, err error) (*manifestDeclaration, mlv1.ManifestLockStatus, error) {
+		return nil, status, err
 	}
 
 	// Observe: the manifest, wherever it is kept.
 	text, err := c.manifestText(ctx, key, ml)
 	if err != nil {
 		if apierrors.IsNotFound(err) || errors.Is(err, errNoManifest) {
-			return c.manifestError(ctx, key, ml, st, r, "ManifestUnavailable", err.Error())
+			return ended(c.manifestError(ctx, key, ml, st, r, "ManifestUnavailable", err.Error()))
 		}
-		return ml.Status, err
+		return nil, ml.Status, err
 	}
 	objs, err := manifest.Parse(strings.NewReader(text))
 	if err != nil {
-		return c.manifestError(ctx, key, ml, st, r, "InvalidManifest", "spec.manifest: "+err.Error())
+		return ended(c.manifestError(ctx, key, ml, st, r, "InvalidManifest", "spec.manifest: "+err.Error()))
 	}
 	objs, optedOut := declare.SplitOptedOut(objs)
 	ignore, err := declare.Ignore(ml.Spec.Ignore)
 	if err != nil {
-		return c.manifestError(ctx, key, ml, st, r, "InvalidSpec", err.Error())
+		return ended(c.manifestError(ctx, key, ml, st, r, "InvalidSpec", err.Error()))
 	}
 
 	// Decide: what this lock may hold, and as whom it writes.
@@ -196,64 +244,66 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *
 		var forbidden *forbiddenError
 		if errors.As(err, &forbidden) {
 			c.openManifestLock(key, st)
-			return manifestOpenStatus(ml, mlv1.StateError, mlv1.ReasonForbidden, limit(err.Error())), nil
+			return nil, manifestOpenStatus(ml, mlv1.StateError, mlv1.ReasonForbidden, limit(err.Error())), nil
 		}
-		return c.manifestError(ctx, key, ml, st, r, "InvalidManifest", limit(err.Error()))
+		return ended(c.manifestError(ctx, key, ml, st, r, "InvalidManifest", limit(err.Error())))
 	}
 	sa := c.manifestServiceAccount(ml)
 	if c.isTenant(ml) {
 		permitted, why, err := c.writerPermitted(ctx, ml, sa)
 		if err != nil {
-			return ml.Status, err
+			return nil, ml.Status, err
 		}
 		if !permitted {
-			return c.notPermitted(ctx, key, ml, st, r, why), nil
+			return nil, c.notPermitted(ctx, key, ml, st, r, why), nil
 		}
 	}
 	writer, err := c.writerFor(ml.Namespace, sa)
 	if err != nil {
-		return c.manifestError(ctx, key, ml, st, r, "ImpersonationUnavailable", err.Error())
+		return ended(c.manifestError(ctx, key, ml, st, r, "ImpersonationUnavailable", err.Error()))
 	}
 
-	// Act: prune what the last declaration created and this one drops,
-	// declare, and sync.
-	digest := manifestDigest(text)
-	declared := digest + fmt.Sprintf("/%d", ml.Generation)
-	if c.cfg.ReadOnly {
-		if declared != st.declared {
-			h, err := c.heldObjects(ctx, ml, objs, refs, namespace, writer, st.inventory)
-			if err != nil {
-				return ml.Status, err
-			}
-			st.declared, st.unheld = declared, h.unheld
-			c.engine.Declare(key, c.manifestSet(ml, h, namespace, ignore, writer, false))
-			c.engine.Prepare(ctx)
-		}
-		return ml.Status, nil
+	// Act: declare what changed.
+	d := &manifestDeclaration{digest: manifestDigest(text), optedOut: optedOut}
+	declared := d.digest + fmt.Sprintf("/%d", ml.Generation)
+	if declared == st.declared {
+		return d, ml.Status, nil
 	}
-	if declared != st.declared {
-		h, err := c.heldObjects(ctx, ml, objs, refs, namespace, writer, st.inventory)
-		if err != nil {
-			return ml.Status, err
-		}
-		if ml.Spec.Prune {
-			if err := c.prune(ctx, ml, st, refs, writer); err != nil {
-				return ml.Status, err
-			}
-		}
-		// After a restart or a suspension, the manifest the status says
-		// was held is not new: what differs from it now, someone else
-		// changed.
-		applied := st.declared == "" && ml.Status.ManifestDigest == digest
-		st.declarations++
-		st.declared, st.missing, st.unheld = declared, h.missing, h.unheld
-		st.lock = st.lock.Next(lock.Event{Type: lock.Engage, Revision: st.declarations, Warn: ml.Spec.Mode == v1alpha1.ModeWarn})
-		c.engine.Declare(key, c.manifestSet(ml, h, namespace, ignore, writer, applied))
-		logger.V(2).Info("ManifestLock engaged", "objects", len(h.objs), "notHeld", len(h.unheld), "created", len(h.missing), "mode", ml.Spec.Mode)
+	h, err := c.heldObjects(ctx, ml, objs, refs, namespace, writer, st.inventory)
+	if err != nil {
+		return nil, ml.Status, err
 	}
-	status, syncErr := c.syncManifestObjects(ctx, key, ml, st, r, optedOut)
-	status.ManifestDigest = digest
-	return status, syncErr
+	applied := false
+	if !c.cfg.ReadOnly {
+		// A replica standing by writes nothing: it prunes nothing, and
+		// what the lock creates is the leader's to note.
+		if applied, err = c.engageManifest(ctx, ml, st, refs, h.missing, writer, d.digest); err != nil {
+			return nil, ml.Status, err
+		}
+		klog.FromContext(ctx).V(2).Info("ManifestLock engaged", "objects", len(h.objs), "notHeld", len(h.unheld), "created", len(st.missing), "mode", ml.Spec.Mode)
+	}
+	st.declared, st.unheld, d.changed = declared, h.unheld, true
+	c.engine.Declare(key, c.manifestSet(ml, h, namespace, ignore, writer, applied))
+	return d, ml.Status, nil
+}
+
+// engageManifest readies a leader's lock for a new manifest, before it is
+// declared: it prunes what the last one created and this one drops, notes
+// missing, the objects that do not exist yet (the lock creates them, and
+// they join its inventory once it has), and engages the lock. applied
+// says the manifest is not new: after a restart or a suspension, the one
+// the status says was held is declared again, and what differs from it
+// now, someone else changed.
+func (c *Controller) engageManifest(ctx context.Context, ml *mlv1.ManifestLock, st *manifestState, refs, missing map[mlv1.ObjectRef]bool, writer dynamic.Interface, digest string) (applied bool, err error) {
+	if ml.Spec.Prune {
+		if err := c.prune(ctx, ml, st, refs, writer); err != nil {
+			return false, err
+		}
+	}
+	st.declarations++
+	st.missing = missing
+	st.lock = st.lock.Next(lock.Event{Type: lock.Engage, Revision: st.declarations, Warn: ml.Spec.Mode == v1alpha1.ModeWarn})
+	return st.declared == "" && ml.Status.ManifestDigest == digest, nil
 }
 
 // manifestSet is what a ManifestLock declares to the engine. In Prevent

@@ -94,8 +94,9 @@ func Build(name string, client admissionregistrationv1.WebhookClientConfig, type
 type Prevented interface {
 	// PreventedTypes lists the types Prevent locks hold now.
 	PreventedTypes() []schema.GroupVersionResource
-	// Synced reports whether every lock has been declared: until then
-	// PreventedTypes may lack types that locks hold.
+	// Synced reports whether every lock the controller serves, of each
+	// kind (HelmReleases and ManifestLocks), has been declared once:
+	// until then PreventedTypes may lack types that locks hold.
 	Synced() bool
 }
 
@@ -219,7 +220,9 @@ func (c *Configuration) update(ctx context.Context, want func(live *admissionreg
 // synced; rules built from what it has declared by then would switch
 // Prevent off for every type not yet declared, after each failover,
 // restart or rollout (issue 31: 0 rules for a second after a restart, and
-// an edit let through).
+// an edit let through). That holds for ManifestLocks as for HelmReleases:
+// a type only a Prevent ManifestLock holds stays until that lock is
+// declared too.
 func wantedTypes(types []schema.GroupVersionResource, synced bool, live *admissionregistrationv1.ValidatingWebhookConfiguration) []schema.GroupVersionResource {
 	if synced || live == nil {
 		return types
