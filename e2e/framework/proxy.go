@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -35,6 +36,8 @@ type Proxy struct {
 	// paused holds, for each resource whose watches are paused, a
 	// channel closed when they resume.
 	paused map[schema.GroupResource]chan struct{}
+	// delays holds, by path, how long each GET of an object is held back.
+	delays map[string]time.Duration
 }
 
 // blockedStatus is what a refused watch gets: the Status an API server sends
@@ -70,7 +73,7 @@ func (e *Env) StartProxy(t testing.TB) *Proxy {
 	// server's Close would otherwise wait for watches to time out.
 	closing, closeAll := context.WithCancel(context.Background())
 	var handlers sync.WaitGroup
-	p := &Proxy{watches: map[*http.Request]context.CancelFunc{}, paused: map[schema.GroupResource]chan struct{}{}}
+	p := &Proxy{watches: map[*http.Request]context.CancelFunc{}, paused: map[schema.GroupResource]chan struct{}{}, delays: map[string]time.Duration{}}
 	p.server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		handlers.Add(1)
 		defer handlers.Done()
@@ -88,6 +91,12 @@ func (e *Env) StartProxy(t testing.TB) *Proxy {
 			defer p.removeWatch(r)
 			if resource, ok := watchedResource(r.URL.Path); ok {
 				w = &pausableWriter{ResponseWriter: w, ctx: ctx, paused: func() <-chan struct{} { return p.pausedUntil(resource) }}
+			}
+		} else if d := p.readDelay(r); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return
 			}
 		}
 		reverse.ServeHTTP(w, r)
@@ -148,6 +157,30 @@ func (p *Proxy) PauseWatches(resource schema.GroupResource, pause bool) {
 		close(resumed)
 		delete(p.paused, resource)
 	}
+}
+
+// DelayReads holds back each GET of the object at path (such as
+// /api/v1/namespaces/NS/configmaps/NAME) through the proxy by d, as a busy
+// client or API server would; zero lets them through at once again. Lists,
+// watches and writes are not held back.
+func (p *Proxy) DelayReads(path string, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if d <= 0 {
+		delete(p.delays, path)
+		return
+	}
+	p.delays[path] = d
+}
+
+// readDelay is how long r, if it reads one object, is held back.
+func (p *Proxy) readDelay(r *http.Request) time.Duration {
+	if r.Method != http.MethodGet {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.delays[r.URL.Path]
 }
 
 // pausedUntil returns the channel closed when resource's watches resume,
