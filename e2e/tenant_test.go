@@ -110,12 +110,7 @@ subjects:
 // folder.
 func roleBindingChart(t *testing.T) string {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "access")
-	if err := os.MkdirAll(filepath.Join(dir, "templates"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]string{
-		"Chart.yaml":  "apiVersion: v2\nname: access\nversion: 0.1.0\n",
+	return writeChart(t, "access", map[string]string{
 		"values.yaml": "subjects: [alice]\n",
 		"templates/rolebinding.yaml": `apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
@@ -132,9 +127,33 @@ subjects:
   namespace: {{ $.Release.Namespace }}
 {{- end }}
 `,
+	})
+}
+
+// aliceBinding is a RoleBinding, name, of ClusterRole role to the
+// ServiceAccount alice of ns, as a manifest declares it.
+func aliceBinding(name, role, ns string) string {
+	return fmt.Sprintf(`apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: %s
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: %s}
+subjects:
+- {kind: ServiceAccount, name: alice, namespace: %s}
+`, name, role, ns)
+}
+
+// writeChart writes chart name, with files beside its Chart.yaml, into a
+// folder of the test's, and returns the folder.
+func writeChart(t *testing.T, name string, files map[string]string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.MkdirAll(filepath.Join(dir, "templates"), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	for name, text := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+	files["Chart.yaml"] = "apiVersion: v2\nname: " + name + "\nversion: 0.1.0\n"
+	for file, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -168,15 +187,7 @@ func TestTenantLockCannotFreezeAdminRelease(t *testing.T) {
 			optIn(t, ns, "writer", "*")
 			// The tenant's lock declares the release's RoleBinding as the
 			// chart renders it, beside a ConfigMap of its own.
-			manifest := configMapYAML("own", "declared") + fmt.Sprintf(`---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: viewers
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}
-subjects:
-- {kind: ServiceAccount, name: alice, namespace: %s}
-`, ns)
+			manifest := configMapYAML("own", "declared") + "---\n" + aliceBinding("viewers", "view", ns)
 			lock := func() {
 				createManifestLock(t, ns, "freeze", map[string]any{"manifest": manifest, "mode": "Prevent", "serviceAccountName": "writer"})
 			}
@@ -250,15 +261,7 @@ func TestTenantLockAdoptsOnlyWhatItsWriterMayWrite(t *testing.T) {
 	optIn(t, ns, "writer", "adopt")
 	env.Kubectl(t, "-n", ns, "create", "rolebinding", "admins", "--clusterrole=admin", "--serviceaccount="+ns+":alice")
 	env.Kubectl(t, "-n", ns, "create", "configmap", "mine", "--from-literal=key=before")
-	manifest := configMapYAML("mine", "declared") + fmt.Sprintf(`---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: admins
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: admin}
-subjects:
-- {kind: ServiceAccount, name: alice, namespace: %s}
-`, ns)
+	manifest := configMapYAML("mine", "declared") + "---\n" + aliceBinding("admins", "admin", ns)
 	createManifestLock(t, ns, "adopt", map[string]any{"manifest": manifest, "mode": "Prevent", "serviceAccountName": "writer"})
 	waitKey(t, ns, "mine", "declared")
 	env.Eventually(t, 30*time.Second, func() error {
@@ -300,20 +303,7 @@ subjects:
 // value, and returns its folder.
 func configMapChart(t *testing.T, name, value string) string {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), name)
-	if err := os.MkdirAll(filepath.Join(dir, "templates"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]string{
-		"Chart.yaml":               "apiVersion: v2\nname: " + name + "\nversion: 0.1.0\n",
-		"templates/configmap.yaml": configMapYAML(name, value),
-	}
-	for file, text := range files {
-		if err := os.WriteFile(filepath.Join(dir, file), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
+	return writeChart(t, name, map[string]string{"templates/configmap.yaml": configMapYAML(name, value)})
 }
 
 // TestTenantLockNeverWritesOverHelm: a tenant's lock, whose writer may

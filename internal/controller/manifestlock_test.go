@@ -74,18 +74,7 @@ func TestDeclareAllDeclaresManifestLocks(t *testing.T) {
 				cfg.Mapper.(resettable).RESTMapper.(*meta.DefaultRESTMapper).Add(schema.GroupVersionKind{Version: "v1", Kind: "Secret"}, meta.RESTScopeNamespace)
 				cfg.ReadOnly = readOnly
 			}
-			c, dyn := newTestControllerWith(t, withSecrets, helmRelease(nil), nil, func(dyn *dynamicfake.FakeDynamicClient) {
-				if err := dyn.Tracker().Create(mlv1.Resource, lock, "cattle-helm-system"); err != nil {
-					t.Fatal(err)
-				}
-			})
-			cached, err := compact[mlv1.ManifestLock](lock.DeepCopy())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := c.locks.GetIndexer().Add(cached); err != nil {
-				t.Fatal(err)
-			}
+			c, dyn := newManifestLockController(t, withSecrets, lock)
 
 			c.declareAll(ctx)
 			if got := c.PreventedTypes(); !slices.Contains(got, secrets) {
@@ -122,5 +111,31 @@ func TestDeclareAllDeclaresManifestLocks(t *testing.T) {
 				t.Errorf("after the first sync: state %q, inventory %v; want %s and %v", ml.Status.State, ml.Status.Inventory, mlv1.StateLocked, want)
 			}
 		})
+	}
+}
+
+// newManifestLockController is newTestControllerWith with lock stored and
+// in the controller's cache, as its informer would have it.
+func newManifestLockController(t *testing.T, configure func(*Config), lock *unstructured.Unstructured) (*Controller, *dynamicfake.FakeDynamicClient) {
+	t.Helper()
+	c, dyn := newTestControllerWith(t, configure, helmRelease(nil), nil, func(dyn *dynamicfake.FakeDynamicClient) {
+		if err := dyn.Tracker().Create(mlv1.Resource, lock, lock.GetNamespace()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	cacheManifestLock(t, c, lock)
+	return c, dyn
+}
+
+// cacheManifestLock puts lock in c's cache of ManifestLocks, as the
+// informer keeps it.
+func cacheManifestLock(t *testing.T, c *Controller, lock *unstructured.Unstructured) {
+	t.Helper()
+	cached, err := compact[mlv1.ManifestLock](lock.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.locks.GetIndexer().Add(cached); err != nil {
+		t.Fatal(err)
 	}
 }

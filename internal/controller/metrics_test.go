@@ -119,13 +119,7 @@ func TestManifestLockSeriesAreItsOwn(t *testing.T) {
 		"metadata": map[string]any{"name": "rel", "namespace": "apps", "generation": int64(1)},
 		"spec":     map[string]any{"manifest": ""},
 	}}
-	cached, err := compact[mlv1.ManifestLock](tenantLock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.locks.GetIndexer().Add(cached); err != nil {
-		t.Fatal(err)
-	}
+	cacheManifestLock(t, c, tenantLock)
 	denial := admission.Denial{Judgement: engine.Judgement{Kind: "ConfigMap"}, User: "someone", Operation: "UPDATE", Time: time.Now()}
 	m.Drift("apps", "rel", "ConfigMap", "kubectl-edit", true, 0)
 	m.Fight("apps", "rel", "ConfigMap")
@@ -141,7 +135,7 @@ func TestManifestLockSeriesAreItsOwn(t *testing.T) {
 		t.Errorf("the ManifestLock's series (-want +got):\n%s", diff)
 	}
 
-	if err := c.locks.GetIndexer().Delete(cached); err != nil {
+	if err := c.locks.GetIndexer().Delete(tenantLock); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.sync(ctx, manifestLockPrefix+"apps/rel"); err != nil {

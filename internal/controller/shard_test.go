@@ -280,18 +280,7 @@ func TestManifestLockLeavingTheShardPrunesNothing(t *testing.T) {
 		"metadata": map[string]any{"name": "ml", "namespace": "cattle-helm-system", "generation": int64(1)},
 		"spec":     map[string]any{"namespace": "apps", "manifest": manifest("one", "two"), "prune": true},
 	}}, "a")
-	c, dyn := newTestControllerWith(t, inShard, helmRelease(nil), nil, func(dyn *dynamicfake.FakeDynamicClient) {
-		if err := dyn.Tracker().Create(mlv1.Resource, lock, "cattle-helm-system"); err != nil {
-			t.Fatal(err)
-		}
-	})
-	cached, err := compact[mlv1.ManifestLock](lock.DeepCopy())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.locks.GetIndexer().Add(cached); err != nil {
-		t.Fatal(err)
-	}
+	c, dyn := newManifestLockController(t, inShard, lock)
 	const key = manifestLockPrefix + "cattle-helm-system/ml"
 	if _, err := c.sync(ctx, key); err != nil {
 		t.Fatal(err)
@@ -306,7 +295,7 @@ func TestManifestLockLeavingTheShardPrunesNothing(t *testing.T) {
 
 	// Moved to shard b with a manifest that drops "two": shard a's cache
 	// no longer has it.
-	if err := c.locks.GetIndexer().Delete(cached); err != nil {
+	if err := c.locks.GetIndexer().Delete(lock); err != nil {
 		t.Fatal(err)
 	}
 	dyn.ClearActions()
