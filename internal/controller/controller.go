@@ -496,7 +496,7 @@ func (c *Controller) declareAll(ctx context.Context) {
 		}
 	})
 	if err != nil {
-		klog.FromContext(ctx).V(2).Info("Could not list the deployed release Secrets at startup; reading them one by one", "err", err)
+		klog.FromContext(ctx).Info("Not listing the deployed release Secrets at startup; reading them one by one", "reason", err.Error())
 	}
 	var rest []string
 	for _, key := range c.crs.GetIndexer().ListKeys() {
@@ -536,7 +536,11 @@ const startupNames = 100
 // on this one, so that the API server's time for it is not added to the
 // locker's; no more than that one is held ahead.
 func (c *Controller) listDeployed(ctx context.Context, page func([]corev1.Secret)) error {
-	selectors := deployedSelectors(c.crs.GetIndexer().ListIndexFuncValues(byRelease))
+	releases := c.crs.GetIndexer().ListIndexFuncValues(byRelease)
+	if wanted, listed := c.deployedCounts(releases); listed > 2*wanted+startupPage {
+		return &plantedError{wanted: wanted, listed: listed}
+	}
+	selectors := deployedSelectors(releases)
 	pages := make(chan []corev1.Secret)
 	var err error
 	go func() {
@@ -559,6 +563,42 @@ func (c *Controller) listDeployed(ctx context.Context, page func([]corev1.Secret
 		page(p)
 	}
 	return err
+}
+
+// deployedCounts counts, in the metadata cache of release Secrets, the
+// deployed ones the startup list would select by the names of releases
+// (each "namespace/name"), and of those the latest revision of a
+// registered release: what the list is for.
+func (c *Controller) deployedCounts(releases []string) (wanted, listed int) {
+	registered := map[string]bool{}
+	names := map[string]bool{}
+	for _, r := range releases {
+		registered[r] = true
+		_, name, _ := strings.Cut(r, "/")
+		names[name] = true
+	}
+	for _, obj := range c.secrets.GetStore().List() {
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok || !storage.Deployed(m.Labels[storage.LabelStatus]) || !names[m.Labels[storage.LabelName]] {
+			continue
+		}
+		listed++
+		rk := v1alpha1.ReleaseKey{Namespace: m.Namespace, Name: m.Labels[storage.LabelName]}
+		if latest := c.latestSecret(rk); registered[rk.Namespace+"/"+rk.Name] && latest != nil && latest.UID == m.UID {
+			wanted++
+		}
+	}
+	return wanted, listed
+}
+
+// plantedError says the startup list would read mostly Secrets no lock
+// reads: deployed revisions named as registered releases, in other
+// namespaces, or not their latest. Anyone who may create Secrets can
+// write those, up to 1 MiB each, so the releases are read one by one.
+type plantedError struct{ wanted, listed int }
+
+func (e *plantedError) Error() string {
+	return fmt.Sprintf("%d deployed release Secrets carry the names of registered releases, and only %d of them are what their locks read", e.listed, e.wanted)
 }
 
 // deployedSelectors are the label selectors of the deployed release

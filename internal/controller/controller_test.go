@@ -609,3 +609,50 @@ func TestInvalidRelease(t *testing.T) {
 		t.Errorf("an unreadable Secret was reported as %+v", c)
 	}
 }
+
+// TestDeclareAllReadsOneByOneWhenPlanted: when most deployed release
+// Secrets of the registered releases' names are not what a lock reads
+// (planted in other namespaces by whoever may create Secrets there), the
+// startup list is skipped, and each registered release is read alone.
+func TestDeclareAllReadsOneByOneWhenPlanted(t *testing.T) {
+	c, _ := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
+	kube := c.cfg.Kube.(*fake.Clientset)
+	metas := c.cfg.Metadata.(*metadatafake.FakeMetadataClient)
+	for i := range 2 + startupPage {
+		planted := releaseSecret(t, "deployed", 1)
+		planted.Namespace, planted.UID = fmt.Sprintf("tenant-%d", i), types.UID(fmt.Sprintf("planted-%d", i))
+		if err := kube.Tracker().Add(planted); err != nil {
+			t.Fatal(err)
+		}
+		if err := metas.Tracker().Add(&metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: planted.ObjectMeta}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(c.secrets.GetStore().List()) < 2+startupPage+1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if wanted, listed := c.deployedCounts(c.crs.GetIndexer().ListIndexFuncValues(byRelease)); wanted != 1 || listed != 2+startupPage+1 {
+		t.Fatalf("deployedCounts = %d wanted, %d listed; want 1 and %d", wanted, listed, 2+startupPage+1)
+	}
+	kube.ClearActions()
+	c.declareAll(context.Background())
+	lists, gets := 0, 0
+	for _, a := range kube.Actions() {
+		if a.GetResource().Resource != "secrets" {
+			continue
+		}
+		switch a.GetVerb() {
+		case "list":
+			lists++
+		case "get":
+			gets++
+		}
+	}
+	if lists != 0 || gets != 1 {
+		t.Errorf("declareAll sent %d lists and %d GETs of Secrets, want none and one", lists, gets)
+	}
+	if st := c.state("cattle-helm-system/hr"); st.rel == nil || st.rel.Version != 1 {
+		t.Errorf("the release is not declared: %+v", st.rel)
+	}
+}
