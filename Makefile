@@ -40,6 +40,13 @@ test-e2e: ## Run the e2e suite against a real control plane and real helm CLIs
 	bash hack/check-leaks.sh; \
 	exit $$status
 
+# FLAKE_RUNS is how many times `make flake` runs the e2e suite.
+FLAKE_RUNS ?= 5
+
+.PHONY: flake
+flake: ## Run the e2e suite FLAKE_RUNS times in a row (default 5) and count each test that failed
+	@bash hack/flake.sh $(FLAKE_RUNS) $(E2E_FLAGS)
+
 .PHONY: cluster
 cluster: ## Start the local control plane in the background and print its kubeconfig
 	@bash hack/cluster.sh up
