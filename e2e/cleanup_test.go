@@ -18,8 +18,8 @@ const childEnv = "HELM_LOCKER_E2E_CHILD"
 
 // TestKilledRunLeavesNoProcess starts this test binary again as a child,
 // which starts its own control plane in TestMain, then SIGKILLs the child the
-// way a CI timeout or a second Ctrl-C would. Its etcd and kube-apiserver
-// must die with it.
+// way a CI timeout or a second Ctrl-C would. Its etcd, kube-apiserver and
+// kube-controller-manager must die with it.
 func TestKilledRunLeavesNoProcess(t *testing.T) {
 	t.Parallel()
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestChildHoldsControlPlane$", "-test.v")
@@ -48,7 +48,7 @@ func TestKilledRunLeavesNoProcess(t *testing.T) {
 			break
 		}
 	}
-	if len(pids) != 2 {
+	if len(pids) != 3 {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		t.Fatalf("child did not report its control plane: pids %v, scan error %v", pids, scanner.Err())
@@ -81,8 +81,7 @@ func TestChildHoldsControlPlane(t *testing.T) {
 	if os.Getenv(childEnv) == "" {
 		t.Skip("run only as the child of TestKilledRunLeavesNoProcess")
 	}
-	pids := env.CP.PIDs()
-	fmt.Printf("child-control-plane %s %d %d\n", env.CP.Dir, pids[0], pids[1])
+	fmt.Printf("child-control-plane %s %s\n", env.CP.Dir, strings.Trim(fmt.Sprint(env.CP.PIDs()), "[]"))
 	select {} // wait to be killed
 }
 

@@ -16,7 +16,7 @@ export HELM_CACHE_HOME=$WORK/helm/cache HELM_CONFIG_HOME=$WORK/helm/config HELM_
 step "Building helm-locker"
 make --no-print-directory build
 
-step "Starting a local etcd and kube-apiserver"
+step "Starting a local etcd, kube-apiserver and kube-controller-manager"
 started_cluster=false
 if ! [ -f .cache/cluster.pid ] || ! kill -0 "$(cat .cache/cluster.pid)" 2>/dev/null; then
   started_cluster=true

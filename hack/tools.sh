@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the binaries the e2e suite and the demo run, from the Go module proxy
-# only: etcd, kube-apiserver, kubectl and the helm v3 and v4 CLIs.
+# only: etcd, kube-apiserver, kube-controller-manager, kubectl and the helm
+# v3 and v4 CLIs.
 #
 # The helm CLIs are installed as v3/helm and v4/helm: Helm names its field
 # manager after the binary, and users run it as "helm".
@@ -66,6 +67,7 @@ build_helm() {
 
 build etcd build_etcd
 build kube-apiserver build_kube kube-apiserver
+build kube-controller-manager build_kube kube-controller-manager
 build kubectl build_kube kubectl
 build v3/helm build_helm v3 "$HELM3_VERSION"
 build v4/helm build_helm v4 "$HELM4_VERSION"

@@ -23,9 +23,10 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// ControlPlane is a running etcd and kube-apiserver. Stop it with Stop; if
-// the process that started it dies first, the kernel kills both (see
-// processAttrs), so a crashed or interrupted test run leaves nothing behind.
+// ControlPlane is a running etcd, kube-apiserver and
+// kube-controller-manager. Stop it with Stop; if the process that started it
+// dies first, the kernel kills all three (see processAttrs), so a crashed or
+// interrupted test run leaves nothing behind.
 type ControlPlane struct {
 	// Dir holds the data, certificates, logs and the kubeconfig.
 	Dir string
@@ -39,6 +40,8 @@ type ControlPlane struct {
 	mu      sync.Mutex
 	stopped bool
 	etcd    *Process
+	// controllerManager is nil under Options.NoControllerManager.
+	controllerManager *Process
 	// apiserver is nil while StopAPIServer has it stopped.
 	apiserver *Process
 	// apiserverPath and apiserverArgs start it again, identically, so that
@@ -57,11 +60,15 @@ type Options struct {
 	// own, so a flag given again overrides Start's value, except that list
 	// flags such as --disable-admission-plugins add to it.
 	APIServerArgs []string
+	// NoControllerManager starts no kube-controller-manager: nothing then
+	// deletes a namespace's contents, collects garbage, aggregates
+	// ClusterRoles or makes default ServiceAccounts.
+	NoControllerManager bool
 }
 
-// Start runs etcd and kube-apiserver from tools, keeping all their state
-// under dir, and returns once /readyz answers. On error it stops whatever it
-// had started.
+// Start runs etcd, kube-apiserver and kube-controller-manager from tools,
+// keeping all their state under dir, and returns once /readyz answers and
+// the controllers work. On error it stops whatever it had started.
 func Start(ctx context.Context, tools Tools, dir string) (*ControlPlane, error) {
 	return StartWithOptions(ctx, tools, dir, Options{})
 }
@@ -122,10 +129,13 @@ func StartWithOptions(ctx context.Context, tools Tools, dir string, opts Options
 		"--service-account-key-file=" + keyFile,
 		"--service-account-signing-key-file=" + keyFile,
 		"--service-cluster-ip-range=10.0.0.0/16",
-		// No controller-manager runs to make the token Secrets this
-		// admission plugin waits for.
-		"--disable-admission-plugins=ServiceAccount",
 	}, opts.APIServerArgs...)
+	if opts.NoControllerManager {
+		// The ServiceAccount admission plugin refuses pods whose
+		// ServiceAccount does not exist, and without a controller-manager
+		// no namespace gets its default one.
+		cp.apiserverArgs = append(cp.apiserverArgs, "--disable-admission-plugins=ServiceAccount")
+	}
 	if err := cp.startAPIServer(); err != nil {
 		return nil, err
 	}
@@ -142,11 +152,21 @@ func StartWithOptions(ctx context.Context, tools Tools, dir string, opts Options
 	if _, err := cp.waitReady(ctx, 2*time.Minute, 250*time.Millisecond); err != nil {
 		return nil, err
 	}
+	if opts.NoControllerManager {
+		return cp, nil
+	}
+	if err := cp.startControllerManager(tools.KubeControllerManager, keyFile); err != nil {
+		return nil, err
+	}
+	if err := cp.waitControllers(ctx, 2*time.Minute); err != nil {
+		return nil, err
+	}
 	return cp, nil
 }
 
-// StopAPIServer stops kube-apiserver and leaves etcd running, for tests of
-// how clients live through an API server outage. With kill it sends SIGKILL:
+// StopAPIServer stops kube-apiserver and leaves etcd and
+// kube-controller-manager running, for tests of how clients live through an
+// API server outage. With kill it sends SIGKILL:
 // a crash, after which the kernel closes every connection at once. Without,
 // it sends SIGTERM and waits for a graceful shutdown, which can take a
 // minute while watches are open. Either way it returns once the process has
@@ -243,14 +263,14 @@ func (cp *ControlPlane) waitReady(ctx context.Context, timeout, interval time.Du
 	}
 }
 
-// PIDs returns the process IDs of etcd and kube-apiserver, for tests that
-// prove they do not outlive their parent. While StopAPIServer has
-// kube-apiserver stopped, it returns etcd's alone.
+// PIDs returns the process IDs of etcd, kube-apiserver and
+// kube-controller-manager, for tests that prove they do not outlive their
+// parent. While StopAPIServer has kube-apiserver stopped, it leaves its out.
 func (cp *ControlPlane) PIDs() []int {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	var pids []int
-	for _, p := range []*Process{cp.etcd, cp.apiserver} {
+	for _, p := range []*Process{cp.etcd, cp.apiserver, cp.controllerManager} {
 		if p != nil {
 			pids = append(pids, p.PID())
 		}
@@ -258,8 +278,9 @@ func (cp *ControlPlane) PIDs() []int {
 	return pids
 }
 
-// Stop ends kube-apiserver, then etcd, and waits for both to exit. It is
-// safe to call more than once, and after StopAPIServer.
+// Stop ends kube-controller-manager, then kube-apiserver, then etcd, and
+// waits for each to exit. It is safe to call more than once, and after
+// StopAPIServer.
 func (cp *ControlPlane) Stop() error {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
@@ -268,7 +289,7 @@ func (cp *ControlPlane) Stop() error {
 	}
 	cp.stopped = true
 	var errs []error
-	for _, p := range []*Process{cp.apiserver, cp.etcd} {
+	for _, p := range []*Process{cp.controllerManager, cp.apiserver, cp.etcd} {
 		if p == nil {
 			continue
 		}
@@ -276,7 +297,7 @@ func (cp *ControlPlane) Stop() error {
 			errs = append(errs, err)
 		}
 	}
-	cp.apiserver, cp.etcd = nil, nil
+	cp.controllerManager, cp.apiserver, cp.etcd = nil, nil, nil
 	return errors.Join(errs...)
 }
 

@@ -1,9 +1,12 @@
-// Package controlplane starts a real etcd and kube-apiserver on loopback
-// ports, built from the Go module proxy by hack/tools.sh, so that e2e tests,
-// benchmarks and the demo run against the same API server real clusters run.
+// Package controlplane starts a real etcd, kube-apiserver and
+// kube-controller-manager on loopback ports, built from the Go module proxy
+// by hack/tools.sh, so that e2e tests, benchmarks and the demo run against
+// the same API server and controllers real clusters run.
 //
-// There is no controller-manager and no kubelet: pods never run, namespaces
-// never finish deleting and ownerReference garbage collection never happens.
-// Tests use fresh, uniquely named namespaces instead of deleting and reusing
-// them.
+// As in a real cluster, namespaces finish deleting, the garbage collector
+// deletes dependents, the admin, edit and view ClusterRoles aggregate, every
+// namespace gets a default ServiceAccount, and the Deployment controller
+// writes ReplicaSets, status and the deployment.kubernetes.io/revision
+// annotation. There is no scheduler and no kubelet: pods stay Pending, and
+// Deployments never become Available.
 package controlplane

@@ -18,12 +18,13 @@ const ToolsEnv = "HELM_LOCKER_TOOLS_BIN"
 
 // Tools are the paths of the executables the control plane and tests run.
 type Tools struct {
-	Dir           string
-	Etcd          string
-	KubeAPIServer string
-	Kubectl       string
-	Helm3         string
-	Helm4         string
+	Dir                   string
+	Etcd                  string
+	KubeAPIServer         string
+	KubeControllerManager string
+	Kubectl               string
+	Helm3                 string
+	Helm4                 string
 }
 
 // FindTools returns the built tools, building them first with hack/tools.sh
@@ -46,14 +47,15 @@ func FindTools(ctx context.Context) (Tools, error) {
 		dir = lines[len(lines)-1]
 	}
 	t := Tools{
-		Dir:           dir,
-		Etcd:          filepath.Join(dir, "etcd"),
-		KubeAPIServer: filepath.Join(dir, "kube-apiserver"),
-		Kubectl:       filepath.Join(dir, "kubectl"),
-		Helm3:         filepath.Join(dir, "v3", "helm"),
-		Helm4:         filepath.Join(dir, "v4", "helm"),
+		Dir:                   dir,
+		Etcd:                  filepath.Join(dir, "etcd"),
+		KubeAPIServer:         filepath.Join(dir, "kube-apiserver"),
+		KubeControllerManager: filepath.Join(dir, "kube-controller-manager"),
+		Kubectl:               filepath.Join(dir, "kubectl"),
+		Helm3:                 filepath.Join(dir, "v3", "helm"),
+		Helm4:                 filepath.Join(dir, "v4", "helm"),
 	}
-	for _, p := range []string{t.Etcd, t.KubeAPIServer, t.Kubectl, t.Helm3, t.Helm4} {
+	for _, p := range []string{t.Etcd, t.KubeAPIServer, t.KubeControllerManager, t.Kubectl, t.Helm3, t.Helm4} {
 		if _, err := os.Stat(p); err != nil {
 			return Tools{}, fmt.Errorf("tool %s is missing (run hack/tools.sh): %w", p, err)
 		}

@@ -145,8 +145,9 @@ func run(m *testing.M, envp **Env, opts Options) int {
 }
 
 // Namespace creates a namespace with a unique name for one test. It is not
-// deleted afterwards: without a controller-manager it would stay Terminating
-// forever, and the whole control plane goes away with the test binary.
+// deleted afterwards: the whole control plane goes away with the test
+// binary, and the namespace controller would only spend, while other tests
+// run, the CPU the suite shares.
 func (e *Env) Namespace(t testing.TB) string {
 	t.Helper()
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))

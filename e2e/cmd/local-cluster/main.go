@@ -1,5 +1,6 @@
-// Command local-cluster runs the e2e control plane in the foreground until it
-// is interrupted, for `make cluster`, `make demo` and poking at by hand.
+// Command local-cluster runs the e2e control plane (etcd, kube-apiserver and
+// kube-controller-manager) in the foreground until it is interrupted, for
+// `make cluster`, `make demo` and poking at by hand.
 package main
 
 import (
