@@ -53,12 +53,9 @@ func TestMigrationFromRancher(t *testing.T) {
 	// 2. Apply the new CRDs.
 	env.Kubectl(t, "apply", "--server-side", "--force-conflicts", "-f", filepath.Join(operatorChart(t), "crds"))
 
-	// 3. Choose the identity the locks write with. The admin ClusterRole
-	// is empty here (no controller-manager aggregates it), so a Role the
-	// chart's objects need stands in for it.
+	// 3. Choose the identity the locks write with.
 	env.Kubectl(t, "-n", apps, "create", "serviceaccount", "helm-locker-writer")
-	env.Kubectl(t, "-n", apps, "create", "role", "stand-in-admin", "--verb=get,list,watch,create,update,patch,delete", "--resource=services,serviceaccounts,deployments.apps")
-	env.Kubectl(t, "-n", apps, "create", "rolebinding", "helm-locker-writer", "--role=stand-in-admin", "--serviceaccount="+apps+":helm-locker-writer")
+	env.Kubectl(t, "-n", apps, "create", "rolebinding", "helm-locker-writer", "--clusterrole=admin", "--serviceaccount="+apps+":helm-locker-writer")
 
 	// 4. Install the new chart beside the old one.
 	startChartLocker(t, registration, "helm-locker-v2")
