@@ -217,6 +217,9 @@ type objectSet struct {
 	unresolved []*unresolvedObject
 	dirty      map[ObjectRef]int64                 // when each was first marked, in Unix ns
 	gvrs       map[schema.GroupVersionResource]int // informers acquired
+	// paused is set while the set holds its objects but neither checks
+	// nor writes them (see Engine.Pause).
+	paused bool
 }
 
 // groupVersions lists the group versions of s's objects, resolved or not.
@@ -517,8 +520,8 @@ func (e *Engine) WatchError(gvr schema.GroupVersionResource) error {
 }
 
 // Declare makes set the objects held under key, replacing what key held
-// before. Objects that are no longer declared are left as they are. Every
-// object is checked by the next Sync.
+// before, and ends a pause (see Pause). Objects that are no longer declared
+// are left as they are. Every object is checked by the next Sync.
 func (e *Engine) Declare(key string, set ObjectSet) {
 	s := &objectSet{
 		spec:       set,
@@ -691,7 +694,7 @@ func (e *Engine) handOffLocked(refs []ObjectRef) []string {
 	var keys []string
 	for _, ref := range refs {
 		key := e.holderLocked(ref)
-		s := e.sets[key]
+		s := e.activeLocked(key)
 		if s == nil || s.objects.get(ref) == nil {
 			continue
 		}
@@ -945,7 +948,9 @@ func (e *Engine) onEvent(gvr schema.GroupVersionResource, obj any) {
 	now := e.now().UnixNano()
 	e.mu.Lock()
 	key := e.holderLocked(ref)
-	s := e.sets[key]
+	// A paused holder checks nothing until it is declared again, which
+	// checks every object; the next set in line waits for it.
+	s := e.activeLocked(key)
 	if s != nil {
 		if _, ok := s.dirty[ref]; !ok {
 			s.dirty[ref] = now
@@ -1078,7 +1083,7 @@ func (e *Engine) typesChanged() {
 	e.mu.Lock()
 	var keys []string
 	for key, s := range e.sets {
-		if len(s.unresolved) > 0 || len(s.dirty) > 0 {
+		if !s.paused && (len(s.unresolved) > 0 || len(s.dirty) > 0) {
 			keys = append(keys, key)
 		}
 	}
@@ -1100,7 +1105,7 @@ func (e *Engine) healthChanged(gvr schema.GroupVersionResource, current bool) {
 	e.mu.Lock()
 	var keys []string
 	for key, s := range e.sets {
-		if s.gvrs[gvr] == 0 {
+		if s.gvrs[gvr] == 0 || s.paused {
 			continue
 		}
 		keys = append(keys, key)

@@ -148,12 +148,13 @@ func secretData(gvr schema.GroupVersionResource, p Pointer) bool {
 }
 
 // prevented returns the set that holds ref and prevents changes to it, and
-// its object; nil if there is none.
+// its object; nil if there is none. A paused set prevents nothing: its
+// owner is changing the objects (see Pause).
 func (e *Engine) prevented(ref ObjectRef) (string, *lockedObject) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	key := e.holderLocked(ref)
-	s := e.sets[key]
+	s := e.activeLocked(key)
 	if s == nil || !s.spec.Prevent || s.spec.ReportOnly {
 		return "", nil
 	}
@@ -161,7 +162,8 @@ func (e *Engine) prevented(ref ObjectRef) (string, *lockedObject) {
 }
 
 // PreventedTypes lists the resource types of the objects held by sets that
-// prevent changes, for an admission webhook's rules.
+// prevent changes, for an admission webhook's rules. Paused sets count (see
+// Pause).
 func (e *Engine) PreventedTypes() []schema.GroupVersionResource {
 	e.mu.Lock()
 	defer e.mu.Unlock()

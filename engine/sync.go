@@ -73,6 +73,9 @@ type Result struct {
 	// Conflict): this set neither checks nor writes them until that set
 	// lets them go.
 	Conflicts []Conflict
+	// Paused says the set is paused (see Engine.Pause): nothing was
+	// checked, and the rest of the Result is empty.
+	Paused bool
 }
 
 // Waiting is a declared object held back until the Namespace it lives in,
@@ -88,7 +91,7 @@ type Waiting struct {
 // by one set at a time, or two declarations would take turns writing it:
 // the set whose lock began first holds it (see ObjectSet.Since), and the
 // next in line takes it over when that one forgets it or stops declaring
-// it.
+// it, not while it is paused (see Engine.Pause).
 type Conflict struct {
 	Ref  ObjectRef
 	Kind string
@@ -153,8 +156,12 @@ type Fight struct {
 // Sync checks every dirty object of key's set and corrects those that are
 // not as declared. It returns the errors of the objects it could not check
 // or correct, joined; those objects stay dirty for the next Sync. A key that
-// holds no set syncs to an empty Result.
+// holds no set syncs to an empty Result, and a paused one to a Result that
+// says Paused.
 func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
+	if e.isPaused(key) {
+		return Result{Paused: true}, nil
+	}
 	s, todo, schemaRetry := e.takeDirty(ctx, key)
 	if s == nil {
 		return Result{}, nil
