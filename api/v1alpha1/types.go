@@ -231,9 +231,11 @@ const MaxNotLocked = 20
 type ObjectProblem struct {
 	// Object is kind/namespace/name, or kind/name when cluster-scoped.
 	Object string `json:"object"`
-	// Reason is one of OptedOut, TypeNotServed, Conflict, APIError,
-	// NotAppliedByHelm, HelmOperationInProgress, or a refusal of the API
-	// server: TooLarge, Invalid, Forbidden, NamespaceNotFound. A tenant's
+	// Reason is one of OptedOut, GenerateName, TypeNotServed, Conflict,
+	// APIError, NotAppliedByHelm, HelmOperationInProgress,
+	// WaitingForNamespace, Finished, or a refusal of the API server:
+	// TooLarge, Invalid, Immutable, Forbidden, NamespaceNotFound,
+	// BadRequest, MethodNotAllowed (see the Reason constants). A tenant's
 	// ManifestLock also gives InstalledByHelm, NotMarked, and Forbidden for
 	// an object its writer may not adopt (see the ManifestLock API's
 	// reasons).

@@ -20,15 +20,16 @@ import (
 	"github.com/helm-locker/helm-locker/lock"
 )
 
-// The reasons of the events on HelmRelease CRs.
+// The reasons of the events on HelmRelease CRs. An event that tells what a
+// condition tells has the condition's reason, the API's constant.
 const (
-	EventLocked                = "Locked"
+	EventLocked                = v1alpha1.ReasonLocked
 	EventUnlocked              = "Unlocked"
 	EventDriftDetected         = "DriftDetected"
 	EventDriftCorrected        = "DriftCorrected"
 	EventDriftCorrectionFailed = "DriftCorrectionFailed"
-	EventFighting              = "Fighting"
-	EventNotAppliedByHelm      = "NotAppliedByHelm"
+	EventFighting              = v1alpha1.ReasonFighting
+	EventNotAppliedByHelm      = v1alpha1.ReasonNotAppliedByHelm
 	EventPruned                = "Pruned"
 )
 

@@ -366,23 +366,23 @@ func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRe
 	rk := hr.Spec.Release
 	if rk.Name == "" || rk.Namespace == "" {
 		c.openState(key, st)
-		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", "spec.release.name and spec.release.namespace must both be set"), true, nil
+		return openStatus(hr, v1alpha1.StateError, 0, v1alpha1.ReasonInvalidSpec, "spec.release.name and spec.release.namespace must both be set"), true, nil
 	}
 	holder := c.lockedElsewhere(hr)
 	st.holds = holder == ""
 	if holder != "" {
 		c.openState(key, st)
-		return openStatus(hr, v1alpha1.StateError, 0, "Conflict",
+		return openStatus(hr, v1alpha1.StateError, 0, v1alpha1.ReasonConflict,
 			fmt.Sprintf("release %s/%s is already locked by HelmRelease %s/%s; this one holds nothing until that one is deleted", rk.Namespace, rk.Name, hr.Namespace, holder)), true, nil
 	}
 	if hr.Spec.Suspend {
 		c.openState(key, st)
-		return openStatus(hr, v1alpha1.StateSuspended, hr.Status.Version, "Suspended", "spec.suspend is true: the lock is open and nothing is reverted"), true, nil
+		return openStatus(hr, v1alpha1.StateSuspended, hr.Status.Version, v1alpha1.ReasonSuspended, "spec.suspend is true: the lock is open and nothing is reverted"), true, nil
 	}
 	ignore, err := declare.Ignore(hr.Spec.Ignore)
 	if err != nil {
 		c.openState(key, st)
-		return openStatus(hr, v1alpha1.StateError, 0, "InvalidSpec", err.Error()), true, nil
+		return openStatus(hr, v1alpha1.StateError, 0, v1alpha1.ReasonInvalidSpec, err.Error()), true, nil
 	}
 	latest := c.latestSecret(rk)
 	if latest == nil {
@@ -414,7 +414,7 @@ func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRe
 		switch {
 		case errors.As(err, &invalid):
 			c.openState(key, st)
-			return openStatus(hr, v1alpha1.StateError, revision, "InvalidRelease", err.Error()), true, nil
+			return openStatus(hr, v1alpha1.StateError, revision, v1alpha1.ReasonInvalidRelease, err.Error()), true, nil
 		case err != nil:
 			// Not found (the informer will catch up), or the API
 			// server's error: retried.
@@ -424,7 +424,7 @@ func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRe
 		writer, err := c.writerFor(rk.Namespace, c.serviceAccount(hr))
 		if err != nil {
 			c.openState(key, st)
-			return openStatus(hr, v1alpha1.StateError, revision, "ImpersonationUnavailable", err.Error()), true, nil
+			return openStatus(hr, v1alpha1.StateError, revision, v1alpha1.ReasonImpersonationUnavailable, err.Error()), true, nil
 		}
 		verify := c.verification(ctx, st, latest, rel, objs)
 		objs, st.optedOut = declare.SplitOptedOut(objs)
@@ -478,7 +478,7 @@ func (c *Controller) act(ctx context.Context, key string, hr *v1alpha1.HelmRelea
 	r.requeueBy(res.RequeueAfter)
 	status := lockedStatus(hr, st, res, err)
 	if s := st.stuck; s != nil {
-		setConditions(&status.LockStatus, hr.Generation, condition(v1alpha1.ConditionReady, false, "HelmOperationStuck", s.message(c.cfg.HelmOperationTimeout, st.rel.Version)))
+		setConditions(&status.LockStatus, hr.Generation, condition(v1alpha1.ConditionReady, false, v1alpha1.ReasonHelmOperationStuck, s.message(c.cfg.HelmOperationTimeout, st.rel.Version)))
 	}
 	if err == nil && len(res.Unresolved) > 0 {
 		// CRD events retry these at once; backing off covers a
@@ -594,10 +594,10 @@ func (c *Controller) noSecretStatus(ctx context.Context, hr *v1alpha1.HelmReleas
 		Limit:         1,
 	})
 	if err == nil && len(cms.Items) > 0 {
-		return openStatus(hr, v1alpha1.StateError, 0, "UnsupportedStorageDriver",
+		return openStatus(hr, v1alpha1.StateError, 0, v1alpha1.ReasonUnsupportedStorageDriver,
 			fmt.Sprintf("release %s/%s is stored in ConfigMaps (HELM_DRIVER=configmap); only Helm's default Secret driver is supported", rk.Namespace, rk.Name)), nil
 	}
-	return openStatus(hr, v1alpha1.StateSecretNotFound, 0, "SecretNotFound",
+	return openStatus(hr, v1alpha1.StateSecretNotFound, 0, v1alpha1.ReasonSecretNotFound,
 		fmt.Sprintf("no Secret of type %s holds release %s/%s; nothing is held and nothing is deleted", storage.SecretType, rk.Namespace, rk.Name)), nil
 }
 

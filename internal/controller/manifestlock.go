@@ -210,7 +210,7 @@ func (c *Controller) declareManifestLock(ctx context.Context, key string, ml *ml
 	if ml.Spec.Suspend {
 		c.openManifestLock(key, st)
 		c.sources.watch(key, nil)
-		return nil, manifestOpenStatus(ml, mlv1.StateSuspended, "Suspended", "spec.suspend is true: the lock is open and nothing is reverted"), nil
+		return nil, manifestOpenStatus(ml, mlv1.StateSuspended, v1alpha1.ReasonSuspended, "spec.suspend is true: the lock is open and nothing is reverted"), nil
 	}
 	ended := func(status mlv1.ManifestLockStatus, err error) (*manifestDeclaration, mlv1.ManifestLockStatus, error) {
 		return nil, status, err
@@ -220,18 +220,18 @@ func (c *Controller) declareManifestLock(ctx context.Context, key string, ml *ml
 	text, err := c.manifestText(ctx, key, ml)
 	if err != nil {
 		if apierrors.IsNotFound(err) || errors.Is(err, errNoManifest) {
-			return ended(c.manifestError(ctx, key, ml, st, r, "ManifestUnavailable", err.Error()))
+			return ended(c.manifestError(ctx, key, ml, st, r, mlv1.ReasonManifestUnavailable, err.Error()))
 		}
 		return nil, ml.Status, err
 	}
 	objs, err := manifest.Parse(strings.NewReader(text))
 	if err != nil {
-		return ended(c.manifestError(ctx, key, ml, st, r, "InvalidManifest", "spec.manifest: "+err.Error()))
+		return ended(c.manifestError(ctx, key, ml, st, r, mlv1.ReasonInvalidManifest, "spec.manifest: "+err.Error()))
 	}
 	objs, optedOut := declare.SplitOptedOut(objs)
 	ignore, err := declare.Ignore(ml.Spec.Ignore)
 	if err != nil {
-		return ended(c.manifestError(ctx, key, ml, st, r, "InvalidSpec", err.Error()))
+		return ended(c.manifestError(ctx, key, ml, st, r, v1alpha1.ReasonInvalidSpec, err.Error()))
 	}
 
 	// Decide: what this lock may hold, and as whom it writes.
@@ -246,7 +246,7 @@ func (c *Controller) declareManifestLock(ctx context.Context, key string, ml *ml
 			c.openManifestLock(key, st)
 			return nil, manifestOpenStatus(ml, mlv1.StateError, mlv1.ReasonForbidden, limit(err.Error())), nil
 		}
-		return ended(c.manifestError(ctx, key, ml, st, r, "InvalidManifest", limit(err.Error())))
+		return ended(c.manifestError(ctx, key, ml, st, r, mlv1.ReasonInvalidManifest, limit(err.Error())))
 	}
 	sa := c.manifestServiceAccount(ml)
 	if c.isTenant(ml) {
@@ -260,7 +260,7 @@ func (c *Controller) declareManifestLock(ctx context.Context, key string, ml *ml
 	}
 	writer, err := c.writerFor(ml.Namespace, sa)
 	if err != nil {
-		return ended(c.manifestError(ctx, key, ml, st, r, "ImpersonationUnavailable", err.Error()))
+		return ended(c.manifestError(ctx, key, ml, st, r, v1alpha1.ReasonImpersonationUnavailable, err.Error()))
 	}
 
 	// Act: declare what changed.

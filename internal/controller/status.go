@@ -39,8 +39,8 @@ func openLock(s *v1alpha1.LockStatus, generation int64, reason, message string) 
 	s.LockedObjects, s.NotLocked = 0, nil
 	setConditions(s, generation,
 		condition(v1alpha1.ConditionLocked, false, reason, message),
-		metav1.Condition{Type: v1alpha1.ConditionDrifted, Status: metav1.ConditionUnknown, Reason: "LockOpen", Message: "drift is not looked for while the lock is open"},
-		condition(v1alpha1.ConditionFighting, false, "LockOpen", ""),
+		metav1.Condition{Type: v1alpha1.ConditionDrifted, Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonLockOpen, Message: "drift is not looked for while the lock is open"},
+		condition(v1alpha1.ConditionFighting, false, v1alpha1.ReasonLockOpen, ""),
 		condition(v1alpha1.ConditionReady, false, reason, message),
 	)
 }
@@ -86,7 +86,7 @@ func heldLock(s *v1alpha1.LockStatus, generation int64, lk lock.Lock, settled bo
 	var locked metav1.Condition
 	switch {
 	case unverified != "":
-		locked = condition(v1alpha1.ConditionLocked, false, "NotAppliedByHelm", unverified)
+		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonNotAppliedByHelm, unverified)
 	case len(res.Failed) > 0:
 		f := res.Failed[0]
 		locked = condition(v1alpha1.ConditionLocked, false, f.Reason,
@@ -96,72 +96,72 @@ func heldLock(s *v1alpha1.LockStatus, generation int64, lk lock.Lock, settled bo
 		if n := len(res.Conflicts) - 1; n > 0 {
 			msg += fmt.Sprintf(" (and %d more objects)", n)
 		}
-		locked = condition(v1alpha1.ConditionLocked, false, "Conflict", limit(msg))
+		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonConflict, limit(msg))
 	case len(res.Unresolved) > 0:
-		locked = condition(v1alpha1.ConditionLocked, false, "WaitingForTypes", limit(joinErrors(res.Unresolved)))
+		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonWaitingForTypes, limit(joinErrors(res.Unresolved)))
 	case len(res.Waiting) > 0:
 		w := res.Waiting[0]
-		locked = condition(v1alpha1.ConditionLocked, false, "WaitingForNamespace",
+		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonWaitingForNamespace,
 			fmt.Sprintf("%d objects wait for namespace %s, which this lock declares too, to exist", len(res.Waiting), w.Namespace))
 	case len(res.Unwatched) > 0 && apierrors.IsForbidden(res.WatchError):
 		// Not a passing outage: the locker's own RBAC (the chart's
 		// ClusterRole, trimmed) lacks a read.
-		locked = condition(v1alpha1.ConditionLocked, false, "WatchForbidden",
+		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonWatchForbidden,
 			limit(fmt.Sprintf("the locker may not watch what it holds: %v; grant its ServiceAccount get, list and watch on it", res.WatchError)))
 	case len(res.Unwatched) > 0:
 		why := "not listed yet, or failing"
 		if res.WatchError != nil {
 			why = res.WatchError.Error()
 		}
-		locked = metav1.Condition{Type: v1alpha1.ConditionLocked, Status: metav1.ConditionUnknown, Reason: "WatchesNotSynced",
+		locked = metav1.Condition{Type: v1alpha1.ConditionLocked, Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonWatchesNotSynced,
 			Message: limit(fmt.Sprintf("the watches of %s do not see changes as they happen (%s); the objects %s may have drifted unseen, and are checked again once the watches are back",
 				joinResources(res.Unwatched), why, of))}
 	case syncErr != nil:
-		locked = condition(v1alpha1.ConditionLocked, false, "CorrectionFailed", limit(syncErr.Error()))
+		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonCorrectionFailed, limit(syncErr.Error()))
 	case lk.Warn:
-		locked = condition(v1alpha1.ConditionLocked, false, "WarnMode",
+		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonWarnMode,
 			fmt.Sprintf("spec.mode is Warn: the %d objects %s are checked and drift is reported, never reverted", res.Objects, of))
 	case lk.Phase == lock.Locked:
-		locked = condition(v1alpha1.ConditionLocked, true, "Locked",
+		locked = condition(v1alpha1.ConditionLocked, true, v1alpha1.ReasonLocked,
 			fmt.Sprintf("all %d objects %s are held as the manifest declares", res.Objects, of))
 	default:
-		locked = condition(v1alpha1.ConditionLocked, false, "Reconciling",
+		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonReconciling,
 			fmt.Sprintf("checking the %d objects %s", res.Objects, of))
 	}
 
-	drifted := condition(v1alpha1.ConditionDrifted, false, "InLine", "every checked object is as the manifest declares")
+	drifted := condition(v1alpha1.ConditionDrifted, false, v1alpha1.ReasonInLine, "every checked object is as the manifest declares")
 	if res.Drifted > 0 {
 		why := "corrections are failing or held back"
 		if lk.Warn {
 			why = "spec.mode is Warn, so drift is reported and not reverted"
 		}
-		drifted = condition(v1alpha1.ConditionDrifted, true, "Drift",
+		drifted = condition(v1alpha1.ConditionDrifted, true, v1alpha1.ReasonDrift,
 			fmt.Sprintf("%d of %d objects differ from the manifest; %s", res.Drifted, res.Objects, why))
 		if s.LastDrift != nil {
 			drifted.Message += "; the last drift: " + describeRecord(s.LastDrift)
 		}
 	}
 
-	fighting := condition(v1alpha1.ConditionFighting, false, "NoFight", "")
+	fighting := condition(v1alpha1.ConditionFighting, false, v1alpha1.ReasonNoFight, "")
 	if len(res.Fights) > 0 {
 		msg := fightMessage(res.Fights[0])
 		if n := len(res.Fights) - 1; n > 0 {
 			msg += fmt.Sprintf(" (and %d more objects)", n)
 		}
-		fighting = condition(v1alpha1.ConditionFighting, true, "Fighting", limit(msg))
+		fighting = condition(v1alpha1.ConditionFighting, true, v1alpha1.ReasonFighting, limit(msg))
 	}
 
 	var ready metav1.Condition
 	switch {
 	case len(res.Fights) > 0:
-		ready = condition(v1alpha1.ConditionReady, false, "Fighting", fighting.Message)
+		ready = condition(v1alpha1.ConditionReady, false, v1alpha1.ReasonFighting, fighting.Message)
 	case settled && locked.Status == metav1.ConditionUnknown:
 		ready = locked
 		ready.Type = v1alpha1.ConditionReady
 	case settled && lk.Warn:
-		ready = condition(v1alpha1.ConditionReady, true, "Monitoring", locked.Message)
+		ready = condition(v1alpha1.ConditionReady, true, v1alpha1.ReasonMonitoring, locked.Message)
 	case settled:
-		ready = condition(v1alpha1.ConditionReady, true, "Locked", locked.Message)
+		ready = condition(v1alpha1.ConditionReady, true, v1alpha1.ReasonLocked, locked.Message)
 	default:
 		ready = locked
 		ready.Type = v1alpha1.ConditionReady
@@ -189,28 +189,28 @@ func setConditions(s *v1alpha1.LockStatus, generation int64, conds ...metav1.Con
 func notLocked(optedOut []v1alpha1.ObjectProblem, revision int, res engine.Result, syncErr error) []v1alpha1.ObjectProblem {
 	out := append([]v1alpha1.ObjectProblem(nil), optedOut...)
 	for _, u := range res.Unverified {
-		out = append(out, v1alpha1.ObjectProblem{Object: objectName(u.Kind, u.Ref), Reason: "NotAppliedByHelm", Message: limit(unverifiedMessage(revision, u))})
+		out = append(out, v1alpha1.ObjectProblem{Object: objectName(u.Kind, u.Ref), Reason: v1alpha1.ReasonNotAppliedByHelm, Message: limit(unverifiedMessage(revision, u))})
 	}
 	for _, f := range res.Failed {
 		out = append(out, v1alpha1.ObjectProblem{Object: objectName(f.Kind, f.Ref), Reason: f.Reason, Message: limit(f.Err.Error())})
 	}
 	for _, c := range res.Conflicts {
-		out = append(out, v1alpha1.ObjectProblem{Object: objectName(c.Kind, c.Ref), Reason: "Conflict", Message: conflictMessage(c)})
+		out = append(out, v1alpha1.ObjectProblem{Object: objectName(c.Kind, c.Ref), Reason: v1alpha1.ReasonConflict, Message: conflictMessage(c)})
 	}
 	for _, w := range res.Waiting {
-		out = append(out, v1alpha1.ObjectProblem{Object: objectName(w.Kind, w.Ref), Reason: "WaitingForNamespace",
+		out = append(out, v1alpha1.ObjectProblem{Object: objectName(w.Kind, w.Ref), Reason: v1alpha1.ReasonWaitingForNamespace,
 			Message: fmt.Sprintf("namespace %s, which this lock declares too, does not exist yet; the object is created once it does", w.Namespace)})
 	}
 	for _, ref := range res.Finished {
-		out = append(out, v1alpha1.ObjectProblem{Object: objectName("Job", ref), Reason: "Finished",
+		out = append(out, v1alpha1.ObjectProblem{Object: objectName("Job", ref), Reason: v1alpha1.ReasonFinished,
 			Message: "the Job finished and its ttlSecondsAfterFinished deleted it; it is not recreated, which would run it again"})
 	}
 	for _, err := range res.Unresolved {
 		var te *engine.TypeError
 		if errors.As(err, &te) {
-			out = append(out, v1alpha1.ObjectProblem{Object: te.Kind.Kind + " " + te.Name, Reason: "TypeNotServed", Message: limit(err.Error())})
+			out = append(out, v1alpha1.ObjectProblem{Object: te.Kind.Kind + " " + te.Name, Reason: v1alpha1.ReasonTypeNotServed, Message: limit(err.Error())})
 		} else {
-			out = append(out, v1alpha1.ObjectProblem{Object: "", Reason: "Invalid", Message: limit(err.Error())})
+			out = append(out, v1alpha1.ObjectProblem{Object: "", Reason: v1alpha1.ReasonInvalid, Message: limit(err.Error())})
 		}
 	}
 	for _, err := range flatten(syncErr) {
@@ -218,16 +218,16 @@ func notLocked(optedOut []v1alpha1.ObjectProblem, revision int, res engine.Resul
 		if !errors.As(err, &oe) {
 			continue
 		}
-		reason := "APIError"
+		reason := v1alpha1.ReasonAPIError
 		var open *LockOpenError
 		var notHeld *NotHeldError
 		switch {
 		case errors.As(err, &open):
-			reason = "HelmOperationInProgress"
+			reason = v1alpha1.ReasonHelmOperationInProgress
 		case errors.As(err, &notHeld):
 			reason = notHeld.Reason
 		case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
-			reason = "Conflict"
+			reason = v1alpha1.ReasonConflict
 		}
 		out = append(out, v1alpha1.ObjectProblem{Object: oe.Ref.String(), Reason: reason, Message: limit(oe.Err.Error())})
 	}

@@ -105,7 +105,7 @@ func SplitOptedOut(objs []*unstructured.Unstructured) ([]*unstructured.Unstructu
 		if o.GetName() == "" {
 			// Helm creates a new object at each upgrade, named by
 			// the API server, and never looks for the old one.
-			out = append(out, v1alpha1.ObjectProblem{Object: o.GetKind() + " " + o.GetGenerateName() + "*", Reason: "GenerateName",
+			out = append(out, v1alpha1.ObjectProblem{Object: o.GetKind() + " " + o.GetGenerateName() + "*", Reason: v1alpha1.ReasonGenerateName,
 				Message: "it is named by metadata.generateName, so each apply creates a new object; there is no one object to hold"})
 			continue
 		}
@@ -114,7 +114,7 @@ func SplitOptedOut(objs []*unstructured.Unstructured) ([]*unstructured.Unstructu
 			if ns := o.GetNamespace(); ns != "" {
 				name = ns + "/" + name
 			}
-			out = append(out, v1alpha1.ObjectProblem{Object: o.GetKind() + " " + name, Reason: "OptedOut",
+			out = append(out, v1alpha1.ObjectProblem{Object: o.GetKind() + " " + name, Reason: v1alpha1.ReasonOptedOut,
 				Message: "the chart sets " + v1alpha1.UnlockAnnotation + `: "false" on it`})
 			continue
 		}

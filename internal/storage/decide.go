@@ -32,27 +32,27 @@ type Decision struct {
 func Decide(status string) Decision {
 	switch s := release.Status(status); s {
 	case release.StatusDeployed:
-		return Decision{Engage: true, State: v1alpha1.StateDeployed, Reason: "Locked"}
+		return Decision{Engage: true, State: v1alpha1.StateDeployed, Reason: v1alpha1.ReasonLocked}
 	case release.StatusPendingInstall, release.StatusPendingUpgrade, release.StatusPendingRollback, release.StatusUninstalling:
 		return Decision{State: v1alpha1.StateTransitioning, Reason: ReasonHelmWorking,
 			Message: fmt.Sprintf("Helm is working on the release (%s); the lock opens until it is deployed again", s)}
 	case release.StatusFailed:
-		return Decision{State: v1alpha1.StateFailed, Reason: "ReleaseFailed",
+		return Decision{State: v1alpha1.StateFailed, Reason: v1alpha1.ReasonReleaseFailed,
 			Message: "the latest revision failed; its manifest is not held"}
 	case release.StatusUninstalled:
-		return Decision{State: v1alpha1.StateUninstalled, Reason: "ReleaseUninstalled",
+		return Decision{State: v1alpha1.StateUninstalled, Reason: v1alpha1.ReasonReleaseUninstalled,
 			Message: "the release was uninstalled (its history was kept); nothing is held"}
 	case release.StatusSuperseded:
-		return Decision{State: v1alpha1.StateUnknown, Reason: "ReleaseSuperseded",
+		return Decision{State: v1alpha1.StateUnknown, Reason: v1alpha1.ReasonReleaseSuperseded,
 			Message: "the latest revision is marked superseded, which Helm does not leave behind normally; nothing is held"}
 	default:
-		return Decision{State: v1alpha1.StateUnknown, Reason: "UnknownReleaseStatus",
+		return Decision{State: v1alpha1.StateUnknown, Reason: v1alpha1.ReasonUnknownReleaseStatus,
 			Message: fmt.Sprintf("the latest revision has status %q; nothing is held", s)}
 	}
 }
 
 // ReasonHelmWorking is the Decision reason while Helm works on a release.
-const ReasonHelmWorking = "HelmOperationInProgress"
+const ReasonHelmWorking = v1alpha1.ReasonHelmOperationInProgress
 
 // LastWrite is when a release Secret was last written: its creation, or
 // the latest write its managedFields record, such as Helm marking it

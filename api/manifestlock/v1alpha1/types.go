@@ -76,6 +76,20 @@ const (
 	ReasonNotMarked = "NotMarked"
 )
 
+// The reasons only a ManifestLock gives, of Ready (and of Locked while the
+// lock is open). The objects of the last manifest read stay held; the
+// other reasons are HelmRelease's (see the Reason constants of
+// helm.cattle.io/v1alpha1).
+const (
+	// ReasonManifestUnavailable: spec.manifestFrom names a ConfigMap or
+	// Secret, or a key of it, that does not exist, or neither
+	// spec.manifest nor spec.manifestFrom is set.
+	ReasonManifestUnavailable = "ManifestUnavailable"
+	// ReasonInvalidManifest: the manifest does not parse, or an object
+	// of it cannot be held as it is written.
+	ReasonInvalidManifest = "InvalidManifest"
+)
+
 // ManifestLock holds the objects of a raw manifest as it declares them:
 // what is missing is applied, edits are reverted and deleted objects are
 // recreated. The manifest may come from any tool: kubectl, kustomize build,
