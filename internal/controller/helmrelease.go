@@ -376,12 +376,13 @@ func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRe
 			fmt.Sprintf("release %s/%s is already locked by HelmRelease %s/%s; this one holds nothing until that one is deleted", rk.Namespace, rk.Name, hr.Namespace, holder)), true, nil
 	}
 	if hr.Spec.Suspend {
-		c.openState(key, st)
+		// "Leave it alone": no other lock takes the objects over either.
+		c.pauseState(key, st)
 		return openStatus(hr, v1alpha1.StateSuspended, hr.Status.Version, v1alpha1.ReasonSuspended, "spec.suspend is true: the lock is open and nothing is reverted"), true, nil
 	}
 	ignore, err := declare.Ignore(hr.Spec.Ignore)
 	if err != nil {
-		c.openState(key, st)
+		c.pauseState(key, st)
 		return openStatus(hr, v1alpha1.StateError, 0, v1alpha1.ReasonInvalidSpec, err.Error()), true, nil
 	}
 	latest := c.latestSecret(rk)
@@ -399,7 +400,11 @@ func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRe
 			if st.lock.Phase != lock.Unlocked && st.lock.Phase != "" {
 				logger.V(2).Info("Lock opened", "release", rk.Namespace+"/"+rk.Name, "revision", revision, "reason", decision.Reason)
 			}
-			c.openState(key, st)
+			if decision.Forget {
+				c.openState(key, st)
+			} else {
+				c.pauseState(key, st)
+			}
 			return openStatus(hr, decision.State, revision, decision.Reason, decision.Message), true, nil
 		}
 		st.stuck = &stuckRevision{revision: revision, status: latest.GetLabels()[storage.LabelStatus], since: storage.LastWrite(latest)}
@@ -413,17 +418,17 @@ func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRe
 		var invalid *storage.InvalidError
 		switch {
 		case errors.As(err, &invalid):
-			c.openState(key, st)
+			c.pauseState(key, st)
 			return openStatus(hr, v1alpha1.StateError, revision, v1alpha1.ReasonInvalidRelease, err.Error()), true, nil
 		case err != nil:
 			// Not found (the informer will catch up), or the API
 			// server's error: retried.
-			c.openState(key, st)
+			c.pauseState(key, st)
 			return hr.Status, true, err
 		}
 		writer, err := c.writerFor(rk.Namespace, c.serviceAccount(hr))
 		if err != nil {
-			c.openState(key, st)
+			c.pauseState(key, st)
 			return openStatus(hr, v1alpha1.StateError, revision, v1alpha1.ReasonImpersonationUnavailable, err.Error()), true, nil
 		}
 		verify := c.verification(ctx, st, latest, rel, objs)
@@ -502,10 +507,33 @@ func awaitingOwnWrites(res engine.Result) bool {
 		len(res.Unresolved) == 0 && len(res.Unwatched) == 0 && res.Locked+corrected == res.Objects
 }
 
-// openState opens the lock: it holds nothing, and what it reported of the
-// held revision (fights, warnings) and the revision it was verifying go.
+// openState opens the lock and lets go of its objects: the CR no longer
+// stands for a release whose objects Helm keeps (it names none, another
+// CR holds the release, the release is gone or uninstalled), and another
+// lock that declares one of them takes it over.
 func (c *Controller) openState(key string, st *releaseState) {
 	c.open(key)
+	st.opened()
+}
+
+// pauseState opens the lock and keeps its objects (see engine.Pause): it
+// checks and writes nothing, and another lock that declares one of them
+// stays in Conflict. Helm is changing them, or is expected to (a failed
+// revision is retried or rolled back), or the user said to leave them
+// alone (spec.suspend); a lock that took one over would write its own
+// declaration over Helm's, and Helm 4's next server-side apply would
+// conflict with the locker's field manager. A revision that cannot be
+// read pauses too: writing a bad Secret must not hand the objects to
+// another lock. The next revision declared ends the pause.
+func (c *Controller) pauseState(key string, st *releaseState) {
+	c.engine.Pause(key)
+	st.opened()
+}
+
+// opened forgets what the lock reported of the held revision (fights,
+// warnings) and the revision it was verifying: the next declaration
+// starts afresh.
+func (st *releaseState) opened() {
 	st.held = held{lock: st.lock.Next(lock.Event{Type: lock.Open})}
 	st.fights, st.warned = nil, nil
 	st.candidate = nil

@@ -208,7 +208,7 @@ type manifestDeclaration struct {
 // no declaration, the lock ends with status (and an error to retry on).
 func (c *Controller) declareManifestLock(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, r *result) (*manifestDeclaration, mlv1.ManifestLockStatus, error) {
 	if ml.Spec.Suspend {
-		c.openManifestLock(key, st)
+		c.pauseManifestLock(key, st)
 		c.sources.watch(key, nil)
 		return nil, manifestOpenStatus(ml, mlv1.StateSuspended, v1alpha1.ReasonSuspended, "spec.suspend is true: the lock is open and nothing is reverted"), nil
 	}
@@ -588,8 +588,24 @@ func (c *Controller) recordManifestDrifts(ctx context.Context, ml *mlv1.Manifest
 	c.flushEvents(manifestLockRef(ml), &st.bookkeeping)
 }
 
+// openManifestLock opens the lock and lets go of its objects: another lock
+// that declares one of them takes it over.
 func (c *Controller) openManifestLock(key string, st *manifestState) {
 	c.open(key)
+	st.opened()
+}
+
+// pauseManifestLock opens a suspended lock and keeps its objects (see
+// engine.Pause): spec.suspend says to leave them alone, and another lock
+// that declares one of them stays in Conflict rather than write it.
+func (c *Controller) pauseManifestLock(key string, st *manifestState) {
+	c.engine.Pause(key)
+	st.opened()
+}
+
+// opened forgets the declaration: the next sync declares the manifest
+// again.
+func (st *manifestState) opened() {
 	st.lock = st.lock.Next(lock.Event{Type: lock.Open})
 	st.declared, st.missing, st.unheld = "", nil, nil
 }

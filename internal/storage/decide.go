@@ -23,6 +23,13 @@ type Decision struct {
 	Reason string
 	// Message explains the reason to a person.
 	Message string
+	// Forget says the open lock lets go of the release's objects, so that
+	// another lock that declares one of them takes it over: Helm
+	// uninstalled the release. Any other open lock keeps them (see
+	// engine.Engine.Pause), since Helm is changing them or is expected
+	// to: after a failed revision, a retried upgrade or a rollback
+	// follows, and a lock that had taken an object over would fight it.
+	Forget bool
 }
 
 // Decide maps the status label of a release's latest revision to the
@@ -41,7 +48,7 @@ func Decide(status string) Decision {
 			Message: "the latest revision failed; its manifest is not held"}
 	case release.StatusUninstalled:
 		return Decision{State: v1alpha1.StateUninstalled, Reason: v1alpha1.ReasonReleaseUninstalled,
-			Message: "the release was uninstalled (its history was kept); nothing is held"}
+			Message: "the release was uninstalled (its history was kept); nothing is held", Forget: true}
 	case release.StatusSuperseded:
 		return Decision{State: v1alpha1.StateUnknown, Reason: v1alpha1.ReasonReleaseSuperseded,
 			Message: "the latest revision is marked superseded, which Helm does not leave behind normally; nothing is held"}
