@@ -320,7 +320,7 @@ func TestMetricsHealthAndJSONLogs(t *testing.T) {
 		"helm_locker_locked_releases":                                        "1",
 		"helm_locker_locked_objects":                                         "2",
 		`helm_locker_informers{group="",resource="configmaps",version="v1"}`: "1",
-		`workqueue_adds_total{name="helmreleases"}`:                          "",
+		`workqueue_adds_total{name="locks"}`:                                 "",
 	}
 	env.Eventually(t, 30*time.Second, func() error {
 		code, body := framework.HTTPGet("http://" + metricsAddr + "/metrics")

@@ -71,12 +71,13 @@ func (c *Controller) PreventedTypes() []schema.GroupVersionResource { return c.e
 // upgrade and rollback write revision N+1, its uninstall marks N. A GET is
 // read from etcd; a consistent list waits for the API server's watch
 // cache to catch up, which took 85 ms a denial on this machine.
-func (c *Controller) Confirm(ctx context.Context, key string) (bool, error) {
-	if strings.HasPrefix(key, manifestLockPrefix) {
+func (c *Controller) Confirm(ctx context.Context, setKey string) (bool, error) {
+	key, known := c.sets.lockKey(setKey)
+	if known && key.isManifestLock() {
 		return true, nil
 	}
-	obj, exists, err := c.crs.GetIndexer().GetByKey(key)
-	if err != nil || !exists {
+	obj, exists, err := c.crs.GetIndexer().GetByKey(key.ObjectName.String())
+	if err != nil || !exists || !known {
 		return false, err
 	}
 	hr, ok := obj.(*v1alpha1.HelmRelease)
@@ -104,26 +105,27 @@ func (c *Controller) Confirm(ctx context.Context, key string) (bool, error) {
 }
 
 // Describe names the lock of key and how to change what it holds.
-func (c *Controller) Describe(key string) (string, string) {
-	if ref, ok := strings.CutPrefix(key, manifestLockPrefix); ok {
-		ns, name, _ := strings.Cut(ref, "/")
-		return lockName(key), fmt.Sprintf("kubectl -n %s edit ManifestLock %s", ns, name)
+func (c *Controller) Describe(setKey string) (string, string) {
+	key, known := c.sets.lockKey(setKey)
+	if known && key.isManifestLock() {
+		return key.String(), fmt.Sprintf("kubectl -n %s edit ManifestLock %s", key.Namespace, key.Name)
 	}
-	if obj, exists, _ := c.crs.GetIndexer().GetByKey(key); exists {
+	if obj, exists, _ := c.crs.GetIndexer().GetByKey(key.ObjectName.String()); known && exists {
 		if hr, ok := obj.(*v1alpha1.HelmRelease); ok {
 			rk := hr.Spec.Release
-			return fmt.Sprintf("%s (release %s/%s)", lockName(key), rk.Namespace, rk.Name), fmt.Sprintf("helm upgrade %s -n %s", rk.Name, rk.Namespace)
+			return fmt.Sprintf("%s (release %s/%s)", key, rk.Namespace, rk.Name), fmt.Sprintf("helm upgrade %s -n %s", rk.Name, rk.Namespace)
 		}
 	}
-	return lockName(key), "helm upgrade"
+	return setKey, "helm upgrade"
 }
 
 // Record reports a denial on the lock: an event naming the user, the
 // metric, and status.lastDenied, which the lock's next sync writes. A
 // replica standing by writes nothing, and only counts it.
-func (c *Controller) Record(key string, d admission.Denial) {
+func (c *Controller) Record(setKey string, d admission.Denial) {
 	j := d.Judgement
-	if c.cfg.ReadOnly {
+	key, known := c.sets.lockKey(setKey)
+	if c.cfg.ReadOnly || !known {
 		_, ns, name := c.lockRef(key)
 		c.cfg.Metrics.Denied(ns, name, j.Kind)
 		return
@@ -149,16 +151,16 @@ func (c *Controller) Record(key string, d admission.Denial) {
 // lockRef returns the object reference of key's CR for events, and the
 // namespace and name the metrics give it: a release's, or the
 // ManifestLock's namespace and metrics.ManifestLockRelease.
-func (c *Controller) lockRef(key string) (*corev1.ObjectReference, string, string) {
-	if ref, ok := strings.CutPrefix(key, manifestLockPrefix); ok {
-		obj, exists, _ := c.locks.GetIndexer().GetByKey(ref)
+func (c *Controller) lockRef(key lockKey) (*corev1.ObjectReference, string, string) {
+	if key.isManifestLock() {
+		obj, exists, _ := c.locks.GetIndexer().GetByKey(key.ObjectName.String())
 		ml, _ := obj.(*mlv1.ManifestLock)
 		if !exists || ml == nil {
 			return nil, "", ""
 		}
 		return manifestLockRef(ml), ml.Namespace, metrics.ManifestLockRelease(ml.Name)
 	}
-	obj, exists, _ := c.crs.GetIndexer().GetByKey(key)
+	obj, exists, _ := c.crs.GetIndexer().GetByKey(key.ObjectName.String())
 	hr, _ := obj.(*v1alpha1.HelmRelease)
 	if !exists || hr == nil {
 		return nil, "", ""
@@ -170,20 +172,20 @@ func (c *Controller) lockRef(key string) (*corev1.ObjectReference, string, strin
 // to the worker that writes the lock's status.
 type denials struct {
 	mu   sync.Mutex
-	last map[string]*v1alpha1.Denial
+	last map[lockKey]*v1alpha1.Denial
 }
 
-func (d *denials) set(key string, record *v1alpha1.Denial) {
+func (d *denials) set(key lockKey, record *v1alpha1.Denial) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.last == nil {
-		d.last = map[string]*v1alpha1.Denial{}
+		d.last = map[lockKey]*v1alpha1.Denial{}
 	}
 	d.last[key] = record
 }
 
 // get returns key's last denial, or written, the one its status shows.
-func (d *denials) get(key string, written *v1alpha1.Denial) *v1alpha1.Denial {
+func (d *denials) get(key lockKey, written *v1alpha1.Denial) *v1alpha1.Denial {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if r := d.last[key]; r != nil {
@@ -192,7 +194,7 @@ func (d *denials) get(key string, written *v1alpha1.Denial) *v1alpha1.Denial {
 	return written
 }
 
-func (d *denials) drop(key string) {
+func (d *denials) drop(key lockKey) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.last, key)

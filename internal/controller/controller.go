@@ -110,7 +110,7 @@ type Config struct {
 type Controller struct {
 	cfg     Config
 	engine  *engine.Engine
-	queue   workqueue.TypedRateLimitingInterface[string]
+	queue   workqueue.TypedRateLimitingInterface[lockKey]
 	crs     cache.SharedIndexInformer
 	secrets cache.SharedIndexInformer
 	// locks are the ManifestLocks of every namespace, and sources the
@@ -128,9 +128,11 @@ type Controller struct {
 
 	// denials are the last requests Prevent mode denied, by key.
 	denials denials
+	// sets are the keys of the sets declared to the engine.
+	sets setKeys
 
 	mu     sync.Mutex
-	states map[string]*releaseState // by CR key
+	states map[lockKey]*releaseState
 	synced atomic.Bool
 
 	writersMu sync.Mutex
@@ -187,11 +189,11 @@ func New(cfg Config) *Controller {
 		cfg: cfg,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedMaxOfRateLimiter(
-				workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 2*time.Minute),
+				workqueue.NewTypedItemExponentialFailureRateLimiter[lockKey](50*time.Millisecond, 2*time.Minute),
 			),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "helmreleases", MetricsProvider: cfg.Metrics.WorkqueueProvider()},
+			workqueue.TypedRateLimitingQueueConfig[lockKey]{Name: "locks", MetricsProvider: cfg.Metrics.WorkqueueProvider()},
 		),
-		states:      map[string]*releaseState{},
+		states:      map[lockKey]*releaseState{},
 		writers:     map[string]dynamic.Interface{},
 		sweep:       make(chan struct{}, 1),
 		bookkeeping: rate.NewLimiter(bookkeepingRate, bookkeepingBurst),
@@ -211,7 +213,7 @@ func New(cfg Config) *Controller {
 		// Merge rules are the API server's own, from its OpenAPI v3.
 		engineOpts.OpenAPI = openapi.ToClientWithContext(cfg.Kube.Discovery().OpenAPIV3())
 	}
-	c.engine = engine.New(cfg.Dynamic, cfg.Mapper, c.queue.Add, engineOpts)
+	c.engine = engine.New(cfg.Dynamic, cfg.Mapper, c.enqueueSet, engineOpts)
 
 	// A change of either cache's health changes what every CR may claim.
 	c.crsHealth = informers.NewHealth(func(bool) { c.enqueueAll() })
@@ -443,11 +445,11 @@ func (c *Controller) Watching() (bool, string) {
 
 // enqueueAll queues every CR, when what all of them may report changed.
 func (c *Controller) enqueueAll() {
-	for _, key := range c.crs.GetIndexer().ListKeys() {
-		c.queue.Add(key)
+	for _, obj := range c.crs.GetStore().List() {
+		c.enqueueCR(obj)
 	}
-	for _, key := range c.locks.GetIndexer().ListKeys() {
-		c.queue.Add(manifestLockPrefix + key)
+	for _, obj := range c.locks.GetStore().List() {
+		c.enqueueManifestLock(obj)
 	}
 }
 
@@ -466,9 +468,9 @@ func (c *Controller) declareAll(ctx context.Context) {
 	// Most releases' latest revision is the deployed one: listing those
 	// a page at a time costs a request per page rather than a GET per
 	// release, and holds one page at once.
-	declared := map[string]bool{}
+	declared := map[lockKey]bool{}
 	err := c.listDeployed(ctx, func(page []corev1.Secret) {
-		var keys []string
+		var keys []lockKey
 		var kept []string
 		for i := range page {
 			secret := &page[i]
@@ -484,7 +486,7 @@ func (c *Controller) declareAll(ctx context.Context) {
 			c.prefetched.Store(id, secret)
 			kept = append(kept, id)
 			for _, obj := range crs {
-				if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil && !declared[key] {
+				if key, ok := keyOf(v1alpha1.Kind, obj); ok && !declared[key] {
 					declared[key] = true
 					keys = append(keys, key)
 				}
@@ -498,9 +500,9 @@ func (c *Controller) declareAll(ctx context.Context) {
 	if err != nil {
 		klog.FromContext(ctx).Info("Not listing the deployed release Secrets at startup; reading them one by one", "reason", err.Error())
 	}
-	var rest []string
-	for _, key := range c.crs.GetIndexer().ListKeys() {
-		if !declared[key] {
+	var rest []lockKey
+	for _, obj := range c.crs.GetStore().List() {
+		if key, ok := keyOf(v1alpha1.Kind, obj); ok && !declared[key] {
 			rest = append(rest, key)
 		}
 	}
@@ -509,9 +511,11 @@ func (c *Controller) declareAll(ctx context.Context) {
 	// controller says it is synced, and until then a new leader's
 	// webhook rules would lack the types only Prevent ManifestLocks hold,
 	// and a standby would let their objects' edits through.
-	locks := c.locks.GetIndexer().ListKeys()
-	for _, key := range locks {
-		rest = append(rest, manifestLockPrefix+key)
+	locks := c.locks.GetStore().List()
+	for _, obj := range locks {
+		if key, ok := keyOf(mlv1.Kind, obj); ok {
+			rest = append(rest, key)
+		}
 	}
 	c.declareKeys(ctx, rest)
 	klog.FromContext(ctx).V(2).Info("Declared the releases", "count", releases, "manifestLocks", len(locks))
@@ -625,15 +629,15 @@ func deployedSelectors(releases []string) []string {
 
 // declareKeys declares the objects of the locks keys name, with the
 // controller's workers.
-func (c *Controller) declareKeys(ctx context.Context, keys []string) {
-	work := make(chan string)
+func (c *Controller) declareKeys(ctx context.Context, keys []lockKey) {
+	work := make(chan lockKey)
 	var wg sync.WaitGroup
 	for range min(c.cfg.Workers, len(keys)) {
 		wg.Go(func() {
 			for key := range work {
 				err := recovered(ctx, key, func() error { return c.declare(ctx, key) })
 				if err != nil {
-					klog.FromContext(ctx).V(2).Info("Could not declare lock at startup; the first sync retries", "lock", lockName(key), "err", err)
+					klog.FromContext(ctx).V(2).Info("Could not declare lock at startup; the first sync retries", "lock", key, "err", err)
 				}
 			}
 		})
@@ -648,8 +652,8 @@ func (c *Controller) declareKeys(ctx context.Context, keys []string) {
 // declare declares the objects of the lock key names as the first step of
 // its sync does, so that the sync finds them declared. What that step asks
 // of the queue is left out: the sync that follows asks it again.
-func (c *Controller) declare(ctx context.Context, key string) error {
-	if strings.HasPrefix(key, manifestLockPrefix) {
+func (c *Controller) declare(ctx context.Context, key lockKey) error {
+	if key.isManifestLock() {
 		ml, st := c.observeManifestLock(ctx, key)
 		if ml == nil {
 			return nil
@@ -680,9 +684,9 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(key)
-	logger := klog.FromContext(ctx).WithValues("helmRelease", key)
-	if ref, ok := strings.CutPrefix(key, manifestLockPrefix); ok {
-		logger = klog.FromContext(ctx).WithValues("manifestLock", ref)
+	logger := klog.FromContext(ctx).WithValues("helmRelease", key.ObjectName)
+	if key.isManifestLock() {
+		logger = klog.FromContext(ctx).WithValues("manifestLock", key.ObjectName)
 	}
 	ctx = klog.NewContext(ctx, logger)
 	var res result
@@ -692,8 +696,8 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	})
 	if err != nil {
 		logger.V(2).Info("Sync failed, retrying", "err", err, "retries", c.queue.NumRequeues(key))
-		if ns, name, splitErr := cache.SplitMetaNamespaceKey(key); splitErr == nil && !strings.HasPrefix(key, manifestLockPrefix) {
-			c.cfg.Metrics.ReconcileError(ns, name)
+		if !key.isManifestLock() {
+			c.cfg.Metrics.ReconcileError(key.Namespace, key.Name)
 		}
 		c.queue.AddRateLimited(key)
 		return true
@@ -721,7 +725,7 @@ func (r *result) requeueBy(d time.Duration) {
 // recovered turns a panic in f, while it works on key, into an error for
 // that key, retried with backoff, so one bad lock cannot take the process
 // and every other lock down with it.
-func recovered(ctx context.Context, key string, f func() error) (err error) {
+func recovered(ctx context.Context, key lockKey, f func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic while syncing %s: %v", key, r)
@@ -732,7 +736,7 @@ func recovered(ctx context.Context, key string, f func() error) (err error) {
 }
 
 func (c *Controller) enqueueCR(obj any) {
-	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+	if key, ok := keyOf(v1alpha1.Kind, obj); ok {
 		c.queue.Add(key)
 	}
 }
@@ -807,12 +811,9 @@ func compact[T any, P interface {
 
 // sync brings the lock of one key in line: a HelmRelease CR's, or a
 // ManifestLock's. The loop that calls it owns the queue.
-func (c *Controller) sync(ctx context.Context, key string) (result, error) {
-	if strings.HasPrefix(key, manifestLockPrefix) {
+func (c *Controller) sync(ctx context.Context, key lockKey) (result, error) {
+	if key.isManifestLock() {
 		return c.syncManifestLock(ctx, key)
 	}
 	return c.syncHelmRelease(ctx, key)
 }
-
-// open stops holding key's objects, leaving them as they are.
-func (c *Controller) open(key string) { c.engine.Forget(key) }

@@ -190,7 +190,7 @@ func TestSync(t *testing.T) {
 				hr.Object["spec"].(map[string]any)[k] = v
 			}
 			c, dyn := newTestController(t, hr, tt.secret, nil)
-			if _, err := c.sync(context.Background(), "cattle-helm-system/hr"); err != nil {
+			if _, err := c.sync(context.Background(), helmReleaseKey("cattle-helm-system", "hr")); err != nil {
 				t.Fatalf("sync: %v", err)
 			}
 			st := statusOf(t, dyn)
@@ -216,11 +216,11 @@ func TestSync(t *testing.T) {
 func TestSyncRecoversFromPanics(t *testing.T) {
 	c, _ := newTestController(t, helmRelease(nil), nil, nil)
 	c.cfg.Kube = nil // noSecretStatus dereferences it
-	err := recovered(context.Background(), "cattle-helm-system/hr", func() error {
-		_, err := c.sync(context.Background(), "cattle-helm-system/hr")
+	err := recovered(context.Background(), helmReleaseKey("cattle-helm-system", "hr"), func() error {
+		_, err := c.sync(context.Background(), helmReleaseKey("cattle-helm-system", "hr"))
 		return err
 	})
-	if err == nil || !strings.Contains(err.Error(), "panic while syncing cattle-helm-system/hr") {
+	if err == nil || !strings.Contains(err.Error(), "panic while syncing HelmRelease cattle-helm-system/hr") {
 		t.Fatalf("recovered = %v, want the recovered panic as an error naming the key", err)
 	}
 }
@@ -240,11 +240,11 @@ func TestEvents(t *testing.T) {
 	})
 	recorder := record.NewFakeRecorder(20)
 	c.cfg.Recorder = recorder
-	if _, err := c.sync(context.Background(), "cattle-helm-system/hr"); err == nil {
+	if _, err := c.sync(context.Background(), helmReleaseKey("cattle-helm-system", "hr")); err == nil {
 		t.Fatal("sync with a failed create: want an error")
 	}
 	refuse.Store(false)
-	if _, err := c.sync(context.Background(), "cattle-helm-system/hr"); err != nil {
+	if _, err := c.sync(context.Background(), helmReleaseKey("cattle-helm-system", "hr")); err != nil {
 		t.Fatal(err)
 	}
 	close(recorder.Events)
@@ -282,7 +282,7 @@ func TestForbiddenIsReportedOnce(t *testing.T) {
 	recorder := record.NewFakeRecorder(20)
 	c.cfg.Recorder = recorder
 	for range 3 {
-		if _, err := c.sync(context.Background(), "cattle-helm-system/hr"); err != nil {
+		if _, err := c.sync(context.Background(), helmReleaseKey("cattle-helm-system", "hr")); err != nil {
 			t.Fatalf("sync: %v; a refusal for good is not an error to retry at once", err)
 		}
 	}
@@ -317,7 +317,7 @@ func TestClaimIsNotRepeatedOnAStaleCache(t *testing.T) {
 	hr.SetResourceVersion("7")
 	c, dyn := newTestController(t, hr, releaseSecret(t, "deployed", 1), nil)
 	for range 2 {
-		_, _ = c.sync(context.Background(), "cattle-helm-system/hr")
+		_, _ = c.sync(context.Background(), helmReleaseKey("cattle-helm-system", "hr"))
 	}
 	claims := 0
 	for _, a := range dyn.Actions() {
@@ -346,7 +346,7 @@ func TestSecondCRForALockedReleaseConflicts(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := c.sync(ctx, "cattle-helm-system/hr2"); err != nil {
+	if _, err := c.sync(ctx, helmReleaseKey("cattle-helm-system", "hr2")); err != nil {
 		t.Fatal(err)
 	}
 	u, err := dyn.Resource(v1alpha1.Resource).Namespace("cattle-helm-system").Get(ctx, "hr2", metav1.GetOptions{})
@@ -366,7 +366,7 @@ func TestSecondCRForALockedReleaseConflicts(t *testing.T) {
 			t.Errorf("the second CR created %v", a)
 		}
 	}
-	if _, err := c.sync(ctx, "cattle-helm-system/hr"); err != nil {
+	if _, err := c.sync(ctx, helmReleaseKey("cattle-helm-system", "hr")); err != nil {
 		t.Fatal(err)
 	}
 	if cond := meta.FindStatusCondition(statusOf(t, dyn).Conditions, v1alpha1.ConditionLocked); cond == nil || cond.Status != metav1.ConditionTrue {
@@ -384,13 +384,13 @@ func TestReadOnlyDeclaresAndWritesNothing(t *testing.T) {
 	c.cfg.ReadOnly = true
 	recorder := record.NewFakeRecorder(10)
 	c.cfg.Recorder = recorder
-	if _, err := c.sync(context.Background(), "cattle-helm-system/hr"); err != nil {
+	if _, err := c.sync(context.Background(), helmReleaseKey("cattle-helm-system", "hr")); err != nil {
 		t.Fatal(err)
 	}
 	edited := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": "cm", "namespace": "apps"}, "data": map[string]any{"key": "edited"}}}
 	j, err := c.Judge(cmGVR, nil, edited)
-	if err != nil || !j.Denied() || j.Key != "cattle-helm-system/hr" {
+	if err != nil || !j.Denied() || j.Key != helmReleaseKey("cattle-helm-system", "hr").String() {
 		t.Errorf("Judge of an edit on a read-only controller = %+v, %v; want it denied by the HelmRelease", j, err)
 	}
 	c.Record(j.Key, admission.Denial{Judgement: j, User: "alice", Operation: "UPDATE", Time: time.Now()})
@@ -440,7 +440,7 @@ func TestDeclareAllListsDeployedReleases(t *testing.T) {
 	if want := []string{"name in (rel),owner=helm,status=deployed limit 16"}; !slices.Equal(listed, want) || gets != 0 {
 		t.Errorf("declareAll sent lists %q and %d GETs of Secrets, want %q and none", listed, gets, want)
 	}
-	if st := c.state("cattle-helm-system/hr"); st.rel == nil || st.rel.Version != 1 {
+	if st := c.state(helmReleaseKey("cattle-helm-system", "hr")); st.rel == nil || st.rel.Version != 1 {
 		t.Errorf("the release is not declared: %+v", st.rel)
 	}
 }
@@ -480,7 +480,7 @@ func TestDeclareAllClaims(t *testing.T) {
 			if owner := hr.GetAnnotations()[v1alpha1.ManagedByAnnotation]; owner != c.cfg.ControllerName {
 				t.Errorf("managed-by after declareAll = %q, want %q", owner, c.cfg.ControllerName)
 			}
-			if _, err := c.sync(context.Background(), "cattle-helm-system/hr"); err != nil {
+			if _, err := c.sync(context.Background(), helmReleaseKey("cattle-helm-system", "hr")); err != nil {
 				t.Fatal(err)
 			}
 			if got := claims(); got != 1 {
@@ -576,7 +576,7 @@ func TestInvalidRelease(t *testing.T) {
 	c, dyn := newTestController(t, helmRelease(nil), forged, nil)
 	kube := c.cfg.Kube.(*fake.Clientset)
 	for range 3 {
-		if _, err := c.sync(context.Background(), "cattle-helm-system/hr"); err != nil {
+		if _, err := c.sync(context.Background(), helmReleaseKey("cattle-helm-system", "hr")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -602,7 +602,7 @@ func TestInvalidRelease(t *testing.T) {
 	c.cfg.Kube.(*fake.Clientset).PrependReactor("get", "secrets", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewServiceUnavailable("etcd is down")
 	})
-	if _, err := c.sync(context.Background(), "cattle-helm-system/hr"); err == nil || !strings.Contains(err.Error(), "etcd is down") {
+	if _, err := c.sync(context.Background(), helmReleaseKey("cattle-helm-system", "hr")); err == nil || !strings.Contains(err.Error(), "etcd is down") {
 		t.Errorf("sync with the Secret unreadable = %v, want the API server's error, to retry", err)
 	}
 	if c := meta.FindStatusCondition(statusOf(t, dyn).Conditions, v1alpha1.ConditionLocked); c != nil && c.Reason == "InvalidRelease" {
@@ -652,7 +652,7 @@ func TestDeclareAllReadsOneByOneWhenPlanted(t *testing.T) {
 	if lists != 0 || gets != 1 {
 		t.Errorf("declareAll sent %d lists and %d GETs of Secrets, want none and one", lists, gets)
 	}
-	if st := c.state("cattle-helm-system/hr"); st.rel == nil || st.rel.Version != 1 {
+	if st := c.state(helmReleaseKey("cattle-helm-system", "hr")); st.rel == nil || st.rel.Version != 1 {
 		t.Errorf("the release is not declared: %+v", st.rel)
 	}
 }

@@ -195,7 +195,7 @@ func secretReleaseIndex(obj any) ([]string, error) {
 
 // syncHelmRelease brings a HelmRelease's lock in line: observe the CR and
 // its release, decide what the lock holds, act on the objects, and report.
-func (c *Controller) syncHelmRelease(ctx context.Context, key string) (result, error) {
+func (c *Controller) syncHelmRelease(ctx context.Context, key lockKey) (result, error) {
 	hr, st, ok := c.observe(ctx, key)
 	if !ok {
 		return result{}, nil
@@ -229,8 +229,8 @@ func (c *Controller) syncHelmRelease(ctx context.Context, key string) (result, e
 // observe reads key's HelmRelease from the cache and its state, and
 // reports false when there is nothing to hold: the CR is gone or another
 // locker serves it, and the lock is opened and forgotten.
-func (c *Controller) observe(ctx context.Context, key string) (*v1alpha1.HelmRelease, *releaseState, bool) {
-	obj, exists, err := c.crs.GetIndexer().GetByKey(key)
+func (c *Controller) observe(ctx context.Context, key lockKey) (*v1alpha1.HelmRelease, *releaseState, bool) {
+	obj, exists, err := c.crs.GetIndexer().GetByKey(key.ObjectName.String())
 	if err != nil || !exists {
 		c.open(key)
 		c.dropState(key)
@@ -276,7 +276,7 @@ func (c *Controller) observe(ctx context.Context, key string) (*v1alpha1.HelmRel
 // report writes what a sync found: events, metrics and the status, which
 // waits, with the drift bookkeeping, while only the counts changed or the
 // lock awaits its own corrections (see bookkeepingDelay).
-func (c *Controller) report(ctx context.Context, key string, hr *v1alpha1.HelmRelease, st *releaseState, before lock.Lock, status v1alpha1.HelmReleaseStatus, awaiting bool, syncErr error, res result) (result, error) {
+func (c *Controller) report(ctx context.Context, key lockKey, hr *v1alpha1.HelmRelease, st *releaseState, before lock.Lock, status v1alpha1.HelmReleaseStatus, awaiting bool, syncErr error, res result) (result, error) {
 	status.DriftsDetected, status.DriftsCorrected = st.driftsDetected, st.corrected
 	if st.lastDrift != nil {
 		status.LastDrift = st.lastDrift
@@ -286,7 +286,7 @@ func (c *Controller) report(ctx context.Context, key string, hr *v1alpha1.HelmRe
 		status.Verified = st.trust.verified
 	}
 	c.lockEvents(hr, before, st, status)
-	c.cfg.Metrics.ObserveRelease(key, st.lock.Phase == lock.Locked, status.LockedObjects)
+	c.cfg.Metrics.ObserveRelease(key.ObjectName.String(), st.lock.Phase == lock.Locked, status.LockedObjects)
 	// While the lock awaits only its own corrections, the status it
 	// would write now (Reconciling) would be overwritten a moment later,
 	// so it waits like the bookkeeping does.
@@ -361,7 +361,7 @@ func onlyBookkeeping(written, next v1alpha1.HelmReleaseStatus) bool {
 // decide reads the release's storage and decides the lock: open, with the
 // status saying why (open is true), or held, its revision declared to the
 // engine. It writes nothing; an error is to retry on.
-func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRelease, st *releaseState, r *result) (status v1alpha1.HelmReleaseStatus, open bool, err error) {
+func (c *Controller) decide(ctx context.Context, key lockKey, hr *v1alpha1.HelmRelease, st *releaseState, r *result) (status v1alpha1.HelmReleaseStatus, open bool, err error) {
 	logger := klog.FromContext(ctx)
 	rk := hr.Spec.Release
 	if rk.Name == "" || rk.Namespace == "" {
@@ -434,7 +434,7 @@ func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRe
 		verify := c.verification(ctx, st, latest, rel, objs)
 		objs, st.optedOut = declare.SplitOptedOut(objs)
 		st.lock = st.lock.Next(lock.Event{Type: lock.Engage, Revision: rel.Version, Warn: hr.Spec.Mode == v1alpha1.ModeWarn})
-		c.engine.Declare(key, engine.ObjectSet{
+		c.declareSet(key, engine.ObjectSet{
 			Objects:          objs,
 			DefaultNamespace: rel.Namespace,
 			ApplyManager:     rel.ApplyManager(),
@@ -458,9 +458,9 @@ func (c *Controller) decide(ctx context.Context, key string, hr *v1alpha1.HelmRe
 // act syncs the engine with the declared revision and builds the status
 // to report. It also returns whether the lock awaits only the watch events
 // of its own corrections (see awaitingOwnWrites), and an error to retry on.
-func (c *Controller) act(ctx context.Context, key string, hr *v1alpha1.HelmRelease, st *releaseState, r *result) (v1alpha1.HelmReleaseStatus, bool, error) {
+func (c *Controller) act(ctx context.Context, key lockKey, hr *v1alpha1.HelmRelease, st *releaseState, r *result) (v1alpha1.HelmReleaseStatus, bool, error) {
 	logger := klog.FromContext(ctx)
-	res, err := c.engine.Sync(ctx, key)
+	res, err := c.engine.Sync(ctx, key.String())
 	// Without current CR and Secret caches, an upgrade that opens the
 	// lock, or a new CR spec, can go unseen.
 	if !c.crsHealth.Current() {
@@ -511,7 +511,7 @@ func awaitingOwnWrites(res engine.Result) bool {
 // stands for a release whose objects Helm keeps (it names none, another
 // CR holds the release, the release is gone or uninstalled), and another
 // lock that declares one of them takes it over.
-func (c *Controller) openState(key string, st *releaseState) {
+func (c *Controller) openState(key lockKey, st *releaseState) {
 	c.open(key)
 	st.opened()
 }
@@ -525,8 +525,8 @@ func (c *Controller) openState(key string, st *releaseState) {
 // conflict with the locker's field manager. A revision that cannot be
 // read pauses too: writing a bad Secret must not hand the objects to
 // another lock. The next revision declared ends the pause.
-func (c *Controller) pauseState(key string, st *releaseState) {
-	c.engine.Pause(key)
+func (c *Controller) pauseState(key lockKey, st *releaseState) {
+	c.engine.Pause(key.String())
 	st.opened()
 }
 
@@ -539,7 +539,7 @@ func (st *releaseState) opened() {
 	st.candidate = nil
 }
 
-func (c *Controller) state(key string) *releaseState {
+func (c *Controller) state(key lockKey) *releaseState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.states[key]
@@ -552,12 +552,12 @@ func (c *Controller) state(key string) *releaseState {
 
 // dropState forgets key's HelmRelease: its state, its last denial, and
 // its metrics, those of the release it held included (see forgetRelease).
-func (c *Controller) dropState(key string) {
+func (c *Controller) dropState(key lockKey) {
 	c.mu.Lock()
 	st := c.states[key]
 	delete(c.states, key)
 	c.mu.Unlock()
-	c.cfg.Metrics.ForgetRelease(key)
+	c.cfg.Metrics.ForgetRelease(key.ObjectName.String())
 	if st != nil {
 		c.forgetRelease(st)
 	}

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
@@ -27,19 +26,6 @@ import (
 	"github.com/helm-locker/helm-locker/lock"
 	"github.com/helm-locker/helm-locker/manifest"
 )
-
-// manifestLockPrefix marks the queue and engine keys of ManifestLocks;
-// those of HelmReleases are namespace/name.
-const manifestLockPrefix = "ManifestLock:"
-
-// lockName names the lock of an engine key for a person: "HelmRelease
-// ns/name" or "ManifestLock ns/name".
-func lockName(key string) string {
-	if ref, ok := strings.CutPrefix(key, manifestLockPrefix); ok {
-		return mlv1.Kind + " " + ref
-	}
-	return v1alpha1.Kind + " " + key
-}
 
 // manifestState is what the controller remembers of one ManifestLock
 // between syncs. Only the worker syncing its key touches it.
@@ -64,14 +50,14 @@ type manifestState struct {
 // manifestLocks is the controller's memory of ManifestLocks.
 type manifestLocks struct {
 	mu     sync.Mutex
-	states map[string]*manifestState
+	states map[lockKey]*manifestState
 }
 
-func (m *manifestLocks) state(key string) *manifestState {
+func (m *manifestLocks) state(key lockKey) *manifestState {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.states == nil {
-		m.states = map[string]*manifestState{}
+		m.states = map[lockKey]*manifestState{}
 	}
 	st := m.states[key]
 	if st == nil {
@@ -81,15 +67,15 @@ func (m *manifestLocks) state(key string) *manifestState {
 	return st
 }
 
-func (m *manifestLocks) drop(key string) {
+func (m *manifestLocks) drop(key lockKey) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.states, key)
 }
 
 func (c *Controller) enqueueManifestLock(obj any) {
-	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		c.queue.Add(manifestLockPrefix + key)
+	if key, ok := keyOf(mlv1.Kind, obj); ok {
+		c.queue.Add(key)
 	}
 }
 
@@ -104,7 +90,7 @@ func (c *Controller) servesManifestLock(ml *mlv1.ManifestLock) bool {
 
 // syncManifestLock brings one ManifestLock in line: observe the CR and its
 // manifest, decide what may be held, act (prune, declare, sync) and report.
-func (c *Controller) syncManifestLock(ctx context.Context, key string) (result, error) {
+func (c *Controller) syncManifestLock(ctx context.Context, key lockKey) (result, error) {
 	ml, st := c.observeManifestLock(ctx, key)
 	if ml == nil {
 		return result{}, nil
@@ -130,23 +116,20 @@ func (c *Controller) syncManifestLock(ctx context.Context, key string) (result, 
 // the cache, and what the controller remembers of it. A lock that is gone,
 // or that this controller does not serve, is let go of: nothing is
 // returned, and what it held is left as it is.
-func (c *Controller) observeManifestLock(ctx context.Context, key string) (*mlv1.ManifestLock, *manifestState) {
-	ref := strings.TrimPrefix(key, manifestLockPrefix)
-	obj, exists, _ := c.locks.GetIndexer().GetByKey(ref)
+func (c *Controller) observeManifestLock(ctx context.Context, key lockKey) (*mlv1.ManifestLock, *manifestState) {
+	obj, exists, _ := c.locks.GetIndexer().GetByKey(key.ObjectName.String())
 	if !exists {
 		// Deleting the lock deletes nothing it held.
 		c.open(key)
 		c.mls.drop(key)
 		c.denials.drop(key)
 		c.sources.watch(key, nil)
-		if ns, name, err := cache.SplitMetaNamespaceKey(ref); err == nil {
-			c.cfg.Metrics.ForgetManifestLock(ns, name)
-		}
+		c.cfg.Metrics.ForgetManifestLock(key.Namespace, key.Name)
 		return nil, nil
 	}
 	ml, ok := obj.(*mlv1.ManifestLock)
 	if !ok {
-		klog.FromContext(ctx).Error(nil, "Cannot read ManifestLock; ignoring it", "manifestLock", ref)
+		klog.FromContext(ctx).Error(nil, "Cannot read ManifestLock; ignoring it", "manifestLock", key.ObjectName)
 		return nil, nil
 	}
 	if !c.servesManifestLock(ml) {
@@ -169,7 +152,7 @@ func (c *Controller) observeManifestLock(ctx context.Context, key string) (*mlv1
 // reconcileManifestLock declares the lock's manifest, if it changed, and
 // syncs its objects, and returns the status to report, with an error to
 // retry on; r collects what it asks of the queue.
-func (c *Controller) reconcileManifestLock(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, r *result) (mlv1.ManifestLockStatus, error) {
+func (c *Controller) reconcileManifestLock(ctx context.Context, key lockKey, ml *mlv1.ManifestLock, st *manifestState, r *result) (mlv1.ManifestLockStatus, error) {
 	d, status, err := c.declareManifestLock(ctx, key, ml, st, r)
 	switch {
 	case d == nil:
@@ -206,7 +189,7 @@ type manifestDeclaration struct {
 // so that a new leader's webhook rules and a standby's answers count every
 // lock as soon as the controller is synced (see Controller.Synced). With
 // no declaration, the lock ends with status (and an error to retry on).
-func (c *Controller) declareManifestLock(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, r *result) (*manifestDeclaration, mlv1.ManifestLockStatus, error) {
+func (c *Controller) declareManifestLock(ctx context.Context, key lockKey, ml *mlv1.ManifestLock, st *manifestState, r *result) (*manifestDeclaration, mlv1.ManifestLockStatus, error) {
 	if ml.Spec.Suspend {
 		c.pauseManifestLock(key, st)
 		c.sources.watch(key, nil)
@@ -283,7 +266,7 @@ func (c *Controller) declareManifestLock(ctx context.Context, key string, ml *ml
 		klog.FromContext(ctx).V(2).Info("ManifestLock engaged", "objects", len(h.objs), "notHeld", len(h.unheld), "created", len(st.missing), "mode", ml.Spec.Mode)
 	}
 	st.declared, st.unheld, d.changed = declared, h.unheld, true
-	c.engine.Declare(key, c.manifestSet(ml, h, namespace, ignore, writer, applied))
+	c.declareSet(key, c.manifestSet(ml, h, namespace, ignore, writer, applied))
 	return d, ml.Status, nil
 }
 
@@ -346,8 +329,8 @@ func (c *Controller) manifestSet(ml *mlv1.ManifestLock, h holding, namespace str
 
 // syncManifestObjects syncs the declaration the engine holds for the lock
 // and reports it.
-func (c *Controller) syncManifestObjects(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, r *result, optedOut []v1alpha1.ObjectProblem) (mlv1.ManifestLockStatus, error) {
-	res, syncErr := c.engine.Sync(ctx, key)
+func (c *Controller) syncManifestObjects(ctx context.Context, key lockKey, ml *mlv1.ManifestLock, st *manifestState, r *result, optedOut []v1alpha1.ObjectProblem) (mlv1.ManifestLockStatus, error) {
+	res, syncErr := c.engine.Sync(ctx, key.String())
 	if c.isTenant(ml) && (appearedUnmade(st, res) || writeRefused(res)) {
 		// Someone else made an object the lock was to create, or
 		// tenantWriteGuard refused a write: whether the lock may hold
@@ -386,7 +369,7 @@ func appearedUnmade(st *manifestState, res engine.Result) bool {
 var errNoManifest = errors.New("the lock names no manifest: set spec.manifest or spec.manifestFrom")
 
 // manifestText reads the lock's manifest, and watches where it is kept.
-func (c *Controller) manifestText(ctx context.Context, key string, ml *mlv1.ManifestLock) (string, error) {
+func (c *Controller) manifestText(ctx context.Context, key lockKey, ml *mlv1.ManifestLock) (string, error) {
 	from := ml.Spec.ManifestFrom
 	switch {
 	case from == nil && ml.Spec.Manifest == "":
@@ -590,7 +573,7 @@ func (c *Controller) recordManifestDrifts(ctx context.Context, ml *mlv1.Manifest
 
 // openManifestLock opens the lock and lets go of its objects: another lock
 // that declares one of them takes it over.
-func (c *Controller) openManifestLock(key string, st *manifestState) {
+func (c *Controller) openManifestLock(key lockKey, st *manifestState) {
 	c.open(key)
 	st.opened()
 }
@@ -598,8 +581,8 @@ func (c *Controller) openManifestLock(key string, st *manifestState) {
 // pauseManifestLock opens a suspended lock and keeps its objects (see
 // engine.Pause): spec.suspend says to leave them alone, and another lock
 // that declares one of them stays in Conflict rather than write it.
-func (c *Controller) pauseManifestLock(key string, st *manifestState) {
-	c.engine.Pause(key)
+func (c *Controller) pauseManifestLock(key lockKey, st *manifestState) {
+	c.engine.Pause(key.String())
 	st.opened()
 }
 
@@ -613,7 +596,7 @@ func (st *manifestState) opened() {
 // manifestError reports a manifest that cannot be read or held. What the
 // lock held before stays held, and synced: a broken edit of the manifest,
 // or a source deleted, must not leave its objects open to drift.
-func (c *Controller) manifestError(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, r *result, reason, message string) (mlv1.ManifestLockStatus, error) {
+func (c *Controller) manifestError(ctx context.Context, key lockKey, ml *mlv1.ManifestLock, st *manifestState, r *result, reason, message string) (mlv1.ManifestLockStatus, error) {
 	if st.declared == "" {
 		c.openManifestLock(key, st)
 		return manifestOpenStatus(ml, mlv1.StateError, reason, message), nil

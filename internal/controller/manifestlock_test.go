@@ -81,12 +81,12 @@ func TestDeclareAllDeclaresManifestLocks(t *testing.T) {
 				t.Errorf("PreventedTypes after declareAll = %v, want %v among them", got, secrets)
 			}
 			j, err := c.Judge(secrets, secret("declared"), secret("edited"))
-			if err != nil || !j.Denied() || j.Key != manifestLockPrefix+"cattle-helm-system/ml" {
+			if err != nil || !j.Denied() || j.Key != manifestLockKey("cattle-helm-system", "ml").String() {
 				t.Errorf("Judge of an edit after declareAll = %+v, %v; want it denied by the ManifestLock", j, err)
 			}
 
 			dyn.ClearActions()
-			if _, err := c.sync(ctx, manifestLockPrefix+"cattle-helm-system/ml"); err != nil {
+			if _, err := c.sync(ctx, manifestLockKey("cattle-helm-system", "ml")); err != nil {
 				t.Fatal(err)
 			}
 			if readOnly {

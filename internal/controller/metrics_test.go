@@ -30,7 +30,7 @@ func TestGoneLocksLeaveNoSeries(t *testing.T) {
 	m := metrics.New(nil)
 	c, _ := newTestControllerWith(t, func(cfg *Config) { cfg.Metrics = m }, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
 	c.cfg.Recorder = record.NewFakeRecorder(100)
-	const key = "cattle-helm-system/hr"
+	key := helmReleaseKey("cattle-helm-system", "hr")
 	if _, err := c.sync(ctx, key); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestGoneLocksLeaveNoSeries(t *testing.T) {
 	}
 
 	m.Denied("tenant", metrics.ManifestLockRelease("lock"), "ConfigMap")
-	if _, err := c.sync(ctx, manifestLockPrefix+"tenant/lock"); err != nil {
+	if _, err := c.sync(ctx, manifestLockKey("tenant", "lock")); err != nil {
 		t.Fatal(err)
 	}
 	if got := naming(t, "release", metrics.ManifestLockRelease("lock")); len(got) > 0 {
@@ -111,7 +111,7 @@ func TestManifestLockSeriesAreItsOwn(t *testing.T) {
 	m := metrics.New(nil)
 	c, _ := newTestControllerWith(t, func(cfg *Config) { cfg.Metrics = m }, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
 	c.cfg.Recorder = record.NewFakeRecorder(100)
-	if _, err := c.sync(ctx, "cattle-helm-system/hr"); err != nil {
+	if _, err := c.sync(ctx, helmReleaseKey("cattle-helm-system", "hr")); err != nil {
 		t.Fatal(err)
 	}
 	tenantLock := &unstructured.Unstructured{Object: map[string]any{
@@ -123,8 +123,8 @@ func TestManifestLockSeriesAreItsOwn(t *testing.T) {
 	denial := admission.Denial{Judgement: engine.Judgement{Kind: "ConfigMap"}, User: "someone", Operation: "UPDATE", Time: time.Now()}
 	m.Drift("apps", "rel", "ConfigMap", "kubectl-edit", true, 0)
 	m.Fight("apps", "rel", "ConfigMap")
-	c.Record("cattle-helm-system/hr", denial)
-	c.Record(manifestLockPrefix+"apps/rel", denial)
+	c.Record(c.sets.add(helmReleaseKey("cattle-helm-system", "hr")), denial)
+	c.Record(c.sets.add(manifestLockKey("apps", "rel")), denial)
 	release := []string{`namespace="apps"`, `release="rel"`}
 	wantRelease := scrapeLines(m, release...)
 	if !slices.Contains(wantRelease, `helm_locker_admission_denied_total{kind="ConfigMap",namespace="apps",release="rel"} 1`) {
@@ -138,7 +138,7 @@ func TestManifestLockSeriesAreItsOwn(t *testing.T) {
 	if err := c.locks.GetIndexer().Delete(tenantLock); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.sync(ctx, manifestLockPrefix+"apps/rel"); err != nil {
+	if _, err := c.sync(ctx, manifestLockKey("apps", "rel")); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(wantRelease, scrapeLines(m, release...)); diff != "" {
@@ -158,7 +158,7 @@ func TestConflictLoserLeavesTheHoldersSeries(t *testing.T) {
 	m := metrics.New(nil)
 	c, dyn := newTestControllerWith(t, func(cfg *Config) { cfg.Metrics = m }, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
 	c.cfg.Recorder = record.NewFakeRecorder(100)
-	if _, err := c.sync(ctx, "cattle-helm-system/hr"); err != nil {
+	if _, err := c.sync(ctx, helmReleaseKey("cattle-helm-system", "hr")); err != nil {
 		t.Fatal(err)
 	}
 	crs := dyn.Resource(v1alpha1.Resource).Namespace("cattle-helm-system")
@@ -185,10 +185,10 @@ func TestConflictLoserLeavesTheHoldersSeries(t *testing.T) {
 			t.Fatal(err)
 		}
 		cached(name, "rel")
-		if _, err := c.sync(ctx, "cattle-helm-system/"+name); err != nil {
+		if _, err := c.sync(ctx, helmReleaseKey("cattle-helm-system", name)); err != nil {
 			t.Fatal(err)
 		}
-		if st := c.state("cattle-helm-system/" + name); st.holds {
+		if st := c.state(helmReleaseKey("cattle-helm-system", name)); st.holds {
 			t.Fatalf("HelmRelease %s holds release apps/rel; want it to lose the Conflict to hr", name)
 		}
 	}
@@ -208,7 +208,7 @@ func TestConflictLoserLeavesTheHoldersSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	cached("hr2", "")
-	if _, err := c.sync(ctx, "cattle-helm-system/hr2"); err != nil {
+	if _, err := c.sync(ctx, helmReleaseKey("cattle-helm-system", "hr2")); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(want, scrapeLines(m, release...)); diff != "" {
@@ -225,7 +225,7 @@ func TestConflictLoserLeavesTheHoldersSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	cached("hr3", "other")
-	_, _ = c.sync(ctx, "cattle-helm-system/hr3") // release other has no Secret
+	_, _ = c.sync(ctx, helmReleaseKey("cattle-helm-system", "hr3")) // release other has no Secret
 	if diff := cmp.Diff(want, scrapeLines(m, release...)); diff != "" {
 		t.Errorf("HelmRelease hr3, which lost the Conflict, names another release; the holder's series changed (-want +got):\n%s", diff)
 	}
@@ -234,7 +234,7 @@ func TestConflictLoserLeavesTheHoldersSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	cached("hr", "")
-	if _, err := c.sync(ctx, "cattle-helm-system/hr"); err != nil {
+	if _, err := c.sync(ctx, helmReleaseKey("cattle-helm-system", "hr")); err != nil {
 		t.Fatal(err)
 	}
 	if got := scrapeLines(m, release...); len(got) > 0 {

@@ -22,9 +22,9 @@ import (
 // (the release is uninstalled or gone, the CR is deleted), the ManifestLock
 // takes the ConfigMap over.
 func TestOpenLockKeepsItsObjects(t *testing.T) {
-	const (
-		hrKey = "cattle-helm-system/hr"
-		mlKey = manifestLockPrefix + "cattle-helm-system/ml"
+	var (
+		hrKey = helmReleaseKey("cattle-helm-system", "hr")
+		mlKey = manifestLockKey("cattle-helm-system", "ml")
 	)
 	tests := []struct {
 		name string
@@ -59,7 +59,7 @@ func TestOpenLockKeepsItsObjects(t *testing.T) {
 				}
 			})
 			c.cfg.Recorder = record.NewFakeRecorder(100)
-			sync := func(key string) {
+			sync := func(key lockKey) {
 				t.Helper()
 				if _, err := c.sync(ctx, key); err != nil {
 					t.Fatalf("sync %s: %v", key, err)
@@ -87,12 +87,12 @@ func TestOpenLockKeepsItsObjects(t *testing.T) {
 			}
 			dyn.ClearActions()
 			sync(mlKey)
-			res, err := c.engine.Sync(ctx, mlKey)
+			res, err := c.engine.Sync(ctx, mlKey.String())
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !tt.takeover {
-				if len(res.Conflicts) != 1 || res.Conflicts[0].Holder != hrKey {
+				if len(res.Conflicts) != 1 || res.Conflicts[0].Holder != hrKey.String() {
 					t.Errorf("the ManifestLock's conflicts = %+v; want the ConfigMap, held by %s", res.Conflicts, hrKey)
 				}
 				if n := configMapWrites(dyn); n != 0 {

@@ -123,7 +123,7 @@ func TestHelmReleaseLeavingTheShardWritesNothing(t *testing.T) {
 	hr := labelled(helmRelease(map[string]any{v1alpha1.ManagedByAnnotation: "helm-locker"}), "a")
 	hr.Object["spec"].(map[string]any)["mode"] = "Prevent"
 	c, dyn := newTestControllerWith(t, inShard, hr, releaseSecret(t, "deployed", 1), nil)
-	const key = "cattle-helm-system/hr"
+	key := helmReleaseKey("cattle-helm-system", "hr")
 	if _, err := c.sync(ctx, key); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestHelmReleaseLeavingTheShardWritesNothing(t *testing.T) {
 
 	// The API server's watch sends a CR that leaves the selector as a
 	// deletion, and the informer drops it from the cache.
-	obj, _, _ := c.crs.GetIndexer().GetByKey(key)
+	obj, _, _ := c.crs.GetIndexer().GetByKey(key.ObjectName.String())
 	if err := c.crs.GetIndexer().Delete(obj); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestSyncUnderWayWhenTheCRMovesWritesNoStatus(t *testing.T) {
 			return false, nil, dyn.Tracker().Update(v1alpha1.Resource, moved, "cattle-helm-system")
 		})
 	})
-	res, err := c.sync(ctx, "cattle-helm-system/hr")
+	res, err := c.sync(ctx, helmReleaseKey("cattle-helm-system", "hr"))
 	if err != nil {
 		t.Fatalf("sync: %v; a CR that may have left the shard is not an error", err)
 	}
@@ -281,7 +281,7 @@ func TestManifestLockLeavingTheShardPrunesNothing(t *testing.T) {
 		"spec":     map[string]any{"namespace": "apps", "manifest": manifest("one", "two"), "prune": true},
 	}}, "a")
 	c, dyn := newManifestLockController(t, inShard, lock)
-	const key = manifestLockPrefix + "cattle-helm-system/ml"
+	key := manifestLockKey("cattle-helm-system", "ml")
 	if _, err := c.sync(ctx, key); err != nil {
 		t.Fatal(err)
 	}

@@ -28,12 +28,12 @@ type source struct {
 // cluster for the few that hold manifests would cost far more.
 type sourceWatches struct {
 	kube    kubernetes.Interface
-	enqueue func(key string)
+	enqueue func(key lockKey)
 
 	mu sync.Mutex
 	// ctx is Run's: watches start only while it runs.
 	ctx     context.Context
-	watches map[string]*sourceWatch // by lock key
+	watches map[lockKey]*sourceWatch
 }
 
 type sourceWatch struct {
@@ -62,11 +62,11 @@ func (s *sourceWatches) run(ctx context.Context) {
 
 // watch makes src the one object watched for the lock key; nil watches
 // nothing.
-func (s *sourceWatches) watch(key string, src *source) {
+func (s *sourceWatches) watch(key lockKey, src *source) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.watches == nil {
-		s.watches = map[string]*sourceWatch{}
+		s.watches = map[lockKey]*sourceWatch{}
 	}
 	old := s.watches[key]
 	if old != nil && src != nil && old.source == *src {
@@ -109,7 +109,7 @@ func (s *sourceWatches) startLocked(w *sourceWatch) {
 		}
 		return o, nil
 	})
-	key := ""
+	var key lockKey
 	for k, v := range s.watches {
 		if v == w {
 			key = k

@@ -243,7 +243,7 @@ func notLocked(optedOut []v1alpha1.ObjectProblem, revision int, res engine.Resul
 // conflictMessage says which lock holds an object another lock declares.
 func conflictMessage(c engine.Conflict) string {
 	return fmt.Sprintf("%s holds %s, and one object is held by one lock: this lock writes nothing to it, and takes it over once %s no longer declares it",
-		lockName(c.Holder), objectName(c.Kind, c.Ref), lockName(c.Holder))
+		c.Holder, objectName(c.Kind, c.Ref), c.Holder)
 }
 
 // flatten undoes errors.Join.

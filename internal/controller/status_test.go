@@ -55,7 +55,7 @@ func TestNotLocked(t *testing.T) {
 		Unresolved: unresolved,
 		Unverified: []engine.Unverified{{Ref: cm, Kind: "ConfigMap", Missing: true}},
 		Failed:     []engine.Failure{{Ref: cm, Kind: "ConfigMap", Reason: engine.ReasonTooLarge, Err: errors.New("too large")}},
-		Conflicts:  []engine.Conflict{{Ref: cm, Kind: "ConfigMap", Holder: "cattle-helm-system/web"}},
+		Conflicts:  []engine.Conflict{{Ref: cm, Kind: "ConfigMap", Holder: helmReleaseKey("cattle-helm-system", "web").String()}},
 		Waiting:    []engine.Waiting{{Ref: cm, Kind: "ConfigMap", Namespace: "apps"}},
 	}
 	var reasons []string
@@ -69,8 +69,8 @@ func TestNotLocked(t *testing.T) {
 	if got, want := problems[3], "HelmRelease cattle-helm-system/web holds ConfigMap apps/cm"; got.Object != "ConfigMap apps/cm" || !strings.HasPrefix(got.Message, want) {
 		t.Errorf("the conflict: %+v; want it to name the object and begin %q", got, want)
 	}
-	if got := lockName(manifestLockPrefix + "team/cms"); got != "ManifestLock team/cms" {
-		t.Errorf("lockName of a ManifestLock's key = %q", got)
+	if got := manifestLockKey("team", "cms").String(); got != "ManifestLock team/cms" {
+		t.Errorf("a ManifestLock's key names it %q", got)
 	}
 	many := make([]v1alpha1.ObjectProblem, 50)
 	if got := len(notLocked(many, 1, engine.Result{}, nil)); got != v1alpha1.MaxNotLocked {
@@ -181,7 +181,7 @@ func TestLockedConditionWhileWaiting(t *testing.T) {
 		wantReason string
 		wantIn     string
 	}{
-		{name: "conflict", res: engine.Result{Objects: 1, Conflicts: []engine.Conflict{{Ref: cm, Kind: "ConfigMap", Holder: manifestLockPrefix + "team/cms"}}},
+		{name: "conflict", res: engine.Result{Objects: 1, Conflicts: []engine.Conflict{{Ref: cm, Kind: "ConfigMap", Holder: manifestLockKey("team", "cms").String()}}},
 			wantReason: "Conflict", wantIn: "ManifestLock team/cms holds ConfigMap apps/cm"},
 		{name: "waiting for the namespace", res: engine.Result{Objects: 1, Waiting: []engine.Waiting{{Ref: cm, Kind: "ConfigMap", Namespace: "apps"}}},
 			wantReason: "WaitingForNamespace", wantIn: "namespace apps"},

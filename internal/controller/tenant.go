@@ -69,15 +69,12 @@ var serviceAccountsResource = schema.GroupVersionResource{Version: "v1", Resourc
 // isTenant reports whether ml is a tenant's lock.
 func (c *Controller) isTenant(ml *mlv1.ManifestLock) bool { return ml.Namespace != c.cfg.Namespace }
 
-// tenantLockKey returns namespace/name of the tenant ManifestLock of an
-// engine key, and false for any other lock's key.
-func (c *Controller) tenantLockKey(key string) (string, bool) {
-	ref, ok := strings.CutPrefix(key, manifestLockPrefix)
-	if !ok {
-		return "", false
-	}
-	ns, _, _ := strings.Cut(ref, "/")
-	return ref, ns != c.cfg.Namespace
+// tenantLock returns namespace/name of the tenant ManifestLock of an
+// engine set key, and false for any other lock's key. known is false for
+// a set the controller no longer holds.
+func (c *Controller) tenantLock(setKey string) (ref string, tenant, known bool) {
+	key, known := c.sets.lockKey(setKey)
+	return key.ObjectName.String(), known && key.isManifestLock() && key.Namespace != c.cfg.Namespace, known
 }
 
 // permits reports whether the value of a ServiceAccount's
@@ -148,9 +145,9 @@ func (c *Controller) serviceAccountInformer(client metadata.Interface) cache.Sha
 
 // enqueueManifestLocksIn queues the ManifestLocks of namespace.
 func (c *Controller) enqueueManifestLocksIn(namespace string) {
-	for _, key := range c.locks.GetIndexer().ListKeys() {
-		if strings.HasPrefix(key, namespace+"/") {
-			c.queue.Add(manifestLockPrefix + key)
+	for _, obj := range c.locks.GetStore().List() {
+		if key, ok := keyOf(mlv1.Kind, obj); ok && key.Namespace == namespace {
+			c.queue.Add(key)
 		}
 	}
 }
@@ -199,7 +196,7 @@ func (c *Controller) writerPermitted(ctx context.Context, ml *mlv1.ManifestLock,
 
 // notPermitted opens a tenant's lock whose writer did not opt in, and says
 // so, with an event when the status did not say it already.
-func (c *Controller) notPermitted(ctx context.Context, key string, ml *mlv1.ManifestLock, st *manifestState, r *result, why string) mlv1.ManifestLockStatus {
+func (c *Controller) notPermitted(ctx context.Context, key lockKey, ml *mlv1.ManifestLock, st *manifestState, r *result, why string) mlv1.ManifestLockStatus {
 	c.openManifestLock(key, st)
 	if c.serviceAccounts == nil {
 		r.requeueBy(permittedRetry)
@@ -347,9 +344,9 @@ func writeRefused(res engine.Result) bool {
 // write the object can put it there; Helm's ownership means an admin's
 // release, which a tenant's lock never stops, whatever it declares.
 func (c *Controller) judgesFor(key string, old, obj *unstructured.Unstructured) bool {
-	ref, tenant := c.tenantLockKey(key)
+	ref, tenant, known := c.tenantLock(key)
 	if !tenant {
-		return true
+		return known
 	}
 	target := old
 	if target == nil {
@@ -376,9 +373,9 @@ const scaleJudgeTimeout = time.Second
 // object's metadata, within the review's ctx, and lets the request through
 // if it cannot.
 func (c *Controller) judgesScaleFor(ctx context.Context, key string, gvr schema.GroupVersionResource, namespace, name string) bool {
-	ref, tenant := c.tenantLockKey(key)
+	ref, tenant, known := c.tenantLock(key)
 	if !tenant {
-		return true
+		return known
 	}
 	ctx, cancel := context.WithTimeout(ctx, scaleJudgeTimeout)
 	defer cancel()

@@ -50,15 +50,19 @@ func TestJudgesFor(t *testing.T) {
 	}
 	marked := map[string]string{mlv1.MarkerAnnotation: "team/app"}
 	helm := map[string]string{mlv1.MarkerAnnotation: "team/app", "meta.helm.sh/release-name": "web", "meta.helm.sh/release-namespace": "team"}
-	tenant, admin := manifestLockPrefix+"team/app", manifestLockPrefix+"reg/app"
+	tenant, admin := manifestLockKey("team", "app"), manifestLockKey("reg", "app")
+	for _, k := range []lockKey{tenant, admin, helmReleaseKey("reg", "web")} {
+		c.sets.add(k)
+	}
 	for _, tt := range []struct {
 		name     string
-		key      string
+		key      lockKey
 		old, obj *unstructured.Unstructured
 		want     bool
 	}{
 		{"an admin's ManifestLock", admin, object(nil), object(nil), true},
-		{"a HelmRelease", "reg/web", object(nil), object(nil), true},
+		{"a HelmRelease", helmReleaseKey("reg", "web"), object(nil), object(nil), true},
+		{"a set no longer held", manifestLockKey("reg", "gone"), object(nil), object(nil), false},
 		{"the tenant's own object", tenant, object(marked), object(nil), true},
 		{"an update that drops the marker", tenant, object(marked), object(nil), true},
 		{"an object without the marker", tenant, object(nil), object(marked), false},
@@ -69,7 +73,7 @@ func TestJudgesFor(t *testing.T) {
 		{"created by Helm", tenant, nil, object(helm), false},
 		{"created with the marker", tenant, nil, object(marked), true},
 	} {
-		if got := c.judgesFor(tt.key, tt.old, tt.obj); got != tt.want {
+		if got := c.judgesFor(tt.key.String(), tt.old, tt.obj); got != tt.want {
 			t.Errorf("%s: judgesFor = %v, want %v", tt.name, got, tt.want)
 		}
 	}
@@ -155,7 +159,7 @@ func TestTenantLockDoesNotWriteOverHelm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const key = manifestLockPrefix + "team/app"
+	key := manifestLockKey("team", "app").String()
 	// As declared when the ConfigMap was missing.
 	c.engine.Declare(key, c.manifestSet(ml, holding{objs: objs}, "team", nil, nil, false))
 	dyn.ClearActions()
@@ -302,7 +306,7 @@ func TestJudgesScaleForReadsWithinTheReview(t *testing.T) {
 	type reviewKey struct{}
 	ctx := context.WithValue(context.Background(), reviewKey{}, "review")
 	gvr := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
-	if !c.judgesScaleFor(ctx, manifestLockPrefix+"team/app", gvr, "team", "web") {
+	if !c.judgesScaleFor(ctx, c.sets.add(manifestLockKey("team", "app")), gvr, "team", "web") {
 		t.Error("judgesScaleFor the tenant's own Deployment = false")
 	}
 	if len(contexts) != 1 || contexts[0].Value(reviewKey{}) != "review" {

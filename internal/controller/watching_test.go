@@ -32,7 +32,7 @@ func TestWatchingLeavesOutForbiddenKinds(t *testing.T) {
 	c.cfg.Recorder = record.NewFakeRecorder(100)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := c.sync(ctx, "cattle-helm-system/hr"); err != nil {
+		if _, err := c.sync(ctx, helmReleaseKey("cattle-helm-system", "hr")); err != nil {
 			t.Fatal(err)
 		}
 		if apierrors.IsForbidden(c.engine.WatchError(cmGVR)) {
@@ -43,7 +43,7 @@ func TestWatchingLeavesOutForbiddenKinds(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := c.sync(ctx, "cattle-helm-system/hr"); err != nil {
+	if _, err := c.sync(ctx, helmReleaseKey("cattle-helm-system", "hr")); err != nil {
 		t.Fatal(err)
 	}
 	if _, why := c.Watching(); strings.Contains(why, "configmaps") {
