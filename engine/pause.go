@@ -19,19 +19,22 @@ package engine
 // its rules are there at once, with no window in which they are missing.
 //
 // Declare ends the pause, with what it declares; Forget lets the objects
-// go. Pause of a key that holds no set does nothing: there is nothing to
-// keep.
-func (e *Engine) Pause(key string) {
+// go. Pause of a key that holds no set does nothing, and reports false:
+// there is nothing to keep. A caller that started while its owner was at
+// work, and so holds nothing yet, may Declare what the owner last had and
+// Pause it at once.
+func (e *Engine) Pause(key string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := e.sets[key]
 	if s == nil {
-		return
+		return false
 	}
 	s.paused = true
 	// Declare marks every object dirty again; what events marked before
 	// would only be checked against a declaration the owner is replacing.
 	s.dirty = map[ObjectRef]int64{}
+	return true
 }
 
 // activeLocked returns key's set unless it is paused: the set that checks

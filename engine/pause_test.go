@@ -132,8 +132,12 @@ func TestPauseThenForgetHandsOver(t *testing.T) {
 	e, _, notified := newTestEngine(t)
 	e.Declare("first", ObjectSet{Objects: []*unstructured.Unstructured{configMap(t, "first")}, DefaultNamespace: "ns", Since: t0})
 	e.Declare("later", ObjectSet{Objects: []*unstructured.Unstructured{configMap(t, "later")}, DefaultNamespace: "ns", Since: t0.Add(time.Second)})
-	e.Pause("first")
-	e.Pause("unknown") // holds nothing: does nothing
+	if !e.Pause("first") {
+		t.Error("Pause of a declared set = false; want true")
+	}
+	if e.Pause("unknown") {
+		t.Error("Pause of a key that holds no set = true; want false")
+	}
 	*notified = nil
 	e.Forget("first")
 	if diff := cmp.Diff([]string{"later"}, *notified); diff != "" {

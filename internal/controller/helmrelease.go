@@ -377,12 +377,12 @@ func (c *Controller) decide(ctx context.Context, key lockKey, hr *v1alpha1.HelmR
 	}
 	if hr.Spec.Suspend {
 		// "Leave it alone": no other lock takes the objects over either.
-		c.pauseState(key, st)
+		c.pauseState(ctx, key, hr, st)
 		return openStatus(hr, v1alpha1.StateSuspended, hr.Status.Version, v1alpha1.ReasonSuspended, "spec.suspend is true: the lock is open and nothing is reverted"), true, nil
 	}
 	ignore, err := declare.Ignore(hr.Spec.Ignore)
 	if err != nil {
-		c.pauseState(key, st)
+		c.pauseState(ctx, key, hr, st)
 		return openStatus(hr, v1alpha1.StateError, 0, v1alpha1.ReasonInvalidSpec, err.Error()), true, nil
 	}
 	latest := c.latestSecret(rk)
@@ -403,7 +403,7 @@ func (c *Controller) decide(ctx context.Context, key lockKey, hr *v1alpha1.HelmR
 			if decision.Forget {
 				c.openState(key, st)
 			} else {
-				c.pauseState(key, st)
+				c.pauseState(ctx, key, hr, st)
 			}
 			return openStatus(hr, decision.State, revision, decision.Reason, decision.Message), true, nil
 		}
@@ -418,17 +418,17 @@ func (c *Controller) decide(ctx context.Context, key lockKey, hr *v1alpha1.HelmR
 		var invalid *storage.InvalidError
 		switch {
 		case errors.As(err, &invalid):
-			c.pauseState(key, st)
+			c.pauseState(ctx, key, hr, st)
 			return openStatus(hr, v1alpha1.StateError, revision, v1alpha1.ReasonInvalidRelease, err.Error()), true, nil
 		case err != nil:
 			// Not found (the informer will catch up), or the API
 			// server's error: retried.
-			c.pauseState(key, st)
+			c.pauseState(ctx, key, hr, st)
 			return hr.Status, true, err
 		}
 		writer, err := c.writerFor(rk.Namespace, c.serviceAccount(hr))
 		if err != nil {
-			c.pauseState(key, st)
+			c.pauseState(ctx, key, hr, st)
 			return openStatus(hr, v1alpha1.StateError, revision, v1alpha1.ReasonImpersonationUnavailable, err.Error()), true, nil
 		}
 		verify := c.verification(ctx, st, latest, rel, objs)
@@ -525,9 +525,41 @@ func (c *Controller) openState(key lockKey, st *releaseState) {
 // conflict with the locker's field manager. A revision that cannot be
 // read pauses too: writing a bad Secret must not hand the objects to
 // another lock. The next revision declared ends the pause.
-func (c *Controller) pauseState(key lockKey, st *releaseState) {
-	c.engine.Pause(key.String())
+func (c *Controller) pauseState(ctx context.Context, key lockKey, hr *v1alpha1.HelmRelease, st *releaseState) {
+	if !c.engine.Pause(key.String()) {
+		c.pauseVerified(ctx, key, hr, st)
+	}
 	st.opened()
+}
+
+// pauseVerified declares the last verified revision of hr's release and
+// pauses it at once (see engine.Engine.Pause). It is for a lock that opens
+// with nothing declared: the locker started, or took over as leader, while
+// Helm works on the release, after a revision failed or while the CR is
+// suspended. The lock then keeps the objects it held before, and a
+// ManifestLock that declares one of them waits in Conflict rather than
+// write over Helm. Nothing is checked or written. Without a verified
+// revision whose Secret still holds the verified manifest, nothing is
+// held: a Secret writer cannot make the lock keep what Helm never applied.
+func (c *Controller) pauseVerified(ctx context.Context, key lockKey, hr *v1alpha1.HelmRelease, st *releaseState) {
+	rk := hr.Spec.Release
+	v := st.trust.verified
+	if v == nil || v.Release != rk {
+		return
+	}
+	objs := c.verifiedObjects(ctx, rk.Namespace, *v)
+	if objs == nil {
+		return
+	}
+	objs, _ = declare.SplitOptedOut(objs)
+	c.declareSet(key, engine.ObjectSet{
+		Objects:          objs,
+		DefaultNamespace: rk.Namespace,
+		Prevent:          hr.Spec.Mode == v1alpha1.ModePrevent,
+		Since:            hr.CreationTimestamp.Time,
+	})
+	c.engine.Pause(key.String())
+	klog.FromContext(ctx).V(2).Info("Holding the verified revision's objects while the lock is open", "release", rk.Namespace+"/"+rk.Name, "revision", v.Revision, "objects", len(objs))
 }
 
 // opened forgets what the lock reported of the held revision (fights,

@@ -113,6 +113,78 @@ func TestOpenLockKeepsItsObjects(t *testing.T) {
 	}
 }
 
+// TestRestartWhileHelmWorksKeepsTheObjects: a locker that starts while
+// Helm upgrades a release holds nothing yet. Its HelmRelease's status names
+// the verified revision, whose Secret still holds the verified manifest:
+// the lock declares that revision paused, so a ManifestLock that declares
+// one of its objects waits in Conflict and writes nothing, as it did
+// before the restart. A manifest rewritten since it was verified is not
+// held.
+func TestRestartWhileHelmWorksKeepsTheObjects(t *testing.T) {
+	hrKey := helmReleaseKey("cattle-helm-system", "hr")
+	mlKey := manifestLockKey("cattle-helm-system", "ml")
+	for _, tt := range []struct {
+		name     string
+		digest   string
+		takeover bool
+	}{
+		{name: "verified manifest", digest: manifestDigest(manifestYAML)},
+		{name: "manifest rewritten since", digest: manifestDigest("something else"), takeover: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			ml := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": mlv1.SchemeGroupVersion.String(), "kind": mlv1.Kind,
+				"metadata": map[string]any{"name": "ml", "namespace": "cattle-helm-system", "generation": int64(1)},
+				"spec": map[string]any{"namespace": "apps",
+					"manifest": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  key: from-manifestlock\n"},
+			}}
+			cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+				"metadata": map[string]any{"name": "cm", "namespace": "apps"}, "data": map[string]any{"key": "declared"}}}
+			hr := helmRelease(nil)
+			hr.Object["status"] = map[string]any{"verified": map[string]any{
+				"release": map[string]any{"name": "rel", "namespace": "apps"}, "revision": int64(1), "manifestDigest": tt.digest}}
+			c, dyn := newTestController(t, hr, releaseSecret(t, "deployed", 1), func(dyn *dynamicfake.FakeDynamicClient) {
+				if err := dyn.Tracker().Create(mlv1.Resource, ml, "cattle-helm-system"); err != nil {
+					t.Fatal(err)
+				}
+				if err := dyn.Tracker().Create(cmGVR, cm, "apps"); err != nil {
+					t.Fatal(err)
+				}
+			})
+			c.cfg.Recorder = record.NewFakeRecorder(100)
+			latest("pending-upgrade", 2)(t, c)
+			if _, err := c.sync(ctx, hrKey); err != nil {
+				t.Fatal(err)
+			}
+			if st := statusOf(t, dyn); st.State != v1alpha1.StateTransitioning {
+				t.Fatalf("HelmRelease state = %q; want Transitioning", st.State)
+			}
+			cacheManifestLock(t, c, ml)
+			dyn.ClearActions()
+			if _, err := c.sync(ctx, mlKey); err != nil {
+				t.Fatal(err)
+			}
+			res, err := c.engine.Sync(ctx, mlKey.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.takeover {
+				if len(res.Conflicts) != 0 || configMapKey(t, dyn) != "from-manifestlock" {
+					t.Errorf("conflicts %+v, data.key %q; want the ManifestLock to hold the ConfigMap: the verified manifest is gone", res.Conflicts, configMapKey(t, dyn))
+				}
+				return
+			}
+			if len(res.Conflicts) != 1 || res.Conflicts[0].Holder != hrKey.String() {
+				t.Errorf("the ManifestLock's conflicts = %+v; want the ConfigMap, held by %s", res.Conflicts, hrKey)
+			}
+			if n := configMapWrites(dyn); n != 0 || configMapKey(t, dyn) != "declared" {
+				t.Errorf("the ManifestLock wrote the ConfigMap %d times (data.key %q) while Helm upgrades the release; want none", n, configMapKey(t, dyn))
+			}
+		})
+	}
+}
+
 // latest makes a revision with status the release's latest, in the cache.
 func latest(status string, version int) func(t *testing.T, c *Controller) {
 	return func(t *testing.T, c *Controller) {
