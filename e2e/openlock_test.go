@@ -184,3 +184,94 @@ func TestOpenLockKeepsItsObjects(t *testing.T) {
 		})
 	}
 }
+
+// TestLockerStartedWhileHelmWorksKeepsTheObjects: a locker that starts
+// while Helm upgrades a release has declared nothing for it. It declares
+// the revision the HelmRelease's status says was verified, paused, so a
+// ManifestLock that declares one of its objects stays in Conflict and
+// writes nothing, as before the restart; once the upgrade is deployed the
+// HelmRelease holds the object again. Before, the ManifestLock took the
+// object over at startup and wrote its own value over Helm's upgrade.
+func TestLockerStartedWhileHelmWorksKeepsTheObjects(t *testing.T) {
+	t.Parallel()
+	ns := env.Namespace(t)
+	registration := env.Namespace(t)
+	const release = "rel"
+	cmName := release + "-0"
+	flags := []string{"--namespace", registration, "--controller-name", "restart-locker", "--leader-elect=false"}
+	locker, err := env.StartLocker("restart-locker", flags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Helm(t, framework.Helm3, "install", release, framework.Chart(t, "configmaps"), "-n", ns, "--set", "value=from-helm")
+	cr := env.RegisterIn(t, registration, ns, release)
+	env.WaitForStateIn(t, registration, cr, v1alpha1.StateDeployed, 1)
+	env.Eventually(t, 30*time.Second, func() error {
+		if hr := env.HelmReleaseIn(t, registration, cr); hr.Status.Verified == nil || hr.Status.Verified.Revision != 1 {
+			return fmt.Errorf("HelmRelease %s: status.verified %+v; want revision 1", cr, hr.Status.Verified)
+		}
+		return nil
+	})
+	// Annotated for this locker: the shared one serves ManifestLocks in
+	// every namespace.
+	mlName := "restart"
+	ml := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": mlv1.SchemeGroupVersion.String(), "kind": mlv1.Kind,
+		"metadata": map[string]any{"name": mlName, "namespace": registration,
+			"annotations": map[string]any{mlv1.ManagedByAnnotation: "restart-locker"}},
+		"spec": map[string]any{"namespace": ns, "manifest": configMapYAML(cmName, "from-manifestlock")},
+	}}
+	if _, err := env.Dynamic.Resource(mlv1.Resource).Namespace(registration).Create(t.Context(), ml, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wantObject := "ConfigMap " + ns + "/" + cmName
+	inConflict := func() error {
+		ml := getManifestLock(t, registration, mlName)
+		for _, p := range ml.Status.NotLocked {
+			if p.Object == wantObject && p.Reason == v1alpha1.ReasonConflict && strings.Contains(p.Message, cr) {
+				return nil
+			}
+		}
+		return fmt.Errorf("ManifestLock %s: state %q, notLocked %+v; want %s in Conflict, held by HelmRelease %s",
+			mlName, ml.Status.State, ml.Status.NotLocked, wantObject, cr)
+	}
+	env.Eventually(t, 30*time.Second, inConflict)
+	if err := locker.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	// Helm starts an upgrade while the locker is down.
+	versions, stop := watchConfigMap(t, ns, cmName)
+	writeRevision(t, ns, release, 1, 2, "pending-upgrade")
+	locker, err = env.StartLocker("restart-locker-again", flags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = locker.Stop(10 * time.Second) }()
+	env.WaitForStateIn(t, registration, cr, v1alpha1.StateTransitioning, 2)
+	noWrites := func() error {
+		if got := versions(); len(got) > 0 {
+			return fmt.Errorf("ConfigMap %s/%s was written while Helm upgrades the release: %v; want no write", ns, cmName, got)
+		}
+		return nil
+	}
+	env.Consistently(t, 3*time.Second, func() error {
+		if err := noWrites(); err != nil {
+			return err
+		}
+		return inConflict()
+	})
+
+	// Helm finishes: the HelmRelease holds the ConfigMap again.
+	writeRevision(t, ns, release, 1, 2, "deployed")
+	env.WaitForStateIn(t, registration, cr, v1alpha1.StateDeployed, 2)
+	env.Consistently(t, time.Second, func() error {
+		if err := noWrites(); err != nil {
+			return err
+		}
+		return inConflict()
+	})
+	stop()
+	setKey(t, ns, cmName, "drifted")
+	waitForKey(t, ns, cmName, "from-helm")
+}
