@@ -98,11 +98,21 @@ rules: []
 	}
 	cr := env.Register(t, ns, "agg")
 	env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)
-	// What kube-controller-manager's aggregation controller writes.
-	rules := `{"rules":[{"apiGroups":[""],"resources":["pods"],"verbs":["get","list"]}]}`
-	if _, err := env.Dynamic.Resource(clusterRoles).Patch(t.Context(), name, types.MergePatchType, []byte(rules), metav1.PatchOptions{FieldManager: "clusterrole-aggregation-controller"}); err != nil {
+	// A ClusterRole the selector picks, whose rule kube-controller-manager's
+	// aggregation controller then writes into the locked one.
+	if _, err := env.Dynamic.Resource(clusterRoles).Create(t.Context(), &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+		"metadata": map[string]any{"name": name + "-pods", "labels": map[string]any{"example.com/aggregate-to-locker-test": "true"}},
+		"rules":    []any{map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"get", "list"}}},
+	}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	env.Eventually(t, 30*time.Second, func() error {
+		if got, _, _ := unstructured.NestedSlice(env.Get(t, "rbac.authorization.k8s.io/v1", "clusterroles", "", name).Object, "rules"); len(got) != 1 {
+			return fmt.Errorf("ClusterRole %s rules = %v, want the aggregation controller to have written the rule it selects", name, got)
+		}
+		return nil
+	})
 	env.Consistently(t, 2*time.Second, func() error {
 		got, _, _ := unstructured.NestedSlice(env.Get(t, "rbac.authorization.k8s.io/v1", "clusterroles", "", name).Object, "rules")
 		if len(got) != 1 {
@@ -233,7 +243,7 @@ kind: Job
 metadata:
   name: migrate
 spec:
-  ttlSecondsAfterFinished: 30
+  ttlSecondsAfterFinished: 3
   template:
     spec:
       restartPolicy: Never
@@ -243,23 +253,36 @@ spec:
 `)
 	cr := env.Register(t, ns, "batch")
 	env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)
-	// What the Job controller writes when the Job's pod has succeeded
-	// (there is no controller-manager here).
+	// The Job controller runs the Job's pod; there is no kubelet, so the
+	// test ends it, as a kubelet would once its container exited 0.
+	var pod string
+	env.Eventually(t, 30*time.Second, func() error {
+		pods, err := env.Kube.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=migrate"})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) != 1 {
+			return fmt.Errorf("Job %s/migrate has %d pods, want the Job controller to have made 1", ns, len(pods.Items))
+		}
+		pod = pods.Items[0].Name
+		return nil
+	})
 	now := time.Now().UTC().Format(time.RFC3339)
-	status := fmt.Sprintf(`{"status":{"startTime":%q,"completionTime":%q,"succeeded":1,"conditions":[`+
-		`{"type":"SuccessCriteriaMet","status":"True","lastProbeTime":%[1]q,"lastTransitionTime":%[1]q},`+
-		`{"type":"Complete","status":"True","lastProbeTime":%[1]q,"lastTransitionTime":%[1]q}]}}`, now, now)
-	if _, err := env.Dynamic.Resource(jobs).Namespace(ns).Patch(t.Context(), "migrate", types.MergePatchType, []byte(status), metav1.PatchOptions{FieldManager: "job-controller"}, "status"); err != nil {
+	succeeded := fmt.Sprintf(`{"status":{"phase":"Succeeded","containerStatuses":[{"name":"migrate","image":"migrate:1","imageID":"","ready":false,"restartCount":0,`+
+		`"state":{"terminated":{"exitCode":0,"reason":"Completed","startedAt":%q,"finishedAt":%[1]q}}}]}}`, now)
+	if _, err := env.Kube.CoreV1().Pods(ns).Patch(t.Context(), pod, types.StrategicMergePatchType, []byte(succeeded), metav1.PatchOptions{FieldManager: "kubelet"}, "status"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // the lock sees the Job finished
-	// What the TTL-after-finished controller does. Background propagation:
-	// the default for Jobs orphans their pods, with a finalizer that only
-	// the garbage collector, absent here, would remove.
-	background := metav1.DeletePropagationBackground
-	if err := env.Dynamic.Resource(jobs).Namespace(ns).Delete(t.Context(), "migrate", metav1.DeleteOptions{PropagationPolicy: &background}); err != nil {
-		t.Fatal(err)
-	}
+	// The Job controller marks the Job Complete, and 3 s later the
+	// TTL-after-finished controller deletes it, with foreground
+	// propagation, so the garbage collector deletes its pod first.
+	env.Eventually(t, 60*time.Second, func() error {
+		if job := env.Get(t, "batch/v1", "jobs", ns, "migrate"); job != nil {
+			conditions, _, _ := unstructured.NestedSlice(job.Object, "status", "conditions")
+			return fmt.Errorf("Job %s/migrate not deleted by its TTL yet; conditions %v", ns, conditions)
+		}
+		return nil
+	})
 	env.Consistently(t, 3*time.Second, func() error {
 		if env.Get(t, "batch/v1", "jobs", ns, "migrate") != nil {
 			return fmt.Errorf("the finished Job %s/migrate was recreated, to run again", ns)
