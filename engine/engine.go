@@ -182,6 +182,9 @@ type Engine struct {
 	// registry's Current, but for unit tests that drive Sync by hand
 	// with no informer running.
 	watching func(schema.GroupVersionResource) bool
+	// cached looks an object up in its informer's cache; the registry's
+	// Get, but for unit tests.
+	cached func(gvr schema.GroupVersionResource, namespace, name string) (obj any, exists, synced bool, err error)
 
 	generations atomic.Uint64
 
@@ -463,6 +466,7 @@ func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func
 		Config:          opts.Config,
 	})
 	e.watching = e.informers.Current
+	e.cached = e.informers.Get
 	return e
 }
 

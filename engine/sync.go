@@ -171,6 +171,7 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 	if schemaRetry > 0 {
 		res.requeueBy(schemaRetry)
 	}
+	ctx = withReadAhead(ctx, e.readAhead(ctx, todo))
 	errs := e.checkAll(ctx, s, todo, &res)
 	e.summarize(key, s, todo, &res)
 	return res, errors.Join(errs...)
@@ -770,7 +771,7 @@ func (e *Engine) live(ctx context.Context, obj *lockedObject) (live *unstructure
 		live, err = e.resource(ref).Get(ctx, ref.Name, metav1.GetOptions{})
 		return live, false, err
 	}
-	cached, exists, synced, err := e.informers.Get(ref.GVR, ref.Namespace, ref.Name)
+	cached, exists, synced, err := e.cached(ref.GVR, ref.Namespace, ref.Name)
 	// The cache does not hold objects that were untracked at their last
 	// event, so a missing object is looked up: it may have been created
 	// while no release locked it. A deleted object costs one GET more.
@@ -783,6 +784,12 @@ func (e *Engine) live(ctx context.Context, obj *lockedObject) (live *unstructure
 				return nil, true, nil
 			}
 		}
+	}
+	if read, ok := readAheadFrom(ctx).get(ref); ok {
+		if read == nil {
+			return nil, false, apierrors.NewNotFound(schema.GroupResource{Group: ref.GVR.Group, Resource: ref.GVR.Resource}, ref.Name)
+		}
+		return read, false, nil
 	}
 	live, err = e.resource(ref).Get(ctx, ref.Name, metav1.GetOptions{})
 	return live, false, err
