@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -296,23 +293,6 @@ func New(cfg Config) *Controller {
 	return c
 }
 
-// keepLastWrite drops a release Secret's managedFields but for the time of
-// its last write, which stuckOn counts the Helm operation timeout from: an
-// old revision Helm marks uninstalling was written now, not when it was
-// created.
-func keepLastWrite(obj any) (any, error) {
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return obj, nil
-	}
-	last := storage.LastWrite(m)
-	m.ManagedFields = nil
-	if last.After(m.CreationTimestamp.Time) {
-		m.ManagedFields = []metav1.ManagedFieldsEntry{{Time: &metav1.Time{Time: last}}}
-	}
-	return m, nil
-}
-
 // Run starts the informers and workers and blocks until ctx is done. It then
 // stops everything it started and waits for it.
 func (c *Controller) Run(ctx context.Context) error {
@@ -456,226 +436,6 @@ func (c *Controller) enqueueAll() {
 // Informers lists the resource types watched now, for metrics.
 func (c *Controller) Informers() []schema.GroupVersionResource {
 	return c.engine.Watched()
-}
-
-// declareAll declares the objects of every registered, deployed release,
-// and of every ManifestLock, before the engine starts its informers. Each
-// informer's first list then finds the objects it must keep whole already
-// tracked, and the first sync of every lock reads them from the cache
-// instead of one GET each. Once it returns, every lock in the CR caches
-// has been declared once (see Synced).
-func (c *Controller) declareAll(ctx context.Context) {
-	// Most releases' latest revision is the deployed one: listing those
-	// a page at a time costs a request per page rather than a GET per
-	// release, and holds one page at once.
-	declared := map[lockKey]bool{}
-	err := c.listDeployed(ctx, func(page []corev1.Secret) {
-		var keys []lockKey
-		var kept []string
-		for i := range page {
-			secret := &page[i]
-			rk := v1alpha1.ReleaseKey{Namespace: secret.Namespace, Name: secret.Labels[storage.LabelName]}
-			// The selector matches names, not namespaces; and only
-			// the revision a lock reads now is worth keeping.
-			crs, _ := c.crs.GetIndexer().ByIndex(byRelease, rk.Namespace+"/"+rk.Name)
-			latest := c.latestSecret(rk)
-			if len(crs) == 0 || latest == nil || latest.UID != secret.UID || latest.ResourceVersion != secret.ResourceVersion {
-				continue
-			}
-			id := secret.Namespace + "/" + secret.Name
-			c.prefetched.Store(id, secret)
-			kept = append(kept, id)
-			for _, obj := range crs {
-				if key, ok := keyOf(v1alpha1.Kind, obj); ok && !declared[key] {
-					declared[key] = true
-					keys = append(keys, key)
-				}
-			}
-		}
-		c.declareKeys(ctx, keys)
-		for _, id := range kept {
-			c.prefetched.Delete(id)
-		}
-	})
-	if err != nil {
-		klog.FromContext(ctx).Info("Not listing the deployed release Secrets at startup; reading them one by one", "reason", err.Error())
-	}
-	var rest []lockKey
-	for _, obj := range c.crs.GetStore().List() {
-		if key, ok := keyOf(v1alpha1.Kind, obj); ok && !declared[key] {
-			rest = append(rest, key)
-		}
-	}
-	releases := len(declared) + len(rest)
-	// ManifestLocks too: the workers would declare them only after the
-	// controller says it is synced, and until then a new leader's
-	// webhook rules would lack the types only Prevent ManifestLocks hold,
-	// and a standby would let their objects' edits through.
-	locks := c.locks.GetStore().List()
-	for _, obj := range locks {
-		if key, ok := keyOf(mlv1.Kind, obj); ok {
-			rest = append(rest, key)
-		}
-	}
-	c.declareKeys(ctx, rest)
-	klog.FromContext(ctx).V(2).Info("Declared the releases", "count", releases, "manifestLocks", len(locks))
-	c.engine.Prepare(ctx)
-}
-
-// startupPage is how many release Secrets declareAll lists at once. The
-// list is of whole Secrets, and anyone who may create Secrets anywhere
-// can label one as a deployed revision of a registered release, up to the
-// 1 MiB a Secret may hold: a page holds at most 16 MiB of them, and
-// listDeployed holds two pages at once.
-const startupPage = 16
-
-// startupNames is how many release names one startup list selects, which
-// keeps its label selector, in the request's URL, to a few kilobytes.
-const startupNames = 100
-
-// listDeployed lists the deployed revisions of the registered releases,
-// calling page with each page of them: it selects them by Helm's labels
-// and the releases' names, as the metadata cache of release Secrets
-// already told which to read. The next page is listed while page works
-// on this one, so that the API server's time for it is not added to the
-// locker's; no more than that one is held ahead.
-func (c *Controller) listDeployed(ctx context.Context, page func([]corev1.Secret)) error {
-	releases := c.crs.GetIndexer().ListIndexFuncValues(byRelease)
-	if wanted, listed := c.deployedCounts(releases); listed > 2*wanted+startupPage {
-		return &plantedError{wanted: wanted, listed: listed}
-	}
-	selectors := deployedSelectors(releases)
-	pages := make(chan []corev1.Secret)
-	var err error
-	go func() {
-		defer close(pages)
-		for _, selector := range selectors {
-			opts := metav1.ListOptions{LabelSelector: selector, Limit: startupPage}
-			for {
-				var list *corev1.SecretList
-				if list, err = c.cfg.Kube.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, opts); err != nil {
-					return
-				}
-				pages <- list.Items
-				if opts.Continue = list.Continue; opts.Continue == "" {
-					break
-				}
-			}
-		}
-	}()
-	for p := range pages {
-		page(p)
-	}
-	return err
-}
-
-// deployedCounts counts, in the metadata cache of release Secrets, the
-// deployed ones the startup list would select by the names of releases
-// (each "namespace/name"), and of those the latest revision of a
-// registered release: what the list is for.
-func (c *Controller) deployedCounts(releases []string) (wanted, listed int) {
-	registered := map[string]bool{}
-	names := map[string]bool{}
-	for _, r := range releases {
-		registered[r] = true
-		_, name, _ := strings.Cut(r, "/")
-		names[name] = true
-	}
-	for _, obj := range c.secrets.GetStore().List() {
-		m, ok := obj.(*metav1.PartialObjectMetadata)
-		if !ok || !storage.Deployed(m.Labels[storage.LabelStatus]) || !names[m.Labels[storage.LabelName]] {
-			continue
-		}
-		listed++
-		rk := v1alpha1.ReleaseKey{Namespace: m.Namespace, Name: m.Labels[storage.LabelName]}
-		if latest := c.latestSecret(rk); registered[rk.Namespace+"/"+rk.Name] && latest != nil && latest.UID == m.UID {
-			wanted++
-		}
-	}
-	return wanted, listed
-}
-
-// plantedError says the startup list would read mostly Secrets no lock
-// reads: deployed revisions named as registered releases, in other
-// namespaces, or not their latest. Anyone who may create Secrets can
-// write those, up to 1 MiB each, so the releases are read one by one.
-type plantedError struct{ wanted, listed int }
-
-func (e *plantedError) Error() string {
-	return fmt.Sprintf("%d deployed release Secrets carry the names of registered releases, and only %d of them are what their locks read", e.listed, e.wanted)
-}
-
-// deployedSelectors are the label selectors of the deployed release
-// Secrets of releases, each "namespace/name", startupNames names at a
-// time. A name that is no label value names no Secret Helm wrote, and is
-// left out.
-func deployedSelectors(releases []string) []string {
-	var names []string
-	seen := map[string]bool{}
-	for _, r := range releases {
-		_, name, _ := strings.Cut(r, "/")
-		if !seen[name] && len(validation.IsValidLabelValue(name)) == 0 && name != "" {
-			seen[name] = true
-			names = append(names, name)
-		}
-	}
-	slices.Sort(names)
-	var selectors []string
-	for chunk := range slices.Chunk(names, startupNames) {
-		selectors = append(selectors, storage.OwnedSelector+","+storage.LabelStatus+"=deployed,"+storage.LabelName+" in ("+strings.Join(chunk, ",")+")")
-	}
-	return selectors
-}
-
-// declareKeys declares the objects of the locks keys name, with the
-// controller's workers.
-func (c *Controller) declareKeys(ctx context.Context, keys []lockKey) {
-	work := make(chan lockKey)
-	var wg sync.WaitGroup
-	for range min(c.cfg.Workers, len(keys)) {
-		wg.Go(func() {
-			for key := range work {
-				err := recovered(ctx, key, func() error { return c.declare(ctx, key) })
-				if err != nil {
-					klog.FromContext(ctx).V(2).Info("Could not declare lock at startup; the first sync retries", "lock", key, "err", err)
-				}
-			}
-		})
-	}
-	for _, key := range keys {
-		work <- key
-	}
-	close(work)
-	wg.Wait()
-}
-
-// declare declares the objects of the lock key names as the first step of
-// its sync does, so that the sync finds them declared. What that step asks
-// of the queue is left out: the sync that follows asks it again.
-func (c *Controller) declare(ctx context.Context, key lockKey) error {
-	if key.isManifestLock() {
-		ml, st := c.observeManifestLock(ctx, key)
-		if ml == nil {
-			return nil
-		}
-		_, _, err := c.declareManifestLock(ctx, key, ml, st, &result{})
-		return err
-	}
-	hr, st, ok := c.observe(ctx, key)
-	if !ok {
-		return nil
-	}
-	// The first sync would claim it first thing. Claimed now, the API
-	// server writes the claims while the locker parses manifests and
-	// lists, rather than after, when every status write waits behind
-	// them.
-	if !c.cfg.ReadOnly {
-		if err := c.claimIfFree(ctx, hr, st); err != nil {
-			return err
-		}
-	}
-	_, _, err := c.decide(ctx, key, hr, st, &result{})
-	return err
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {

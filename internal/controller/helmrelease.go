@@ -7,13 +7,11 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
@@ -39,31 +37,6 @@ type releaseState struct {
 	own ownWrites
 	// rejected is the last release Secret found invalid.
 	rejected rejectedSecret
-}
-
-// rejectedSecret remembers a release Secret found invalid, so that it is
-// not read and decoded again, up to the bound of a release's size, at
-// every sync until it changes: anyone who may write Secrets in the
-// release namespace can write it.
-type rejectedSecret struct {
-	uid     types.UID
-	version string
-	err     error
-}
-
-// read returns the error secret was rejected with, if it is the one
-// rejected and unchanged since; else it reads it, and remembers an
-// invalid one.
-func (r *rejectedSecret) read(secret metav1.Object, read func() (*storage.Release, []*unstructured.Unstructured, error)) (*storage.Release, []*unstructured.Unstructured, error) {
-	if r.err != nil && r.uid == secret.GetUID() && r.version == secret.GetResourceVersion() {
-		return nil, nil, r.err
-	}
-	rel, objs, err := read()
-	var invalid *storage.InvalidError
-	if errors.As(err, &invalid) {
-		*r = rejectedSecret{uid: secret.GetUID(), version: secret.GetResourceVersion(), err: err}
-	}
-	return rel, objs, err
 }
 
 // held is what the lock holds: its state, and the revision declared to the
@@ -158,13 +131,6 @@ func (c *Controller) lockedElsewhere(hr *v1alpha1.HelmRelease) string {
 	return holder
 }
 
-// enqueueForSecret queues every CR that names the Secret's release.
-func (c *Controller) enqueueForSecret(obj any) {
-	if keys, err := secretReleaseIndex(obj); err == nil && len(keys) > 0 {
-		c.enqueueRelease(keys[0])
-	}
-}
-
 func crReleaseIndex(obj any) ([]string, error) {
 	switch o := obj.(type) {
 	case *v1alpha1.HelmRelease:
@@ -175,22 +141,6 @@ func crReleaseIndex(obj any) ([]string, error) {
 		return []string{ns + "/" + name}, nil
 	}
 	return nil, nil
-}
-
-func secretReleaseIndex(obj any) ([]string, error) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return nil, nil
-	}
-	// A Secret not named as Helm names the revision its labels claim
-	// is no revision of any release (see storage.Revision).
-	if _, ok := storage.Revision(m); !ok {
-		return nil, nil
-	}
-	return []string{m.GetNamespace() + "/" + m.GetLabels()[storage.LabelName]}, nil
 }
 
 // syncHelmRelease brings a HelmRelease's lock in line: observe the CR and
@@ -603,62 +553,6 @@ func (c *Controller) forgetRelease(st *releaseState) {
 	if st.holds {
 		c.cfg.Metrics.ForgetLock(st.release.Namespace, st.release.Name)
 	}
-}
-
-// latestSecret returns the metadata of the release's highest revision.
-func (c *Controller) latestSecret(rk v1alpha1.ReleaseKey) *metav1.PartialObjectMetadata {
-	objs, err := c.secrets.GetIndexer().ByIndex(byRelease, rk.Namespace+"/"+rk.Name)
-	if err != nil {
-		return nil
-	}
-	var metas []*metav1.PartialObjectMetadata
-	for _, obj := range objs {
-		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-			metas = append(metas, m)
-		}
-	}
-	latest, _ := storage.Latest(metas)
-	return latest
-}
-
-// readRelease reads and decodes the Secret of a revision of release rk,
-// checks it is one (see storage.Read), and parses its manifest.
-func (c *Controller) readRelease(ctx context.Context, rk v1alpha1.ReleaseKey, latest *metav1.PartialObjectMetadata) (*storage.Release, []*unstructured.Unstructured, error) {
-	var secret *corev1.Secret
-	if v, ok := c.prefetched.Load(latest.Namespace + "/" + latest.Name); ok && v.(*corev1.Secret).ResourceVersion == latest.ResourceVersion {
-		secret = v.(*corev1.Secret)
-	} else {
-		var err error
-		if secret, err = c.cfg.Kube.CoreV1().Secrets(latest.Namespace).Get(ctx, latest.Name, metav1.GetOptions{}); err != nil {
-			return nil, nil, err
-		}
-	}
-	rel, err := storage.Read(secret, rk.Namespace, rk.Name)
-	if err != nil {
-		return nil, nil, err
-	}
-	objs, err := rel.Objects()
-	if err != nil {
-		return nil, nil, &storage.InvalidError{Secret: secret.Namespace + "/" + secret.Name, Problem: err.Error()}
-	}
-	return rel, objs, nil
-}
-
-// noSecretStatus reports a release with no Secrets. The lock is open and
-// nothing is deleted. If Helm's ConfigMap driver holds the release, it says
-// so, since that driver is not supported.
-func (c *Controller) noSecretStatus(ctx context.Context, hr *v1alpha1.HelmRelease) (v1alpha1.HelmReleaseStatus, error) {
-	rk := hr.Spec.Release
-	cms, err := c.cfg.Kube.CoreV1().ConfigMaps(rk.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: storage.Selector(rk.Name),
-		Limit:         1,
-	})
-	if err == nil && len(cms.Items) > 0 {
-		return openStatus(hr, v1alpha1.StateError, 0, v1alpha1.ReasonUnsupportedStorageDriver,
-			fmt.Sprintf("release %s/%s is stored in ConfigMaps (HELM_DRIVER=configmap); only Helm's default Secret driver is supported", rk.Namespace, rk.Name)), nil
-	}
-	return openStatus(hr, v1alpha1.StateSecretNotFound, 0, v1alpha1.ReasonSecretNotFound,
-		fmt.Sprintf("no Secret of type %s holds release %s/%s; nothing is held and nothing is deleted", storage.SecretType, rk.Namespace, rk.Name)), nil
 }
 
 // claimIfFree claims hr for this controller unless it is claimed already.

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -365,49 +363,6 @@ func appearedUnmade(st *manifestState, res engine.Result) bool {
 	return false
 }
 
-// errNoManifest says a ManifestLock names no manifest.
-var errNoManifest = errors.New("the lock names no manifest: set spec.manifest or spec.manifestFrom")
-
-// manifestText reads the lock's manifest, and watches where it is kept.
-func (c *Controller) manifestText(ctx context.Context, key lockKey, ml *mlv1.ManifestLock) (string, error) {
-	from := ml.Spec.ManifestFrom
-	switch {
-	case from == nil && ml.Spec.Manifest == "":
-		c.sources.watch(key, nil)
-		return "", errNoManifest
-	case from == nil:
-		c.sources.watch(key, nil)
-		return ml.Spec.Manifest, nil
-	case ml.Spec.Manifest != "" || (from.ConfigMapRef == nil) == (from.SecretRef == nil):
-		c.sources.watch(key, nil)
-		return "", fmt.Errorf("%w; exactly one of spec.manifest, spec.manifestFrom.configMapRef and spec.manifestFrom.secretRef may be set", errNoManifest)
-	case from.ConfigMapRef != nil:
-		r := from.ConfigMapRef
-		c.sources.watch(key, &source{kind: "configmaps", namespace: ml.Namespace, name: r.Name})
-		cm, err := c.cfg.Kube.CoreV1().ConfigMaps(ml.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
-		if err != nil {
-			return "", fmt.Errorf("reading spec.manifestFrom.configMapRef: %w", err)
-		}
-		text, ok := cm.Data[r.Key]
-		if !ok {
-			return "", fmt.Errorf("%w: ConfigMap %s/%s has no key %q", errNoManifest, ml.Namespace, r.Name, r.Key)
-		}
-		return text, nil
-	default:
-		r := from.SecretRef
-		c.sources.watch(key, &source{kind: "secrets", namespace: ml.Namespace, name: r.Name})
-		s, err := c.cfg.Kube.CoreV1().Secrets(ml.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
-		if err != nil {
-			return "", fmt.Errorf("reading spec.manifestFrom.secretRef: %w", err)
-		}
-		data, ok := s.Data[r.Key]
-		if !ok {
-			return "", fmt.Errorf("%w: Secret %s/%s has no key %q", errNoManifest, ml.Namespace, r.Name, r.Key)
-		}
-		return string(data), nil
-	}
-}
-
 // forbiddenError lists objects a ManifestLock outside the registration
 // namespace may not hold.
 type forbiddenError struct{ objects []string }
@@ -485,67 +440,6 @@ func (c *Controller) manifestServiceAccount(ml *mlv1.ManifestLock) string {
 	return ""
 }
 
-// prune deletes the inventory's objects that refs, the new declaration, no
-// longer lists, as writer.
-func (c *Controller) prune(ctx context.Context, ml *mlv1.ManifestLock, st *manifestState, refs map[mlv1.ObjectRef]bool, writer dynamic.Interface) error {
-	if writer == nil {
-		writer = c.cfg.Dynamic
-	}
-	kept := st.inventory[:0:0]
-	var gone []mlv1.ObjectRef
-	for _, ref := range st.inventory {
-		if refs[ref] {
-			kept = append(kept, ref)
-		} else {
-			gone = append(gone, ref)
-		}
-	}
-	// The reverse of the order they are created in: what lives in a
-	// namespace, or is of a custom kind, before its Namespace or CRD.
-	slices.SortStableFunc(gone, func(a, b mlv1.ObjectRef) int {
-		return cmp.Compare(creationOrder(b), creationOrder(a))
-	})
-	var errs []error
-	for _, ref := range gone {
-		gvr, err := c.resourceOf(ref)
-		if err == nil {
-			err = resourceClient(writer, gvr, ref.Namespace).Delete(ctx, ref.Name, metav1.DeleteOptions{})
-		}
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("pruning %s %s: %w", ref.Kind, ref.Name, err))
-			kept = append(kept, ref)
-			continue
-		}
-		c.cfg.Recorder.Event(manifestLockRef(ml), corev1.EventTypeNormal, EventPruned, fmt.Sprintf("%s %s: created by this lock, and no longer in its manifest", ref.Kind, inventoryName(ref)))
-	}
-	st.inventory = kept
-	return errors.Join(errs...)
-}
-
-func creationOrder(ref mlv1.ObjectRef) int {
-	gv, _ := schema.ParseGroupVersion(ref.APIVersion)
-	return engine.CreationOrder(schema.GroupKind{Group: gv.Group, Kind: ref.Kind})
-}
-
-func (c *Controller) resourceOf(ref mlv1.ObjectRef) (schema.GroupVersionResource, error) {
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	if err != nil {
-		return schema.GroupVersionResource{}, err
-	}
-	mapping, err := c.cfg.Mapper.RESTMapping(schema.GroupKind{Group: gv.Group, Kind: ref.Kind}, gv.Version)
-	if err != nil {
-		return schema.GroupVersionResource{}, err
-	}
-	return mapping.Resource, nil
-}
-
-func resourceClient(client dynamic.Interface, gvr schema.GroupVersionResource, namespace string) dynamic.ResourceInterface {
-	if namespace == "" {
-		return client.Resource(gvr)
-	}
-	return client.Resource(gvr).Namespace(namespace)
-}
-
 // recordManifestDrifts adds the objects the lock created to its
 // inventory, and reports the rest of res's drifts as a HelmRelease's are.
 // Creating what the manifest names and the cluster lacked, and changing an
@@ -609,11 +503,4 @@ func (c *Controller) manifestError(ctx context.Context, key lockKey, ml *mlv1.Ma
 
 func manifestLockRef(ml *mlv1.ManifestLock) *corev1.ObjectReference {
 	return &corev1.ObjectReference{APIVersion: mlv1.SchemeGroupVersion.String(), Kind: mlv1.Kind, Namespace: ml.Namespace, Name: ml.Name, UID: ml.UID}
-}
-
-func inventoryName(ref mlv1.ObjectRef) string {
-	if ref.Namespace == "" {
-		return ref.Name
-	}
-	return ref.Namespace + "/" + ref.Name
 }

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/informers"
 )
 
@@ -122,4 +125,47 @@ func (s *sourceWatches) startLocked(w *sourceWatch) {
 		DeleteFunc: enqueue,
 	})
 	go inf.RunWithContext(ctx)
+}
+
+// errNoManifest says a ManifestLock names no manifest.
+var errNoManifest = errors.New("the lock names no manifest: set spec.manifest or spec.manifestFrom")
+
+// manifestText reads the lock's manifest, and watches where it is kept.
+func (c *Controller) manifestText(ctx context.Context, key lockKey, ml *mlv1.ManifestLock) (string, error) {
+	from := ml.Spec.ManifestFrom
+	switch {
+	case from == nil && ml.Spec.Manifest == "":
+		c.sources.watch(key, nil)
+		return "", errNoManifest
+	case from == nil:
+		c.sources.watch(key, nil)
+		return ml.Spec.Manifest, nil
+	case ml.Spec.Manifest != "" || (from.ConfigMapRef == nil) == (from.SecretRef == nil):
+		c.sources.watch(key, nil)
+		return "", fmt.Errorf("%w; exactly one of spec.manifest, spec.manifestFrom.configMapRef and spec.manifestFrom.secretRef may be set", errNoManifest)
+	case from.ConfigMapRef != nil:
+		r := from.ConfigMapRef
+		c.sources.watch(key, &source{kind: "configmaps", namespace: ml.Namespace, name: r.Name})
+		cm, err := c.cfg.Kube.CoreV1().ConfigMaps(ml.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("reading spec.manifestFrom.configMapRef: %w", err)
+		}
+		text, ok := cm.Data[r.Key]
+		if !ok {
+			return "", fmt.Errorf("%w: ConfigMap %s/%s has no key %q", errNoManifest, ml.Namespace, r.Name, r.Key)
+		}
+		return text, nil
+	default:
+		r := from.SecretRef
+		c.sources.watch(key, &source{kind: "secrets", namespace: ml.Namespace, name: r.Name})
+		s, err := c.cfg.Kube.CoreV1().Secrets(ml.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("reading spec.manifestFrom.secretRef: %w", err)
+		}
+		data, ok := s.Data[r.Key]
+		if !ok {
+			return "", fmt.Errorf("%w: Secret %s/%s has no key %q", errNoManifest, ml.Namespace, r.Name, r.Key)
+		}
+		return string(data), nil
+	}
 }
