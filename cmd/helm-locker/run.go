@@ -19,6 +19,7 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -44,36 +45,111 @@ import (
 
 // runOperator installs the CRD, then runs the controller until ctx is done.
 func runOperator(ctx context.Context, opts *options) error {
-	logger := klog.FromContext(ctx).WithValues("controller", opts.controllerName)
-	if opts.nodeName != "" {
-		logger = logger.WithValues("node", opts.nodeName)
-	}
-	ctx = klog.NewContext(ctx, logger)
+	ctx = withOperatorLogger(ctx, opts)
 	selector, err := opts.served()
 	if err != nil {
 		return err
 	}
-	logger.Info("Starting helm-locker", "version", versionString(), "namespace", opts.namespace, "lease", opts.lease(), "selector", selector.String(), "heapLimitBytes", limitHeap())
+	klog.FromContext(ctx).Info("Starting helm-locker", "version", versionString(), "namespace", opts.namespace, "lease", opts.lease(), "selector", selector.String(), "heapLimitBytes", limitHeap())
+
+	op := &operator{opts: opts, selector: selector}
+	op.metrics = newMetrics(opts, op.informers)
+	if err := op.buildClients(); err != nil {
+		return err
+	}
+	if err := ensureNamespace(ctx, op.kube, opts.namespace); err != nil {
+		return err
+	}
+	if err := crds(ctx, op.ext, opts.installCRDs); err != nil {
+		return err
+	}
+	op.recorder = newRecorder(op.kube, opts, op.metrics)
+	if err := op.buildWebhook(); err != nil {
+		return err
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wg.Go(func() { op.recorder.Run(ctx) })
+	if err := op.serve(ctx, &wg); err != nil {
+		return err
+	}
+	if !opts.leaderElect {
+		return op.runTerm(ctx, func() {})
+	}
+	return runAsLeader(ctx, op.kube, opts, op.readiness, op.runTerm, op.standBy)
+}
+
+// operator is what runOperator builds: the clients and the parts that
+// every controller of this process shares, and the controllers it runs.
+type operator struct {
+	opts     *options
+	selector labels.Selector
+	// metrics is nil with --metrics-bind-address 0.
+	metrics *metrics.Metrics
+
+	cfg       *rest.Config
+	kube      *kubernetes.Clientset
+	dyn       *dynamic.DynamicClient
+	meta      metadata.Interface
+	ext       *apiextensionsclient.Clientset
+	mapper    *restmapper.DeferredDiscoveryRESTMapper
+	readiness *informers.Probe
+	recorder  *events.Recorder
+
+	// certs and probe are nil with admission off.
+	certs webhook.CertSource
+	probe *webhook.Probe
 
 	// current is the controller of this term of leadership (see
 	// runAsLeader); nil while standing by.
-	var current atomic.Pointer[controller.Controller]
-	var m *metrics.Metrics
-	if opts.metricsAddr != "" && opts.metricsAddr != "0" {
-		m = metrics.New(func() []schema.GroupVersionResource {
-			if c := current.Load(); c != nil {
-				return c.Informers()
-			}
-			return nil
-		})
-		// Before the first request, so that every request is counted.
-		m.ReportClientRequests()
-		// Helm's managers are the admin's to name; drift_detected_total
-		// names them too.
-		m.KnowManagers(opts.helmManagers...)
-	}
+	current atomic.Pointer[controller.Controller]
+	// standby is the read-only controller of a replica standing by: it
+	// answers admission from the same declarations as the leader, and
+	// writes nothing (see controller.Config.ReadOnly).
+	standby atomic.Pointer[controller.Controller]
+}
 
-	cfg, err := restConfig(opts.kubeconfig, opts.qps, opts.burst)
+// withOperatorLogger names the controller, and the node if known, in
+// every log line of the operator.
+func withOperatorLogger(ctx context.Context, opts *options) context.Context {
+	logger := klog.FromContext(ctx).WithValues("controller", opts.controllerName)
+	if opts.nodeName != "" {
+		logger = logger.WithValues("node", opts.nodeName)
+	}
+	return klog.NewContext(ctx, logger)
+}
+
+// newMetrics returns the operator's metrics, or nil with metrics off;
+// watched lists the types the current controller watches.
+func newMetrics(opts *options, watched func() []schema.GroupVersionResource) *metrics.Metrics {
+	if opts.metricsAddr == "" || opts.metricsAddr == "0" {
+		return nil
+	}
+	m := metrics.New(watched)
+	// Before the first request, so that every request is counted.
+	m.ReportClientRequests()
+	// Helm's managers are the admin's to name; drift_detected_total
+	// names them too.
+	m.KnowManagers(opts.helmManagers...)
+	return m
+}
+
+// informers lists the types the current controller watches; none while
+// standing by.
+func (op *operator) informers() []schema.GroupVersionResource {
+	if c := op.current.Load(); c != nil {
+		return c.Informers()
+	}
+	return nil
+}
+
+// buildClients builds the API clients, all from one rest.Config, and the
+// RESTMapper and readiness probe that every controller shares.
+func (op *operator) buildClients() error {
+	cfg, err := restConfig(op.opts.kubeconfig, op.opts.qps, op.opts.burst)
 	if err != nil {
 		return err
 	}
@@ -93,162 +169,173 @@ func runOperator(ctx context.Context, opts *options) error {
 	if err != nil {
 		return err
 	}
-	if err := ensureNamespace(ctx, kube, opts.namespace); err != nil {
-		return err
-	}
-	if err := crds(ctx, ext, opts.installCRDs); err != nil {
-		return err
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
+	op.cfg, op.kube, op.dyn, op.meta, op.ext = cfg, kube, dyn, meta, ext
+	op.mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
 	// One probe for every informer and the elector: through an outage,
 	// they all wait on the same /readyz answers.
-	readiness := informers.NewProbe(kube.Discovery().RESTClient())
+	op.readiness = informers.NewProbe(kube.Discovery().RESTClient())
+	return nil
+}
 
-	// The correlator remembers recent events, to fold repeats, in three
-	// caches of 4096 entries by default: a few KB per release that
-	// emitted one, for a dedup that matters only within minutes. The
-	// locker already holds its own drift events back (see the
-	// controller's bookkeepingDelay), so a smaller memory is enough.
-	recorder := events.NewRecorder(kube.CoreV1(), scheme.Scheme, corev1.EventSource{Component: opts.controllerName, Host: opts.nodeName},
+// eventCacheSize is how many recent events each of the event correlator's
+// caches remembers.
+const eventCacheSize = 256
+
+// newRecorder returns the recorder of events on CRs, which every
+// controller of this process shares.
+//
+// The correlator remembers recent events, to fold repeats, in three
+// caches of 4096 entries by default: a few KB per release that emitted
+// one, for a dedup that matters only within minutes. The locker already
+// holds its own drift events back (see the controller's
+// bookkeepingDelay), so a smaller memory is enough.
+func newRecorder(kube kubernetes.Interface, opts *options, m *metrics.Metrics) *events.Recorder {
+	return events.NewRecorder(kube.CoreV1(), scheme.Scheme, corev1.EventSource{Component: opts.controllerName, Host: opts.nodeName},
 		events.Options{Correlator: record.CorrelatorOptions{LRUCacheSize: eventCacheSize}, Dropped: m.EventDropped})
+}
 
-	certs, err := webhookCerts(kube, opts)
+// buildWebhook builds where the webhook's certificate comes from and the
+// leader's probe of the webhook; with admission off, both stay nil.
+func (op *operator) buildWebhook() error {
+	certs, err := webhookCerts(op.kube, op.opts)
 	if err != nil {
 		return err
 	}
-	probe, err := webhookProbe(cfg, opts, certs, m)
+	probe, err := webhookProbe(op.cfg, op.opts, certs, op.metrics)
 	if err != nil {
 		return err
 	}
+	op.certs, op.probe = certs, probe
+	return nil
+}
+
+// newController builds a controller from the operator's shared parts: a
+// leader's, or with readOnly a standby's.
+func (op *operator) newController(readOnly bool) *controller.Controller {
 	// A nil *webhook.Probe in the interface would not be nil.
 	var admissionProbe controller.AdmissionProbe
-	if probe != nil {
-		admissionProbe = probe
+	if op.probe != nil {
+		admissionProbe = op.probe
 	}
-	newController := func(readOnly bool) *controller.Controller {
-		return controller.New(controller.Config{
-			ReadOnly:              readOnly,
-			Namespace:             opts.namespace,
-			ControllerName:        opts.controllerName,
-			Selector:              selector,
-			HelmManagers:          opts.helmManagers,
-			DefaultServiceAccount: opts.defaultSA,
-			TenantManifestLocks:   opts.tenantLocks,
-			Dynamic:               dyn,
-			REST:                  cfg,
-			Metadata:              meta,
-			Kube:                  kube,
-			Mapper:                mapper,
-			Workers:               opts.workers,
-			HelmOperationTimeout:  opts.helmTimeout,
-			Recorder:              recorder,
-			Metrics:               m,
-			Readiness:             readiness,
-			Admission:             admissionProbe,
-		})
-	}
-	// standby is the read-only controller of a replica standing by: it
-	// answers admission from the same declarations as the leader, and
-	// writes nothing (see controller.Config.ReadOnly).
-	var standby atomic.Pointer[controller.Controller]
-	standBy := func(ctx context.Context) (stop func()) {
-		if certs == nil {
-			return func() {}
-		}
-		ctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			c := newController(true)
-			standby.Store(c)
-			defer standby.CompareAndSwap(c, nil)
-			_ = c.Run(ctx)
-		}()
-		var once sync.Once
-		return func() { once.Do(func() { cancel(); <-done }) }
-	}
-	// run runs a term of leadership; leading is called once its caches
-	// have synced, when a standby controller is no longer needed.
-	run := func(ctx context.Context, leading func()) error {
-		c := newController(false)
-		current.Store(c)
-		defer current.Store(nil)
-		if certs == nil {
-			return c.Run(ctx)
-		}
-		// The leader keeps the webhook configuration; every replica
-		// answers it (see below).
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		var term sync.WaitGroup
-		defer term.Wait()
-		term.Go(func() { _ = webhookConfiguration(kube, opts, certs, c).Run(ctx) })
-		term.Go(func() { probe.Run(ctx) })
-		term.Go(func() {
-			for !c.Synced() {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-			leading()
-		})
-		return c.Run(ctx)
-	}
+	return controller.New(controller.Config{
+		ReadOnly:              readOnly,
+		Namespace:             op.opts.namespace,
+		ControllerName:        op.opts.controllerName,
+		Selector:              op.selector,
+		HelmManagers:          op.opts.helmManagers,
+		DefaultServiceAccount: op.opts.defaultSA,
+		TenantManifestLocks:   op.opts.tenantLocks,
+		Dynamic:               op.dyn,
+		REST:                  op.cfg,
+		Metadata:              op.meta,
+		Kube:                  op.kube,
+		Mapper:                op.mapper,
+		Workers:               op.opts.workers,
+		HelmOperationTimeout:  op.opts.helmTimeout,
+		Recorder:              op.recorder,
+		Metrics:               op.metrics,
+		Readiness:             op.readiness,
+		Admission:             admissionProbe,
+	})
+}
 
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	wg.Go(func() { recorder.Run(ctx) })
-	if m != nil {
-		if err := serveHTTP(ctx, &wg, "metrics", opts.metricsAddr, metricsMux(m, opts.profiling)); err != nil {
+// serve starts, until ctx is done, the servers every replica runs,
+// leader or not: metrics, health probes and, with admission on, the
+// webhook.
+func (op *operator) serve(ctx context.Context, wg *sync.WaitGroup) error {
+	if op.metrics != nil {
+		if err := serveHTTP(ctx, wg, "metrics", op.opts.metricsAddr, metricsMux(op.metrics, op.opts.profiling)); err != nil {
 			return err
 		}
 	}
-	// A standby replica has nothing to sync and is ready to take over;
-	// the leader is ready once its caches have synced, and while they see
-	// changes as they happen.
-	ready := func() (bool, string) {
-		c := current.Load()
-		switch {
-		case c == nil && opts.leaderElect:
-			return true, "standing by for the leader Lease"
-		case c == nil || !c.Synced():
-			return false, "caches have not synced yet"
-		}
-		if ok, why := c.Watching(); !ok {
-			return false, why
-		}
-		return true, "caches synced and watching"
-	}
-	if err := serveHTTP(ctx, &wg, "health probes", opts.healthAddr, healthHandler(ready)); err != nil {
+	if err := serveHTTP(ctx, wg, "health probes", op.opts.healthAddr, healthHandler(op.ready)); err != nil {
 		return err
 	}
-	if certs != nil {
-		// The leader's controller answers once its caches have synced,
-		// a standby's until then; with neither, every request is let
-		// through.
-		locks := func() admission.Locks {
-			if c := current.Load(); c != nil && c.Synced() {
-				return c
-			}
-			if c := standby.Load(); c != nil && c.Synced() {
-				return c
-			}
-			return nil
-		}
-		server := &webhook.Server{Addr: opts.webhookAddr, Certs: certs, Refresh: webhook.Reread,
-			Handler: admission.NewHandler(locks, admission.Options{ExemptGroups: opts.exemptGroups, Observer: m})}
-		if err := server.Start(ctx, &wg); err != nil {
-			return err
-		}
+	if op.certs == nil {
+		return nil
 	}
-	if !opts.leaderElect {
-		return run(ctx, func() {})
+	server := &webhook.Server{Addr: op.opts.webhookAddr, Certs: op.certs, Refresh: webhook.Reread,
+		Handler: admission.NewHandler(op.locks, admission.Options{ExemptGroups: op.opts.exemptGroups, Observer: op.metrics})}
+	return server.Start(ctx, wg)
+}
+
+// ready is /readyz's answer. A standby replica has nothing to sync and is
+// ready to take over; the leader is ready once its caches have synced,
+// and while they see changes as they happen.
+func (op *operator) ready() (bool, string) {
+	c := op.current.Load()
+	switch {
+	case c == nil && op.opts.leaderElect:
+		return true, "standing by for the leader Lease"
+	case c == nil || !c.Synced():
+		return false, "caches have not synced yet"
 	}
-	return runAsLeader(ctx, kube, opts, readiness, run, standBy)
+	if ok, why := c.Watching(); !ok {
+		return false, why
+	}
+	return true, "caches synced and watching"
+}
+
+// locks is what the webhook answers from. The leader's controller answers
+// once its caches have synced, a standby's until then; with neither,
+// every request is let through.
+func (op *operator) locks() admission.Locks {
+	if c := op.current.Load(); c != nil && c.Synced() {
+		return c
+	}
+	if c := op.standby.Load(); c != nil && c.Synced() {
+		return c
+	}
+	return nil
+}
+
+// standBy runs a read-only controller, with admission on, while this
+// replica stands by; stop stops it and waits for it.
+func (op *operator) standBy(ctx context.Context) (stop func()) {
+	if op.certs == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c := op.newController(true)
+		op.standby.Store(c)
+		defer op.standby.CompareAndSwap(c, nil)
+		_ = c.Run(ctx)
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done }) }
+}
+
+// runTerm runs a term of leadership; leading is called once its caches
+// have synced, when a standby controller is no longer needed.
+func (op *operator) runTerm(ctx context.Context, leading func()) error {
+	c := op.newController(false)
+	op.current.Store(c)
+	defer op.current.Store(nil)
+	if op.certs == nil {
+		return c.Run(ctx)
+	}
+	// The leader keeps the webhook configuration; every replica
+	// answers it (see serve).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var term sync.WaitGroup
+	defer term.Wait()
+	term.Go(func() { _ = webhookConfiguration(op.kube, op.opts, op.certs, c).Run(ctx) })
+	term.Go(func() { op.probe.Run(ctx) })
+	term.Go(func() {
+		for !c.Synced() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		leading()
+	})
+	return c.Run(ctx)
 }
 
 // webhookCerts returns where the webhook's certificate comes from, or nil
@@ -305,10 +392,6 @@ func webhookProbe(cfg *rest.Config, opts *options, certs webhook.CertSource, m *
 // metricsMux serves /metrics and, with profiling, Go's profiles. They are
 // off by default: a heap profile shows what the process holds, and a
 // metrics port is often open to a whole cluster's Prometheus.
-// eventCacheSize is how many recent events each of the event correlator's
-// caches remembers.
-const eventCacheSize = 256
-
 func metricsMux(m *metrics.Metrics, profiling bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
