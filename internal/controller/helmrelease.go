@@ -143,6 +143,28 @@ func crReleaseIndex(obj any) ([]string, error) {
 	return nil, nil
 }
 
+// releaseSync is one sync of a HelmRelease: the request every kind of lock
+// carries, with the CR, what the controller remembers of it, and the lock
+// as the sync found it.
+type releaseSync struct {
+	syncRequest
+	hr     *v1alpha1.HelmRelease
+	st     *releaseState
+	before lock.Lock
+}
+
+// newReleaseSync starts a sync of key's HelmRelease hr; r collects what it
+// asks of the queue.
+func (c *Controller) newReleaseSync(key lockKey, hr *v1alpha1.HelmRelease, st *releaseState, r *result) *releaseSync {
+	return &releaseSync{
+		syncRequest: syncRequest{key: key, lock: &st.lock, result: r,
+			// Without current CR and Secret caches, an upgrade that
+			// opens the lock, or a new CR spec, can go unseen.
+			caches: []ownCache{{v1alpha1.Resource, c.crsHealth}, {secretsResource, c.secretsHealth}}},
+		hr: hr, st: st, before: st.lock,
+	}
+}
+
 // syncHelmRelease brings a HelmRelease's lock in line: observe the CR and
 // its release, decide what the lock holds, act on the objects, and report.
 func (c *Controller) syncHelmRelease(ctx context.Context, key lockKey) (result, error) {
@@ -152,7 +174,7 @@ func (c *Controller) syncHelmRelease(ctx context.Context, key lockKey) (result, 
 	}
 	if c.cfg.ReadOnly {
 		held := st.rel
-		_, _, err := c.decide(ctx, key, hr, st, &result{})
+		_, _, err := c.decide(ctx, c.newReleaseSync(key, hr, st, &result{}))
 		if st.rel != held {
 			// A new declaration: its kinds' rules, for Judge.
 			c.engine.Prepare(ctx)
@@ -162,18 +184,18 @@ func (c *Controller) syncHelmRelease(ctx context.Context, key lockKey) (result, 
 	if err := c.claimIfFree(ctx, hr, st); err != nil {
 		return result{}, err
 	}
-	before := st.lock
 	var res result
-	status, open, err := c.decide(ctx, key, hr, st, &res)
+	req := c.newReleaseSync(key, hr, st, &res)
+	status, open, err := c.decide(ctx, req)
 	if err != nil {
 		return result{}, err
 	}
 	awaiting := false
 	var syncErr error
 	if !open {
-		status, awaiting, syncErr = c.act(ctx, key, hr, st, &res)
+		status, awaiting, syncErr = c.act(ctx, req)
 	}
-	return c.report(ctx, key, hr, st, before, status, awaiting, syncErr, res)
+	return c.report(ctx, req, status, awaiting, syncErr)
 }
 
 // observe reads key's HelmRelease from the cache and its state, and
@@ -226,7 +248,8 @@ func (c *Controller) observe(ctx context.Context, key lockKey) (*v1alpha1.HelmRe
 // report writes what a sync found: events, metrics and the status, which
 // waits, with the drift bookkeeping, while only the counts changed or the
 // lock awaits its own corrections (see bookkeepingDelay).
-func (c *Controller) report(ctx context.Context, key lockKey, hr *v1alpha1.HelmRelease, st *releaseState, before lock.Lock, status v1alpha1.HelmReleaseStatus, awaiting bool, syncErr error, res result) (result, error) {
+func (c *Controller) report(ctx context.Context, req *releaseSync, status v1alpha1.HelmReleaseStatus, awaiting bool, syncErr error) (result, error) {
+	key, hr, st, res := req.key, req.hr, req.st, *req.result
 	status.DriftsDetected, status.DriftsCorrected = st.driftsDetected, st.corrected
 	if st.lastDrift != nil {
 		status.LastDrift = st.lastDrift
@@ -235,7 +258,7 @@ func (c *Controller) report(ctx context.Context, key lockKey, hr *v1alpha1.HelmR
 	if st.trust.verified != nil {
 		status.Verified = st.trust.verified
 	}
-	c.lockEvents(hr, before, st, status)
+	c.lockEvents(hr, req.before, st, status)
 	c.cfg.Metrics.ObserveRelease(key.ObjectName.String(), st.lock.Phase == lock.Locked, status.LockedObjects)
 	// While the lock awaits only its own corrections, the status it
 	// would write now (Reconciling) would be overwritten a moment later,
@@ -311,8 +334,9 @@ func onlyBookkeeping(written, next v1alpha1.HelmReleaseStatus) bool {
 // decide reads the release's storage and decides the lock: open, with the
 // status saying why (open is true), or held, its revision declared to the
 // engine. It writes nothing; an error is to retry on.
-func (c *Controller) decide(ctx context.Context, key lockKey, hr *v1alpha1.HelmRelease, st *releaseState, r *result) (status v1alpha1.HelmReleaseStatus, open bool, err error) {
+func (c *Controller) decide(ctx context.Context, req *releaseSync) (status v1alpha1.HelmReleaseStatus, open bool, err error) {
 	logger := klog.FromContext(ctx)
+	key, hr, st := req.key, req.hr, req.st
 	rk := hr.Spec.Release
 	if rk.Name == "" || rk.Namespace == "" {
 		c.openState(key, st)
@@ -345,7 +369,7 @@ func (c *Controller) decide(ctx context.Context, key lockKey, hr *v1alpha1.HelmR
 	decision := storage.Decide(latest.GetLabels()[storage.LabelStatus])
 	st.stuck = nil
 	if !decision.Engage {
-		verified := c.stuckOn(st, latest, time.Now(), r)
+		verified := c.stuckOn(st, latest, time.Now(), req.result)
 		if verified == nil {
 			if st.lock.Phase != lock.Unlocked && st.lock.Phase != "" {
 				logger.V(2).Info("Lock opened", "release", rk.Namespace+"/"+rk.Name, "revision", revision, "reason", decision.Reason)
@@ -408,39 +432,24 @@ func (c *Controller) decide(ctx context.Context, key lockKey, hr *v1alpha1.HelmR
 // act syncs the engine with the declared revision and builds the status
 // to report. It also returns whether the lock awaits only the watch events
 // of its own corrections (see awaitingOwnWrites), and an error to retry on.
-func (c *Controller) act(ctx context.Context, key lockKey, hr *v1alpha1.HelmRelease, st *releaseState, r *result) (v1alpha1.HelmReleaseStatus, bool, error) {
-	logger := klog.FromContext(ctx)
-	res, err := c.engine.Sync(ctx, key.String())
-	// Without current CR and Secret caches, an upgrade that opens the
-	// lock, or a new CR spec, can go unseen.
-	if !c.crsHealth.Current() {
-		res.Unwatched, res.InLine = append(res.Unwatched, v1alpha1.Resource), false
-	}
-	if !c.secretsHealth.Current() {
-		res.Unwatched, res.InLine = append(res.Unwatched, secretsResource), false
-	}
-	before := st.lock
-	complete := err == nil && len(res.Unresolved) == 0 && len(res.Unverified) == 0 && len(res.Failed) == 0
-	st.lock = st.lock.Next(lock.Event{Type: lock.Checked, Revision: st.rel.Version, Complete: complete, InLine: res.InLine})
-	if st.lock != before {
-		logger.V(2).Info("Lock state changed", "from", before.Phase, "to", st.lock.Phase, "revision", st.lock.Revision)
-	}
-	if err == nil && len(res.Unresolved) == 0 && len(res.Unverified) == 0 {
-		st.verified()
-	}
-	c.reportDrifts(ctx, &hr.Spec.Release, &st.bookkeeping, res)
-	c.reportUnverified(hr, st, res)
-	r.requeueBy(res.RequeueAfter)
-	status := lockedStatus(hr, st, res, err)
-	if s := st.stuck; s != nil {
-		setConditions(&status.LockStatus, hr.Generation, condition(v1alpha1.ConditionReady, false, v1alpha1.ReasonHelmOperationStuck, s.message(c.cfg.HelmOperationTimeout, st.rel.Version)))
-	}
-	if err == nil && len(res.Unresolved) > 0 {
-		// CRD events retry these at once; backing off covers a
-		// discovery that lags behind the CRD.
-		err = errors.Join(res.Unresolved...)
-	}
-	return status, err == nil && awaitingOwnWrites(res), err
+func (c *Controller) act(ctx context.Context, req *releaseSync) (status v1alpha1.HelmReleaseStatus, awaiting bool, err error) {
+	hr, st := req.hr, req.st
+	req.revision = st.rel.Version
+	err = c.afterSync(ctx, &req.syncRequest, func(res engine.Result, syncErr error) {
+		if syncErr == nil && len(res.Unresolved) == 0 && len(res.Unverified) == 0 {
+			st.verified()
+		}
+		c.reportDrifts(ctx, &hr.Spec.Release, &st.bookkeeping, res)
+		c.reportUnverified(hr, st, res)
+		status = lockedStatus(hr, st, res, syncErr)
+		if s := st.stuck; s != nil {
+			setConditions(&status.LockStatus, hr.Generation, condition(v1alpha1.ConditionReady, false, v1alpha1.ReasonHelmOperationStuck, s.message(c.cfg.HelmOperationTimeout, st.rel.Version)))
+		}
+		// awaitingOwnWrites holds only with nothing Unresolved, so
+		// syncErr stands for the error returned.
+		awaiting = syncErr == nil && awaitingOwnWrites(res)
+	})
+	return status, awaiting, err
 }
 
 // awaitingOwnWrites reports whether the objects of res that are not in line

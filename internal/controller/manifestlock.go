@@ -327,27 +327,32 @@ func (c *Controller) manifestSet(ml *mlv1.ManifestLock, h holding, namespace str
 
 // syncManifestObjects syncs the declaration the engine holds for the lock
 // and reports it.
-func (c *Controller) syncManifestObjects(ctx context.Context, key lockKey, ml *mlv1.ManifestLock, st *manifestState, r *result, optedOut []v1alpha1.ObjectProblem) (mlv1.ManifestLockStatus, error) {
-	res, syncErr := c.engine.Sync(ctx, key.String())
-	if c.isTenant(ml) && (appearedUnmade(st, res) || writeRefused(res)) {
-		// Someone else made an object the lock was to create, or
-		// tenantWriteGuard refused a write: whether the lock may hold
-		// the object is decided again (see tenantHolds), by a new
-		// declaration at once.
-		st.declared = ""
-		r.requeueBy(time.Millisecond)
-	}
-	c.recordManifestDrifts(ctx, ml, st, res)
-	complete := syncErr == nil && len(res.Unresolved) == 0 && len(res.Failed) == 0
-	st.lock = st.lock.Next(lock.Event{Type: lock.Checked, Revision: st.declarations, Complete: complete, InLine: res.InLine})
-	r.requeueBy(res.RequeueAfter)
-	status := manifestLockedStatus(ml, st, res, syncErr)
-	status.NotLocked = notLocked(append(slices.Clone(optedOut), st.unheld...), 0, res, syncErr)
-	notAllHeld(&status.LockStatus, ml.Generation, st.unheld)
-	if syncErr == nil && len(res.Unresolved) > 0 {
-		syncErr = errors.Join(res.Unresolved...)
-	}
-	return status, syncErr
+//
+// Unlike a HelmRelease's, the lock counts none of the controller's own
+// caches as unwatched (see syncRequest.caches): no Helm operation opens it
+// behind the locker's back, so a ManifestLock CR cache that lags delays an
+// edit of the lock at worst, and the lock then holds the manifest it last
+// read, as it does when the manifest cannot be read (see manifestError).
+// What it holds is still watched, and reported, through the engine's
+// informers; the CR cache's outage shows in the controller's readiness
+// (see Watching). The manifest sources' watches keep no health to report.
+func (c *Controller) syncManifestObjects(ctx context.Context, key lockKey, ml *mlv1.ManifestLock, st *manifestState, r *result, optedOut []v1alpha1.ObjectProblem) (status mlv1.ManifestLockStatus, err error) {
+	req := &syncRequest{key: key, lock: &st.lock, revision: st.declarations, result: r}
+	err = c.afterSync(ctx, req, func(res engine.Result, syncErr error) {
+		if c.isTenant(ml) && (appearedUnmade(st, res) || writeRefused(res)) {
+			// Someone else made an object the lock was to create, or
+			// tenantWriteGuard refused a write: whether the lock may
+			// hold the object is decided again (see tenantHolds), by a
+			// new declaration at once.
+			st.declared = ""
+			req.result.requeueBy(time.Millisecond)
+		}
+		c.recordManifestDrifts(ctx, ml, st, res)
+		status = manifestLockedStatus(ml, st, res, syncErr)
+		status.NotLocked = notLocked(append(slices.Clone(optedOut), st.unheld...), 0, res, syncErr)
+		notAllHeld(&status.LockStatus, ml.Generation, st.unheld)
+	})
+	return status, err
 }
 
 // appearedUnmade reports whether res found an object that did not exist

@@ -233,6 +233,6 @@ func (c *Controller) declare(ctx context.Context, key lockKey) error {
 			return err
 		}
 	}
-	_, _, err := c.decide(ctx, key, hr, st, &result{})
+	_, _, err := c.decide(ctx, c.newReleaseSync(key, hr, st, &result{}))
 	return err
 }
