@@ -13,8 +13,8 @@ import (
 // goroutine syncing obj's set writes obj. It reads in four steps: classify
 // what the event left (observe), recreate what is gone, compare the live
 // object with its declaration, and revert what differs.
-func (e *Engine) syncObject(ctx context.Context, s *objectSet, obj *lockedObject) (*Drift, error) {
-	o, err := e.observe(ctx, obj)
+func (e *Engine) syncObject(ctx context.Context, s *objectSet, obj *lockedObject, reads readAhead) (*Drift, error) {
+	o, err := e.observe(ctx, obj, reads)
 	if err != nil || o.settled {
 		return nil, err
 	}
@@ -52,9 +52,9 @@ type observed struct {
 }
 
 // observe reads obj as it is and classifies it.
-func (e *Engine) observe(ctx context.Context, obj *lockedObject) (observed, error) {
+func (e *Engine) observe(ctx context.Context, obj *lockedObject, reads readAhead) (observed, error) {
 	obj.inLine = false
-	live, inLine, err := e.live(ctx, obj)
+	live, inLine, err := e.live(ctx, obj, reads)
 	o := observed{fresh: obj.fresh}
 	if err == nil {
 		obj.fresh = false

@@ -10,11 +10,12 @@ import (
 	"k8s.io/client-go/dynamic"
 )
 
-// live returns the object from the informer cache, or from the API server
-// while the cache is not synced, does not hold it, or holds a stale stand-in. inLine is true,
-// with no object, when the cache says the object was as declared by obj's
-// current declaration when last stored.
-func (e *Engine) live(ctx context.Context, obj *lockedObject) (live *unstructured.Unstructured, inLine bool, err error) {
+// live returns the object from the informer cache, or, while the cache is
+// not synced, does not hold it, or holds a stale stand-in, from the sync's
+// reads ahead or the API server. inLine is true, with no object, when the
+// cache says the object was as declared by obj's current declaration when
+// last stored.
+func (e *Engine) live(ctx context.Context, obj *lockedObject, reads readAhead) (live *unstructured.Unstructured, inLine bool, err error) {
 	ref := obj.ref
 	if p := obj.proof; p != nil && !p.checked {
 		// The first check of an unverified object decides what the
@@ -38,7 +39,7 @@ func (e *Engine) live(ctx context.Context, obj *lockedObject) (live *unstructure
 			}
 		}
 	}
-	if read, ok := readAheadFrom(ctx).get(ref); ok {
+	if read, ok := reads.get(ref); ok {
 		if read == nil {
 			return nil, false, apierrors.NewNotFound(schema.GroupResource{Group: ref.GVR.Group, Resource: ref.GVR.Resource}, ref.Name)
 		}

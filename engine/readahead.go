@@ -92,19 +92,3 @@ func (e *Engine) readAhead(ctx context.Context, todo []dirtyObject) readAhead {
 	}
 	return read
 }
-
-type readAheadKey struct{}
-
-// withReadAhead carries a sync's read-ahead to live, which reads each
-// object of the sync.
-func withReadAhead(ctx context.Context, r readAhead) context.Context {
-	if r == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, readAheadKey{}, r)
-}
-
-func readAheadFrom(ctx context.Context) readAhead {
-	r, _ := ctx.Value(readAheadKey{}).(readAhead)
-	return r
-}

@@ -165,8 +165,7 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 	if schemaRetry > 0 {
 		res.requeueBy(schemaRetry)
 	}
-	ctx = withReadAhead(ctx, e.readAhead(ctx, todo))
-	errs := e.checkAll(ctx, s, todo, &res)
+	errs := e.checkAll(ctx, s, todo, e.readAhead(ctx, todo), &res)
 	e.summarize(key, s, todo, &res)
 	return res, errors.Join(errs...)
 }
@@ -235,10 +234,10 @@ func (e *Engine) waitForLists(ctx context.Context, todo []dirtyObject) {
 }
 
 // checkAll brings each of todo in line, into res.
-func (e *Engine) checkAll(ctx context.Context, s *objectSet, todo []dirtyObject, res *Result) []error {
+func (e *Engine) checkAll(ctx context.Context, s *objectSet, todo []dirtyObject, reads readAhead, res *Result) []error {
 	var errs []error
 	for _, obj := range todo {
-		drift, err := e.syncObject(ctx, s, obj.lockedObject)
+		drift, err := e.syncObject(ctx, s, obj.lockedObject, reads)
 		switch {
 		case errors.Is(err, errNamespaceWaiting):
 			res.Waiting = append(res.Waiting, Waiting{Ref: obj.ref, Kind: drift.Kind, Namespace: obj.ref.Namespace})
