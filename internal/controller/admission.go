@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,7 +71,7 @@ func (c *Controller) PreventedTypes() []schema.GroupVersionResource { return c.e
 // read from etcd; a consistent list waits for the API server's watch
 // cache to catch up, which took 85 ms a denial on this machine.
 func (c *Controller) Confirm(ctx context.Context, setKey string) (bool, error) {
-	key, known := c.sets.lockKey(setKey)
+	key, known := c.sets.Get(setKey)
 	if known && key.isManifestLock() {
 		return true, nil
 	}
@@ -106,7 +105,7 @@ func (c *Controller) Confirm(ctx context.Context, setKey string) (bool, error) {
 
 // Describe names the lock of key and how to change what it holds.
 func (c *Controller) Describe(setKey string) (string, string) {
-	key, known := c.sets.lockKey(setKey)
+	key, known := c.sets.Get(setKey)
 	if known && key.isManifestLock() {
 		return key.String(), fmt.Sprintf("kubectl -n %s edit ManifestLock %s", key.Namespace, key.Name)
 	}
@@ -124,7 +123,7 @@ func (c *Controller) Describe(setKey string) (string, string) {
 // replica standing by writes nothing, and only counts it.
 func (c *Controller) Record(setKey string, d admission.Denial) {
 	j := d.Judgement
-	key, known := c.sets.lockKey(setKey)
+	key, known := c.sets.Get(setKey)
 	if c.cfg.ReadOnly || !known {
 		_, ns, name := c.lockRef(key)
 		c.cfg.Metrics.Denied(ns, name, j.Kind)
@@ -144,7 +143,7 @@ func (c *Controller) Record(setKey string, d admission.Denial) {
 		c.cfg.Recorder.Event(ref, corev1.EventTypeWarning, EventDenied, msg)
 	}
 	c.cfg.Metrics.Denied(ns, name, j.Kind)
-	c.denials.set(key, record)
+	c.denials.Set(key, record)
 	c.queue.Add(key)
 }
 
@@ -168,34 +167,11 @@ func (c *Controller) lockRef(key lockKey) (*corev1.ObjectReference, string, stri
 	return crRef(hr), hr.Spec.Release.Namespace, hr.Spec.Release.Name
 }
 
-// denials are the last denial of each lock, from the webhook's goroutines
-// to the worker that writes the lock's status.
-type denials struct {
-	mu   sync.Mutex
-	last map[lockKey]*v1alpha1.Denial
-}
-
-func (d *denials) set(key lockKey, record *v1alpha1.Denial) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.last == nil {
-		d.last = map[lockKey]*v1alpha1.Denial{}
-	}
-	d.last[key] = record
-}
-
-// get returns key's last denial, or written, the one its status shows.
-func (d *denials) get(key lockKey, written *v1alpha1.Denial) *v1alpha1.Denial {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if r := d.last[key]; r != nil {
+// lastDenied returns key's last denial, from Record, or written, the one
+// its status shows.
+func (c *Controller) lastDenied(key lockKey, written *v1alpha1.Denial) *v1alpha1.Denial {
+	if r, ok := c.denials.Get(key); ok && r != nil {
 		return r.DeepCopy()
 	}
 	return written
-}
-
-func (d *denials) drop(key lockKey) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.last, key)
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/helm-locker/helm-locker/engine"
 	"github.com/helm-locker/helm-locker/informers"
 	"github.com/helm-locker/helm-locker/internal/metrics"
+	"github.com/helm-locker/helm-locker/internal/registry"
 	"github.com/helm-locker/helm-locker/internal/storage"
 )
 
@@ -118,18 +119,21 @@ type Controller struct {
 	// which locks each ServiceAccount lets write as it (see
 	// serviceAccountInformer).
 	serviceAccounts cache.SharedIndexInformer
-	mls             manifestLocks
+	// mls and states are what the controller remembers of each
+	// ManifestLock and HelmRelease between syncs.
+	mls    registry.Map[lockKey, *manifestState]
+	states registry.Map[lockKey, *releaseState]
 	// crsHealth and secretsHealth say whether the CR and Secret caches
 	// see changes as they happen (see informers.Health).
 	crsHealth, secretsHealth, locksHealth *informers.Health
 
-	// denials are the last requests Prevent mode denied, by key.
-	denials denials
-	// sets are the keys of the sets declared to the engine.
-	sets setKeys
+	// denials are the last requests Prevent mode denied, by key, from the
+	// webhook's goroutines to the worker that writes the lock's status.
+	denials registry.Map[lockKey, *v1alpha1.Denial]
+	// sets maps the engine key of each set the controller declared back
+	// to its lockKey (see declareSet).
+	sets registry.Map[string, lockKey]
 
-	mu     sync.Mutex
-	states map[lockKey]*releaseState
 	synced atomic.Bool
 
 	writersMu sync.Mutex
@@ -190,7 +194,6 @@ func New(cfg Config) *Controller {
 			),
 			workqueue.TypedRateLimitingQueueConfig[lockKey]{Name: "locks", MetricsProvider: cfg.Metrics.WorkqueueProvider()},
 		),
-		states:      map[lockKey]*releaseState{},
 		writers:     map[string]dynamic.Interface{},
 		sweep:       make(chan struct{}, 1),
 		bookkeeping: rate.NewLimiter(bookkeepingRate, bookkeepingBurst),

@@ -254,7 +254,7 @@ func (c *Controller) report(ctx context.Context, req *releaseSync, status v1alph
 	if st.lastDrift != nil {
 		status.LastDrift = st.lastDrift
 	}
-	status.LastDenied = c.denials.get(key, hr.Status.LastDenied)
+	status.LastDenied = c.lastDenied(key, hr.Status.LastDenied)
 	if st.trust.verified != nil {
 		status.Verified = st.trust.verified
 	}
@@ -530,29 +530,21 @@ func (st *releaseState) opened() {
 	st.candidate = nil
 }
 
+// state returns what the controller remembers of key's HelmRelease,
+// nothing at first.
 func (c *Controller) state(key lockKey) *releaseState {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	st := c.states[key]
-	if st == nil {
-		st = &releaseState{}
-		c.states[key] = st
-	}
-	return st
+	return c.states.GetOrCreate(key, func() *releaseState { return &releaseState{} })
 }
 
 // dropState forgets key's HelmRelease: its state, its last denial, and
 // its metrics, those of the release it held included (see forgetRelease).
 func (c *Controller) dropState(key lockKey) {
-	c.mu.Lock()
-	st := c.states[key]
-	delete(c.states, key)
-	c.mu.Unlock()
+	st, ok := c.states.Delete(key)
 	c.cfg.Metrics.ForgetRelease(key.ObjectName.String())
-	if st != nil {
+	if ok {
 		c.forgetRelease(st)
 	}
-	c.denials.drop(key)
+	c.denials.Delete(key)
 }
 
 // forgetRelease deletes the series of the release st names, if this CR

@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"sync"
-
 	"k8s.io/client-go/tools/cache"
 
 	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
@@ -45,56 +43,26 @@ func (k lockKey) isManifestLock() bool { return k.kind == mlv1.Kind }
 // names the lock as it is.
 func (k lockKey) String() string { return k.kind + " " + k.ObjectName.String() }
 
-// setKeys maps the engine key of each set the controller declared back to
-// its lockKey, for what the engine hands back by set key: the sets to sync
-// again, and the set holding an object that admission judges. A key is
-// added before its set is declared and removed after the set is forgotten,
-// by the worker syncing it, so the engine names no set the map lacks.
-type setKeys struct {
-	mu   sync.RWMutex
-	keys map[string]lockKey
-}
-
-func (s *setKeys) add(k lockKey) string {
-	key := k.String()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.keys == nil {
-		s.keys = map[string]lockKey{}
-	}
-	s.keys[key] = k
-	return key
-}
-
-func (s *setKeys) remove(k lockKey) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.keys, k.String())
-}
-
-// lockKey returns the lockKey of the engine's set key, and false for a
-// set the controller does not hold (any more).
-func (s *setKeys) lockKey(key string) (lockKey, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	k, ok := s.keys[key]
-	return k, ok
-}
-
-// declareSet declares the objects of key's lock to the engine.
+// declareSet declares the objects of key's lock to the engine, under
+// key.String(). c.sets maps that back to key, for what the engine hands
+// back by set key: the sets to sync again, and the set holding an object
+// that admission judges. The key is added before its set is declared and
+// removed after the set is forgotten, by the worker syncing it, so the
+// engine names no set c.sets lacks.
 func (c *Controller) declareSet(key lockKey, set engine.ObjectSet) {
-	c.engine.Declare(c.sets.add(key), set)
+	c.sets.Set(key.String(), key)
+	c.engine.Declare(key.String(), set)
 }
 
 // open stops holding key's objects, leaving them as they are.
 func (c *Controller) open(key lockKey) {
 	c.engine.Forget(key.String())
-	c.sets.remove(key)
+	c.sets.Delete(key.String())
 }
 
 // enqueueSet queues the lock of an engine set that needs a Sync.
 func (c *Controller) enqueueSet(key string) {
-	if k, ok := c.sets.lockKey(key); ok {
+	if k, ok := c.sets.Get(key); ok {
 		c.queue.Add(k)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/helm-locker/helm-locker/engine"
 )
 
 // TestLockKeys: a key names its lock; the queue holds one item per lock,
@@ -28,12 +30,20 @@ func TestLockKeys(t *testing.T) {
 		t.Errorf("queue length = %d, want 2: one per lock", q.Len())
 	}
 
-	var sets setKeys
-	if got, ok := sets.lockKey(sets.add(ml)); !ok || got != ml {
-		t.Errorf("lockKey of a declared set = %v, %v; want %v", got, ok, ml)
+	c, _ := newTestController(t, helmRelease(nil), nil, nil)
+	c.declareSet(ml, engine.ObjectSet{})
+	if got, ok := c.sets.Get(ml.String()); !ok || got != ml {
+		t.Errorf("lock key of a declared set = %v, %v; want %v", got, ok, ml)
 	}
-	sets.remove(ml)
-	if got, ok := sets.lockKey(ml.String()); ok {
-		t.Errorf("lockKey of a forgotten set = %v; want none", got)
+	c.open(ml)
+	if got, ok := c.sets.Get(ml.String()); ok {
+		t.Errorf("lock key of a forgotten set = %v; want none", got)
 	}
+}
+
+// declared notes k's set as declared, as declareSet does without declaring
+// anything to the engine, and returns the set's key.
+func declared(c *Controller, k lockKey) string {
+	c.sets.Set(k.String(), k)
+	return k.String()
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,32 +44,6 @@ type manifestState struct {
 	bookkeeping
 }
 
-// manifestLocks is the controller's memory of ManifestLocks.
-type manifestLocks struct {
-	mu     sync.Mutex
-	states map[lockKey]*manifestState
-}
-
-func (m *manifestLocks) state(key lockKey) *manifestState {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.states == nil {
-		m.states = map[lockKey]*manifestState{}
-	}
-	st := m.states[key]
-	if st == nil {
-		st = &manifestState{}
-		m.states[key] = st
-	}
-	return st
-}
-
-func (m *manifestLocks) drop(key lockKey) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.states, key)
-}
-
 func (c *Controller) enqueueManifestLock(obj any) {
 	if key, ok := keyOf(mlv1.Kind, obj); ok {
 		c.queue.Add(key)
@@ -100,7 +73,7 @@ func (c *Controller) syncManifestLock(ctx context.Context, key lockKey) (result,
 	}
 	status.ObservedGeneration = ml.Generation
 	status.DriftsDetected, status.DriftsCorrected, status.LastDrift = st.driftsDetected, st.corrected, st.lastDrift
-	status.LastDenied = c.denials.get(key, ml.Status.LastDenied)
+	status.LastDenied = c.lastDenied(key, ml.Status.LastDenied)
 	status.Inventory = st.inventory
 	err := c.writeManifestLockStatus(ctx, ml, status)
 	if errors.Is(err, errLabelsChanged) {
@@ -119,8 +92,8 @@ func (c *Controller) observeManifestLock(ctx context.Context, key lockKey) (*mlv
 	if !exists {
 		// Deleting the lock deletes nothing it held.
 		c.open(key)
-		c.mls.drop(key)
-		c.denials.drop(key)
+		c.mls.Delete(key)
+		c.denials.Delete(key)
 		c.sources.watch(key, nil)
 		c.cfg.Metrics.ForgetManifestLock(key.Namespace, key.Name)
 		return nil, nil
@@ -132,13 +105,13 @@ func (c *Controller) observeManifestLock(ctx context.Context, key lockKey) (*mlv
 	}
 	if !c.servesManifestLock(ml) {
 		c.open(key)
-		c.mls.drop(key)
+		c.mls.Delete(key)
 		c.sources.watch(key, nil)
 		c.cfg.Metrics.ForgetManifestLock(ml.Namespace, ml.Name)
 		return nil, nil
 	}
 	ml = ml.DeepCopy()
-	st := c.mls.state(key)
+	st := c.mls.GetOrCreate(key, func() *manifestState { return &manifestState{} })
 	if !st.counted {
 		st.counted = true
 		st.driftsDetected, st.corrected, st.lastDrift = ml.Status.DriftsDetected, ml.Status.DriftsCorrected, ml.Status.LastDrift.DeepCopy()

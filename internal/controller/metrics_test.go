@@ -123,8 +123,8 @@ func TestManifestLockSeriesAreItsOwn(t *testing.T) {
 	denial := admission.Denial{Judgement: engine.Judgement{Kind: "ConfigMap"}, User: "someone", Operation: "UPDATE", Time: time.Now()}
 	m.Drift("apps", "rel", "ConfigMap", "kubectl-edit", true, 0)
 	m.Fight("apps", "rel", "ConfigMap")
-	c.Record(c.sets.add(helmReleaseKey("cattle-helm-system", "hr")), denial)
-	c.Record(c.sets.add(manifestLockKey("apps", "rel")), denial)
+	c.Record(declared(c, helmReleaseKey("cattle-helm-system", "hr")), denial)
+	c.Record(declared(c, manifestLockKey("apps", "rel")), denial)
 	release := []string{`namespace="apps"`, `release="rel"`}
 	wantRelease := scrapeLines(m, release...)
 	if !slices.Contains(wantRelease, `helm_locker_admission_denied_total{kind="ConfigMap",namespace="apps",release="rel"} 1`) {

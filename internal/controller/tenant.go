@@ -73,7 +73,7 @@ func (c *Controller) isTenant(ml *mlv1.ManifestLock) bool { return ml.Namespace 
 // engine set key, and false for any other lock's key. known is false for
 // a set the controller no longer holds.
 func (c *Controller) tenantLock(setKey string) (ref string, tenant, known bool) {
-	key, known := c.sets.lockKey(setKey)
+	key, known := c.sets.Get(setKey)
 	return key.ObjectName.String(), known && key.isManifestLock() && key.Namespace != c.cfg.Namespace, known
 }
 

@@ -52,7 +52,7 @@ func TestJudgesFor(t *testing.T) {
 	helm := map[string]string{mlv1.MarkerAnnotation: "team/app", "meta.helm.sh/release-name": "web", "meta.helm.sh/release-namespace": "team"}
 	tenant, admin := manifestLockKey("team", "app"), manifestLockKey("reg", "app")
 	for _, k := range []lockKey{tenant, admin, helmReleaseKey("reg", "web")} {
-		c.sets.add(k)
+		declared(c, k)
 	}
 	for _, tt := range []struct {
 		name     string
@@ -306,7 +306,7 @@ func TestJudgesScaleForReadsWithinTheReview(t *testing.T) {
 	type reviewKey struct{}
 	ctx := context.WithValue(context.Background(), reviewKey{}, "review")
 	gvr := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
-	if !c.judgesScaleFor(ctx, c.sets.add(manifestLockKey("team", "app")), gvr, "team", "web") {
+	if !c.judgesScaleFor(ctx, declared(c, manifestLockKey("team", "app")), gvr, "team", "web") {
 		t.Error("judgesScaleFor the tenant's own Deployment = false")
 	}
 	if len(contexts) != 1 || contexts[0].Value(reviewKey{}) != "review" {
