@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/helm-locker/helm-locker/internal/worker"
 )
 
 // DefaultWorkers is how many sets a Locker syncs at once unless
@@ -95,16 +97,7 @@ func NewLocker(cfg *rest.Config, opts Options) (*Locker, error) {
 func (l *Locker) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = l.engine.Run(ctx) })
-	wg.Go(func() {
-		<-ctx.Done()
-		l.queue.ShutDown()
-	})
-	for range l.workers {
-		wg.Go(func() {
-			for l.processNext(ctx) {
-			}
-		})
-	}
+	wg.Go(func() { worker.Run(ctx, l.queue, l.workers, l.syncSet) })
 	wg.Wait()
 	return nil
 }
@@ -171,40 +164,23 @@ func (l *Locker) set(name string) *Set {
 	return l.sets[name]
 }
 
-func (l *Locker) processNext(ctx context.Context) bool {
-	key, shutdown := l.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer l.queue.Done(key)
+// syncSet syncs the set locked under key, for the worker loop, and tells
+// the set's waiters how it went (see Set.observe). A panic in Engine.Sync
+// is that set's error, so that one bad set does not stop the others; it
+// is recovered here, not by the loop, for the waiters to see.
+func (l *Locker) syncSet(ctx context.Context, key string) (time.Duration, error) {
 	s := l.set(key)
 	if s == nil {
-		l.queue.Forget(key)
-		return true
+		return 0, nil
 	}
 	generation := s.generation()
-	res, err := l.sync(ctx, key)
+	var res Result
+	err := worker.Recover("set "+key, func() (err error) {
+		res, err = l.engine.Sync(ctx, key)
+		return err
+	})
 	s.observe(generation, res, err)
-	if err != nil {
-		l.queue.AddRateLimited(key)
-		return true
-	}
-	l.queue.Forget(key)
-	if res.RequeueAfter > 0 {
-		l.queue.AddAfter(key, res.RequeueAfter)
-	}
-	return true
-}
-
-// sync is Engine.Sync, with a panic turned into an error: one bad set must
-// not stop the others.
-func (l *Locker) sync(ctx context.Context, key string) (res Result, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic syncing set %s: %v", key, r)
-		}
-	}()
-	return l.engine.Sync(ctx, key)
+	return res.RequeueAfter, err
 }
 
 // check refuses objects the set name cannot hold (see Lock): each is

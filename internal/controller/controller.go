@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -36,6 +35,7 @@ import (
 	"github.com/helm-locker/helm-locker/internal/metrics"
 	"github.com/helm-locker/helm-locker/internal/registry"
 	"github.com/helm-locker/helm-locker/internal/storage"
+	"github.com/helm-locker/helm-locker/internal/worker"
 )
 
 var secretsResource = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
@@ -340,12 +340,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		start(c.watchAdmission)
 	}
 	logger.Info("Starting workers", "count", c.cfg.Workers)
-	for range c.cfg.Workers {
-		start(func(ctx context.Context) {
-			for c.processNext(ctx) {
-			}
-		})
-	}
+	start(func(ctx context.Context) { worker.Run(ctx, c.queue, c.cfg.Workers, c.syncKey) })
 	<-ctx.Done()
 	logger.Info("Shutting down")
 	return nil
@@ -441,12 +436,10 @@ func (c *Controller) Informers() []schema.GroupVersionResource {
 	return c.engine.Watched()
 }
 
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(key)
+// syncKey is sync for the worker loop, which owns the queue: it logs with
+// the lock named, and logs and counts a failure, which the loop retries
+// with backoff.
+func (c *Controller) syncKey(ctx context.Context, key lockKey) (time.Duration, error) {
 	logger := klog.FromContext(ctx).WithValues("helmRelease", key.ObjectName)
 	if key.isManifestLock() {
 		logger = klog.FromContext(ctx).WithValues("manifestLock", key.ObjectName)
@@ -462,14 +455,9 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		if !key.isManifestLock() {
 			c.cfg.Metrics.ReconcileError(key.Namespace, key.Name)
 		}
-		c.queue.AddRateLimited(key)
-		return true
+		return 0, err
 	}
-	c.queue.Forget(key)
-	if res.requeueAfter > 0 {
-		c.queue.AddAfter(key, res.requeueAfter)
-	}
-	return true
+	return res.requeueAfter, nil
 }
 
 // result is what one sync asks of the loop that owns the queue.
@@ -483,19 +471,6 @@ func (r *result) requeueBy(d time.Duration) {
 	if d > 0 && (r.requeueAfter == 0 || d < r.requeueAfter) {
 		r.requeueAfter = d
 	}
-}
-
-// recovered turns a panic in f, while it works on key, into an error for
-// that key, retried with backoff, so one bad lock cannot take the process
-// and every other lock down with it.
-func recovered(ctx context.Context, key lockKey, f func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic while syncing %s: %v", key, r)
-			klog.FromContext(ctx).Error(err, "Recovered; it will be retried", "stack", string(debug.Stack()))
-		}
-	}()
-	return f()
 }
 
 func (c *Controller) enqueueCR(obj any) {
@@ -570,6 +545,19 @@ func compact[T any, P interface {
 	}
 	typed.SetManagedFields(nil)
 	return typed, nil
+}
+
+// recovered turns a panic in f, while it works on key, into an error for
+// that key, retried with backoff, so one bad lock cannot take the process
+// and every other lock down with it. The worker loop would recover it too;
+// recovered logs it, with its stack, and lets the caller log and count the
+// failure as any other.
+func recovered(ctx context.Context, key lockKey, f func() error) error {
+	err := worker.Recover(key, f)
+	if p := (*worker.PanicError)(nil); errors.As(err, &p) {
+		klog.FromContext(ctx).Error(err, "Recovered; it will be retried", "stack", string(p.Stack))
+	}
+	return err
 }
 
 // sync brings the lock of one key in line: a HelmRelease CR's, or a

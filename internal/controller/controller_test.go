@@ -214,12 +214,9 @@ func TestSync(t *testing.T) {
 func TestSyncRecoversFromPanics(t *testing.T) {
 	c, _ := newTestController(t, helmRelease(nil), nil, nil)
 	c.cfg.Kube = nil // noSecretStatus dereferences it
-	err := recovered(context.Background(), helmReleaseKey("cattle-helm-system", "hr"), func() error {
-		_, err := c.sync(context.Background(), helmReleaseKey("cattle-helm-system", "hr"))
-		return err
-	})
+	_, err := c.syncKey(context.Background(), helmReleaseKey("cattle-helm-system", "hr"))
 	if err == nil || !strings.Contains(err.Error(), "panic while syncing HelmRelease cattle-helm-system/hr") {
-		t.Fatalf("recovered = %v, want the recovered panic as an error naming the key", err)
+		t.Fatalf("syncKey = %v, want the recovered panic as an error naming the key", err)
 	}
 }
 

@@ -1,0 +1,7 @@
+// Package worker is the loop that drains a typed rate-limited workqueue:
+// Get, sync, Done, then Forget, AddAfter or AddRateLimited, with a panic in
+// a sync turned into that key's error. The controller's queue of locks and
+// the engine's Locker's queue of sets run the same loop; each keeps what is
+// its own (logging, metrics, telling a set's waiters) in the Sync it
+// passes. It never logs, so that the engine, a library, can use it.
+package worker
