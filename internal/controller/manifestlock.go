@@ -44,6 +44,21 @@ type manifestState struct {
 	bookkeeping
 }
 
+// manifestSync is one sync of a ManifestLock: the request every kind of
+// lock carries, with the CR and what the controller remembers of it.
+type manifestSync struct {
+	syncRequest
+	ml *mlv1.ManifestLock
+	st *manifestState
+}
+
+// newManifestSync starts a sync of key's ManifestLock ml; r collects what
+// it asks of the queue. The revision the lock holds is set once the
+// manifest is declared (see syncManifestObjects).
+func newManifestSync(key lockKey, ml *mlv1.ManifestLock, st *manifestState, r *result) *manifestSync {
+	return &manifestSync{syncRequest: syncRequest{key: key, lock: &st.lock, result: r}, ml: ml, st: st}
+}
+
 func (c *Controller) enqueueManifestLock(obj any) {
 	if key, ok := keyOf(mlv1.Kind, obj); ok {
 		c.queue.Add(key)
@@ -67,7 +82,7 @@ func (c *Controller) syncManifestLock(ctx context.Context, key lockKey) (result,
 		return result{}, nil
 	}
 	var res result
-	status, syncErr := c.reconcileManifestLock(ctx, key, ml, st, &res)
+	status, syncErr := c.reconcileManifestLock(ctx, newManifestSync(key, ml, st, &res))
 	if c.cfg.ReadOnly {
 		return res, syncErr
 	}
@@ -122,9 +137,10 @@ func (c *Controller) observeManifestLock(ctx context.Context, key lockKey) (*mlv
 
 // reconcileManifestLock declares the lock's manifest, if it changed, and
 // syncs its objects, and returns the status to report, with an error to
-// retry on; r collects what it asks of the queue.
-func (c *Controller) reconcileManifestLock(ctx context.Context, key lockKey, ml *mlv1.ManifestLock, st *manifestState, r *result) (mlv1.ManifestLockStatus, error) {
-	d, status, err := c.declareManifestLock(ctx, key, ml, st, r)
+// retry on.
+func (c *Controller) reconcileManifestLock(ctx context.Context, req *manifestSync) (mlv1.ManifestLockStatus, error) {
+	ml := req.ml
+	d, status, err := c.declareManifestLock(ctx, req)
 	switch {
 	case d == nil:
 		return status, err
@@ -136,7 +152,7 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, key lockKey, ml 
 		}
 		return ml.Status, nil
 	}
-	status, syncErr := c.syncManifestObjects(ctx, key, ml, st, r, d.optedOut)
+	status, syncErr := c.syncManifestObjects(ctx, req, d.optedOut)
 	status.ManifestDigest = d.digest
 	return status, syncErr
 }
@@ -160,7 +176,8 @@ type manifestDeclaration struct {
 // so that a new leader's webhook rules and a standby's answers count every
 // lock as soon as the controller is synced (see Controller.Synced). With
 // no declaration, the lock ends with status (and an error to retry on).
-func (c *Controller) declareManifestLock(ctx context.Context, key lockKey, ml *mlv1.ManifestLock, st *manifestState, r *result) (*manifestDeclaration, mlv1.ManifestLockStatus, error) {
+func (c *Controller) declareManifestLock(ctx context.Context, req *manifestSync) (*manifestDeclaration, mlv1.ManifestLockStatus, error) {
+	key, ml, st := req.key, req.ml, req.st
 	if ml.Spec.Suspend {
 		c.pauseManifestLock(key, st)
 		c.sources.watch(key, nil)
@@ -174,18 +191,18 @@ func (c *Controller) declareManifestLock(ctx context.Context, key lockKey, ml *m
 	text, err := c.manifestText(ctx, key, ml)
 	if err != nil {
 		if apierrors.IsNotFound(err) || errors.Is(err, errNoManifest) {
-			return ended(c.manifestError(ctx, key, ml, st, r, mlv1.ReasonManifestUnavailable, err.Error()))
+			return ended(c.manifestError(ctx, req, mlv1.ReasonManifestUnavailable, err.Error()))
 		}
 		return nil, ml.Status, err
 	}
 	objs, err := manifest.Parse(strings.NewReader(text))
 	if err != nil {
-		return ended(c.manifestError(ctx, key, ml, st, r, mlv1.ReasonInvalidManifest, "spec.manifest: "+err.Error()))
+		return ended(c.manifestError(ctx, req, mlv1.ReasonInvalidManifest, "spec.manifest: "+err.Error()))
 	}
 	objs, optedOut := declare.SplitOptedOut(objs)
 	ignore, err := declare.Ignore(ml.Spec.Ignore)
 	if err != nil {
-		return ended(c.manifestError(ctx, key, ml, st, r, v1alpha1.ReasonInvalidSpec, err.Error()))
+		return ended(c.manifestError(ctx, req, v1alpha1.ReasonInvalidSpec, err.Error()))
 	}
 
 	// Decide: what this lock may hold, and as whom it writes.
@@ -200,7 +217,7 @@ func (c *Controller) declareManifestLock(ctx context.Context, key lockKey, ml *m
 			c.openManifestLock(key, st)
 			return nil, manifestOpenStatus(ml, mlv1.StateError, mlv1.ReasonForbidden, limit(err.Error())), nil
 		}
-		return ended(c.manifestError(ctx, key, ml, st, r, mlv1.ReasonInvalidManifest, limit(err.Error())))
+		return ended(c.manifestError(ctx, req, mlv1.ReasonInvalidManifest, limit(err.Error())))
 	}
 	sa := c.manifestServiceAccount(ml)
 	if c.isTenant(ml) {
@@ -209,12 +226,12 @@ func (c *Controller) declareManifestLock(ctx context.Context, key lockKey, ml *m
 			return nil, ml.Status, err
 		}
 		if !permitted {
-			return nil, c.notPermitted(ctx, key, ml, st, r, why), nil
+			return nil, c.notPermitted(ctx, req, why), nil
 		}
 	}
 	writer, err := c.writerFor(ml.Namespace, sa)
 	if err != nil {
-		return ended(c.manifestError(ctx, key, ml, st, r, v1alpha1.ReasonImpersonationUnavailable, err.Error()))
+		return ended(c.manifestError(ctx, req, v1alpha1.ReasonImpersonationUnavailable, err.Error()))
 	}
 
 	// Act: declare what changed.
@@ -231,7 +248,7 @@ func (c *Controller) declareManifestLock(ctx context.Context, key lockKey, ml *m
 	if !c.cfg.ReadOnly {
 		// A replica standing by writes nothing: it prunes nothing, and
 		// what the lock creates is the leader's to note.
-		if applied, err = c.engageManifest(ctx, ml, st, refs, h.missing, writer, d.digest); err != nil {
+		if applied, err = c.engageManifest(ctx, req, refs, h.missing, writer, d.digest); err != nil {
 			return nil, ml.Status, err
 		}
 		klog.FromContext(ctx).V(2).Info("ManifestLock engaged", "objects", len(h.objs), "notHeld", len(h.unheld), "created", len(st.missing), "mode", ml.Spec.Mode)
@@ -248,7 +265,8 @@ func (c *Controller) declareManifestLock(ctx context.Context, key lockKey, ml *m
 // says the manifest is not new: after a restart or a suspension, the one
 // the status says was held is declared again, and what differs from it
 // now, someone else changed.
-func (c *Controller) engageManifest(ctx context.Context, ml *mlv1.ManifestLock, st *manifestState, refs, missing map[mlv1.ObjectRef]bool, writer dynamic.Interface, digest string) (applied bool, err error) {
+func (c *Controller) engageManifest(ctx context.Context, req *manifestSync, refs, missing map[mlv1.ObjectRef]bool, writer dynamic.Interface, digest string) (applied bool, err error) {
+	ml, st := req.ml, req.st
 	if ml.Spec.Prune {
 		if err := c.prune(ctx, ml, st, refs, writer); err != nil {
 			return false, err
@@ -309,9 +327,10 @@ func (c *Controller) manifestSet(ml *mlv1.ManifestLock, h holding, namespace str
 // What it holds is still watched, and reported, through the engine's
 // informers; the CR cache's outage shows in the controller's readiness
 // (see Watching). The manifest sources' watches keep no health to report.
-func (c *Controller) syncManifestObjects(ctx context.Context, key lockKey, ml *mlv1.ManifestLock, st *manifestState, r *result, optedOut []v1alpha1.ObjectProblem) (status mlv1.ManifestLockStatus, err error) {
-	req := &syncRequest{key: key, lock: &st.lock, revision: st.declarations, result: r}
-	err = c.afterSync(ctx, req, func(res engine.Result, syncErr error) {
+func (c *Controller) syncManifestObjects(ctx context.Context, req *manifestSync, optedOut []v1alpha1.ObjectProblem) (status mlv1.ManifestLockStatus, err error) {
+	ml, st := req.ml, req.st
+	req.revision = st.declarations
+	err = c.afterSync(ctx, &req.syncRequest, func(res engine.Result, syncErr error) {
 		if c.isTenant(ml) && (appearedUnmade(st, res) || writeRefused(res)) {
 			// Someone else made an object the lock was to create, or
 			// tenantWriteGuard refused a write: whether the lock may
@@ -468,12 +487,13 @@ func (st *manifestState) opened() {
 // manifestError reports a manifest that cannot be read or held. What the
 // lock held before stays held, and synced: a broken edit of the manifest,
 // or a source deleted, must not leave its objects open to drift.
-func (c *Controller) manifestError(ctx context.Context, key lockKey, ml *mlv1.ManifestLock, st *manifestState, r *result, reason, message string) (mlv1.ManifestLockStatus, error) {
-	if st.declared == "" {
-		c.openManifestLock(key, st)
+func (c *Controller) manifestError(ctx context.Context, req *manifestSync, reason, message string) (mlv1.ManifestLockStatus, error) {
+	ml := req.ml
+	if req.st.declared == "" {
+		c.openManifestLock(req.key, req.st)
 		return manifestOpenStatus(ml, mlv1.StateError, reason, message), nil
 	}
-	s, err := c.syncManifestObjects(ctx, key, ml, st, r, nil)
+	s, err := c.syncManifestObjects(ctx, req, nil)
 	s.State = mlv1.StateError
 	setConditions(&s.LockStatus, ml.Generation, condition(v1alpha1.ConditionReady, false, reason, message+"; the objects of the last manifest read stay held"))
 	return s, err

@@ -33,7 +33,7 @@ func manifestLockedStatus(ml *mlv1.ManifestLock, st *manifestState, res engine.R
 	default:
 		s.State = mlv1.StateReconciling
 	}
-	heldLock(&s.LockStatus, ml.Generation, st.lock, st.lock.Holding(), res, syncErr, "in the manifest", "")
+	heldLock(&s.LockStatus, ml.Generation, heldReport{lock: st.lock, settled: st.lock.Holding(), res: res, syncErr: syncErr, of: "in the manifest"})
 	return s
 }
 

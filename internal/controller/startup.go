@@ -217,7 +217,7 @@ func (c *Controller) declare(ctx context.Context, key lockKey) error {
 		if ml == nil {
 			return nil
 		}
-		_, _, err := c.declareManifestLock(ctx, key, ml, st, &result{})
+		_, _, err := c.declareManifestLock(ctx, newManifestSync(key, ml, st, &result{}))
 		return err
 	}
 	hr, st, ok := c.observe(ctx, key)

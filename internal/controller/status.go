@@ -70,82 +70,97 @@ func lockedStatus(hr *v1alpha1.HelmRelease, st *releaseState, res engine.Result,
 		unverified = limit(fmt.Sprintf("%d of %d objects of revision %d are not held: Helm was not seen to apply them. %s",
 			len(res.Unverified), res.Objects, st.rel.Version, unverifiedMessage(st.rel.Version, res.Unverified[0])))
 	}
-	heldLock(&s.LockStatus, hr.Generation, st.lock, s.State == v1alpha1.StateDeployed, res, syncErr, fmt.Sprintf("of revision %d", st.rel.Version), unverified)
+	heldLock(&s.LockStatus, hr.Generation, heldReport{lock: st.lock, settled: s.State == v1alpha1.StateDeployed, res: res, syncErr: syncErr,
+		of: fmt.Sprintf("of revision %d", st.rel.Version), unverified: unverified})
 	s.NotLocked = notLocked(st.optedOut, st.rel.Version, res, syncErr)
 	return s
 }
 
+// heldReport is what heldLock reports of a lock after a sync, whatever its
+// kind.
+type heldReport struct {
+	lock lock.Lock
+	// settled says the status reports the lock as settled.
+	settled bool
+	// res and syncErr are the sync's (see afterSync).
+	res     engine.Result
+	syncErr error
+	// of names the objects in messages ("of revision 3").
+	of string
+	// unverified, if set, says why objects are held back (see
+	// engine.Verification).
+	unverified string
+}
+
 // heldLock sets what every kind of lock reports of the objects it holds,
 // after a sync: the objects held, and the Locked, Drifted, Fighting and
-// Ready conditions. settled says the status reports the lock as settled;
-// of names the objects in messages ("of revision 3"); unverified, if set,
-// says why objects are held back (see engine.Verification).
-func heldLock(s *v1alpha1.LockStatus, generation int64, lk lock.Lock, settled bool, res engine.Result, syncErr error, of, unverified string) {
+// Ready conditions.
+func heldLock(s *v1alpha1.LockStatus, generation int64, h heldReport) {
 	s.ObservedGeneration = generation
-	s.LockedObjects = res.Locked
+	s.LockedObjects = h.res.Locked
 	var locked metav1.Condition
 	switch {
-	case unverified != "":
-		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonNotAppliedByHelm, unverified)
-	case len(res.Failed) > 0:
-		f := res.Failed[0]
+	case h.unverified != "":
+		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonNotAppliedByHelm, h.unverified)
+	case len(h.res.Failed) > 0:
+		f := h.res.Failed[0]
 		locked = condition(v1alpha1.ConditionLocked, false, f.Reason,
 			limit(fmt.Sprintf("the API server refuses the correction of %s: %v; it is tried again at %s", objectName(f.Kind, f.Ref), f.Err, f.RetryAt.UTC().Format(time.RFC3339))))
-	case len(res.Conflicts) > 0:
-		msg := conflictMessage(res.Conflicts[0])
-		if n := len(res.Conflicts) - 1; n > 0 {
+	case len(h.res.Conflicts) > 0:
+		msg := conflictMessage(h.res.Conflicts[0])
+		if n := len(h.res.Conflicts) - 1; n > 0 {
 			msg += fmt.Sprintf(" (and %d more objects)", n)
 		}
 		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonConflict, limit(msg))
-	case len(res.Unresolved) > 0:
-		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonWaitingForTypes, limit(joinErrors(res.Unresolved)))
-	case len(res.Waiting) > 0:
-		w := res.Waiting[0]
+	case len(h.res.Unresolved) > 0:
+		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonWaitingForTypes, limit(joinErrors(h.res.Unresolved)))
+	case len(h.res.Waiting) > 0:
+		w := h.res.Waiting[0]
 		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonWaitingForNamespace,
-			fmt.Sprintf("%d objects wait for namespace %s, which this lock declares too, to exist", len(res.Waiting), w.Namespace))
-	case len(res.Unwatched) > 0 && apierrors.IsForbidden(res.WatchError):
+			fmt.Sprintf("%d objects wait for namespace %s, which this lock declares too, to exist", len(h.res.Waiting), w.Namespace))
+	case len(h.res.Unwatched) > 0 && apierrors.IsForbidden(h.res.WatchError):
 		// Not a passing outage: the locker's own RBAC (the chart's
 		// ClusterRole, trimmed) lacks a read.
 		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonWatchForbidden,
-			limit(fmt.Sprintf("the locker may not watch what it holds: %v; grant its ServiceAccount get, list and watch on it", res.WatchError)))
-	case len(res.Unwatched) > 0:
+			limit(fmt.Sprintf("the locker may not watch what it holds: %v; grant its ServiceAccount get, list and watch on it", h.res.WatchError)))
+	case len(h.res.Unwatched) > 0:
 		why := "not listed yet, or failing"
-		if res.WatchError != nil {
-			why = res.WatchError.Error()
+		if h.res.WatchError != nil {
+			why = h.res.WatchError.Error()
 		}
 		locked = metav1.Condition{Type: v1alpha1.ConditionLocked, Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonWatchesNotSynced,
 			Message: limit(fmt.Sprintf("the watches of %s do not see changes as they happen (%s); the objects %s may have drifted unseen, and are checked again once the watches are back",
-				joinResources(res.Unwatched), why, of))}
-	case syncErr != nil:
-		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonCorrectionFailed, limit(syncErr.Error()))
-	case lk.Warn:
+				joinResources(h.res.Unwatched), why, h.of))}
+	case h.syncErr != nil:
+		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonCorrectionFailed, limit(h.syncErr.Error()))
+	case h.lock.Warn:
 		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonWarnMode,
-			fmt.Sprintf("spec.mode is Warn: the %d objects %s are checked and drift is reported, never reverted", res.Objects, of))
-	case lk.Phase == lock.Locked:
+			fmt.Sprintf("spec.mode is Warn: the %d objects %s are checked and drift is reported, never reverted", h.res.Objects, h.of))
+	case h.lock.Phase == lock.Locked:
 		locked = condition(v1alpha1.ConditionLocked, true, v1alpha1.ReasonLocked,
-			fmt.Sprintf("all %d objects %s are held as the manifest declares", res.Objects, of))
+			fmt.Sprintf("all %d objects %s are held as the manifest declares", h.res.Objects, h.of))
 	default:
 		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonReconciling,
-			fmt.Sprintf("checking the %d objects %s", res.Objects, of))
+			fmt.Sprintf("checking the %d objects %s", h.res.Objects, h.of))
 	}
 
 	drifted := condition(v1alpha1.ConditionDrifted, false, v1alpha1.ReasonInLine, "every checked object is as the manifest declares")
-	if res.Drifted > 0 {
+	if h.res.Drifted > 0 {
 		why := "corrections are failing or held back"
-		if lk.Warn {
+		if h.lock.Warn {
 			why = "spec.mode is Warn, so drift is reported and not reverted"
 		}
 		drifted = condition(v1alpha1.ConditionDrifted, true, v1alpha1.ReasonDrift,
-			fmt.Sprintf("%d of %d objects differ from the manifest; %s", res.Drifted, res.Objects, why))
+			fmt.Sprintf("%d of %d objects differ from the manifest; %s", h.res.Drifted, h.res.Objects, why))
 		if s.LastDrift != nil {
 			drifted.Message += "; the last drift: " + describeRecord(s.LastDrift)
 		}
 	}
 
 	fighting := condition(v1alpha1.ConditionFighting, false, v1alpha1.ReasonNoFight, "")
-	if len(res.Fights) > 0 {
-		msg := fightMessage(res.Fights[0])
-		if n := len(res.Fights) - 1; n > 0 {
+	if len(h.res.Fights) > 0 {
+		msg := fightMessage(h.res.Fights[0])
+		if n := len(h.res.Fights) - 1; n > 0 {
 			msg += fmt.Sprintf(" (and %d more objects)", n)
 		}
 		fighting = condition(v1alpha1.ConditionFighting, true, v1alpha1.ReasonFighting, limit(msg))
@@ -153,14 +168,14 @@ func heldLock(s *v1alpha1.LockStatus, generation int64, lk lock.Lock, settled bo
 
 	var ready metav1.Condition
 	switch {
-	case len(res.Fights) > 0:
+	case len(h.res.Fights) > 0:
 		ready = condition(v1alpha1.ConditionReady, false, v1alpha1.ReasonFighting, fighting.Message)
-	case settled && locked.Status == metav1.ConditionUnknown:
+	case h.settled && locked.Status == metav1.ConditionUnknown:
 		ready = locked
 		ready.Type = v1alpha1.ConditionReady
-	case settled && lk.Warn:
+	case h.settled && h.lock.Warn:
 		ready = condition(v1alpha1.ConditionReady, true, v1alpha1.ReasonMonitoring, locked.Message)
-	case settled:
+	case h.settled:
 		ready = condition(v1alpha1.ConditionReady, true, v1alpha1.ReasonLocked, locked.Message)
 	default:
 		ready = locked

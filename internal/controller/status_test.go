@@ -189,7 +189,7 @@ func TestLockedConditionWhileWaiting(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var s v1alpha1.LockStatus
-			heldLock(&s, 1, lock.Lock{Phase: lock.Reconciling, Revision: 1}, false, tt.res, nil, "in the manifest", "")
+			heldLock(&s, 1, heldReport{lock: lock.Lock{Phase: lock.Reconciling, Revision: 1}, res: tt.res, of: "in the manifest"})
 			c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionLocked)
 			if c == nil || c.Status != metav1.ConditionFalse || c.Reason != tt.wantReason || !strings.Contains(c.Message, tt.wantIn) {
 				t.Errorf("Locked = %+v; want False, %s, its message containing %q", c, tt.wantReason, tt.wantIn)

@@ -196,10 +196,11 @@ func (c *Controller) writerPermitted(ctx context.Context, ml *mlv1.ManifestLock,
 
 // notPermitted opens a tenant's lock whose writer did not opt in, and says
 // so, with an event when the status did not say it already.
-func (c *Controller) notPermitted(ctx context.Context, key lockKey, ml *mlv1.ManifestLock, st *manifestState, r *result, why string) mlv1.ManifestLockStatus {
-	c.openManifestLock(key, st)
+func (c *Controller) notPermitted(ctx context.Context, req *manifestSync, why string) mlv1.ManifestLockStatus {
+	ml := req.ml
+	c.openManifestLock(req.key, req.st)
 	if c.serviceAccounts == nil {
-		r.requeueBy(permittedRetry)
+		req.result.requeueBy(permittedRetry)
 	}
 	if ready := meta.FindStatusCondition(ml.Status.Conditions, v1alpha1.ConditionReady); !c.cfg.ReadOnly && (ready == nil || ready.Reason != mlv1.ReasonWriterNotPermitted || ready.Message != why) {
 		c.cfg.Recorder.Event(manifestLockRef(ml), corev1.EventTypeWarning, EventWriterNotPermitted, truncate(why, maxEventMessage))
