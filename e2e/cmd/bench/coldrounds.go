@@ -64,7 +64,7 @@ func measureColdLocks(ctx context.Context, p params, binaries []string, rounds i
 				return err
 			}
 			res := &scenarioResult{Params: p}
-			l, err := coldLock(ctx, env.kube, env.dyn, restored, locked, bin, env.cp.Kubeconfig, env.dir, p, baseline, res, nil)
+			l, err := coldLock(ctx, env, restored, locked, bin, p, baseline, res, nil, nil)
 			if err != nil {
 				return err
 			}

@@ -121,7 +121,7 @@ func runSeries(ctx context.Context, counts []int, full *fullMeasure, out, locker
 	for _, n := range counts {
 		p := params{Releases: n / seriesRelease, Objects: seriesRelease, Untracked: n}
 		fmt.Fprintf(os.Stderr, "bench: series %+v\n", p)
-		res, err := scenario(ctx, tools, lockerBinary, p, full)
+		res, err := scenario(ctx, tools, lockerBinary, p, full, true)
 		if err != nil {
 			return err
 		}
@@ -161,6 +161,7 @@ func main() {
 	massDriftOnly := flag.Int("mass-drift-only", 0, "measure the base scenario's cold lock and then only this many rounds of the mass drift, print them and write no report: for mass-drift work")
 	coldLockRounds := flag.Int("cold-lock-rounds", 0, "measure only the base scenario's cold lock, this many times on one control plane, with -locker and each binary of -compare in turns: for cold-lock work")
 	compare := flag.String("compare", "", "comma-separated helm-locker binaries whose cold lock -cold-lock-rounds measures in turns with -locker's")
+	startOnly := flag.Bool("start-only", false, "measure the base scenario's two cold locks alone, CRs created at once after the locker is ready and CRs that exist before it starts, and print them with the requests at start by verb and resource; write no report: for start work")
 	memoryOnly := flag.Bool("memory-only", false, "measure the base scenario's cold lock and memory alone, print them and write no report: for memory work, with -profiles")
 	render := flag.String("render", "", "measure nothing: write the report in this benchmarks.json again, with the per-object figures derived anew")
 	admission := flag.Bool("admission", true, "also measure Prevent mode's admission against a no-op webhook, into admission.md and admission.json")
@@ -211,8 +212,8 @@ func main() {
 		}
 		return
 	}
-	if *memoryOnly {
-		if err := measureMemory(ctx, base, lockerBinary); err != nil {
+	if *memoryOnly || *startOnly {
+		if err := measureMemory(ctx, base, lockerBinary, *startOnly); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -248,8 +249,9 @@ func main() {
 	}
 }
 
-// measureMemory runs p's cold lock and prints its figures.
-func measureMemory(ctx context.Context, p params, lockerBinary string) error {
+// measureMemory runs p's cold lock, after the burst's with burst, and
+// prints their figures.
+func measureMemory(ctx context.Context, p params, lockerBinary string, burst bool) error {
 	tools, err := controlplane.FindTools(ctx)
 	if err != nil {
 		return err
@@ -257,12 +259,18 @@ func measureMemory(ctx context.Context, p params, lockerBinary string) error {
 	if lockerBinary, err = filepath.Abs(lockerBinary); err != nil {
 		return err
 	}
-	res, err := scenario(ctx, tools, lockerBinary, p, nil)
+	res, err := scenario(ctx, tools, lockerBinary, p, nil, burst)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("N=%d M=%d B=%d: cold lock %.2f s (%.0f objects/s), RSS %.1f MiB, live heap %.1f MiB\n  %s\n",
 		p.Releases, p.Objects, p.Untracked, res.ColdLockS, res.ObjectsPerS, res.RSSMiB, res.HeapMiB, res.memory)
+	if u := res.Burst; u != nil {
+		fmt.Printf("CRs created at once after the locker was ready: cold lock %.2f s (%.0f objects/s)\n", u.ColdLockS, u.ObjectsPerS)
+	}
+	b := &strings.Builder{}
+	startRequestsTable(b, res)
+	fmt.Print(b.String())
 	return nil
 }
 
@@ -277,7 +285,7 @@ func measureMassDrift(ctx context.Context, p params, full *fullMeasure, lockerBi
 	if lockerBinary, err = filepath.Abs(lockerBinary); err != nil {
 		return err
 	}
-	_, err = scenario(ctx, tools, lockerBinary, p, full)
+	_, err = scenario(ctx, tools, lockerBinary, p, full, false)
 	return err
 }
 
@@ -335,7 +343,7 @@ func run(ctx context.Context, base params, full *fullMeasure, scale bool, out, l
 		Settings: map[string]any{"edits": full.edits, "concurrency": full.concurrency, "idleWindow": full.idle.String(), "churnDuringLatency": full.churnDuring},
 	}
 	fmt.Fprintf(os.Stderr, "bench: base scenario %+v\n", base)
-	rep.Base, err = scenario(ctx, tools, lockerBinary, base, full)
+	rep.Base, err = scenario(ctx, tools, lockerBinary, base, full, true)
 	if err != nil {
 		return err
 	}
@@ -350,7 +358,7 @@ func run(ctx context.Context, base params, full *fullMeasure, scale bool, out, l
 			for _, factor := range growthFactors(dim) {
 				p := base.scaled(dim, factor)
 				fmt.Fprintf(os.Stderr, "bench: growth %s x%d %+v\n", dim, factor, p)
-				res, err := scenario(ctx, tools, lockerBinary, p, nil)
+				res, err := scenario(ctx, tools, lockerBinary, p, nil, false)
 				if err != nil {
 					return err
 				}
@@ -454,8 +462,17 @@ type scenarioResult struct {
 	// status writes and events, and whatever else the start costs.
 	StartRequests         float64            `json:"startRequests"`
 	StartRequestsByMethod map[string]float64 `json:"startRequestsByMethod,omitempty"`
-	RSSMiB                float64            `json:"rssMiB"`
-	HeapMiB               float64            `json:"heapMiB"`
+	// StartRequestsByResource are the same by verb and resource, from the
+	// API server's audit log, and StartLockedGets the GETs among them of
+	// locked objects, which the informers' lists should have answered.
+	StartRequestsByResource map[string]float64 `json:"startRequestsByResource,omitempty"`
+	StartLockedGets         float64            `json:"startLockedGets"`
+	// Burst is the cold lock of the same releases with the locker up
+	// before their CRs, which are created at once (the base scenario and
+	// the series).
+	Burst   *scenarioResult `json:"burst,omitempty"`
+	RSSMiB  float64         `json:"rssMiB"`
+	HeapMiB float64         `json:"heapMiB"`
 	// memory says where the resident set went when it was read, for
 	// -memory-only.
 	memory          string
@@ -514,6 +531,9 @@ type benchEnv struct {
 	cp   *controlplane.ControlPlane
 	kube kubernetes.Interface
 	dyn  dynamic.Interface
+	// lockerKubeconfig is the locker's: its own ServiceAccount's, whose
+	// requests alone the API server's audit log records.
+	lockerKubeconfig string
 }
 
 // startEnv starts a control plane with the HelmRelease CRD installed. stop
@@ -524,7 +544,12 @@ func startEnv(ctx context.Context, cancel context.CancelFunc, tools controlplane
 	if err != nil {
 		return nil, nil, err
 	}
-	cp, err := controlplane.Start(ctx, tools, dir)
+	audit, err := auditArgs(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	cp, err := controlplane.StartWithOptions(ctx, tools, dir, controlplane.Options{APIServerArgs: audit})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, err
@@ -545,6 +570,9 @@ func startEnv(ctx context.Context, cancel context.CancelFunc, tools controlplane
 	if err == nil {
 		err = api.InstallCRDs(ctx, ext)
 	}
+	if err == nil {
+		env.lockerKubeconfig, err = lockerKubeconfig(ctx, env.kube, cp.Config, dir)
+	}
 	if err != nil {
 		stop()
 		return nil, nil, err
@@ -552,7 +580,11 @@ func startEnv(ctx context.Context, cancel context.CancelFunc, tools controlplane
 	return env, stop, nil
 }
 
-func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string, p params, full *fullMeasure) (*scenarioResult, error) {
+// scenario measures p on a control plane of its own. With burst, it first
+// measures the cold lock of CRs created at once after the locker is up
+// (see coldLock), and then, on the same releases, the cold lock of CRs
+// that exist before it starts, as every scenario does.
+func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string, p params, full *fullMeasure, burst bool) (*scenarioResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	env, stop, err := startEnv(ctx, cancel, tools)
@@ -563,7 +595,11 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 	kube, dyn, dir := env.kube, env.dyn, env.dir
 	res := &scenarioResult{Params: p}
 	start := time.Now()
-	locked, err := setup(ctx, kube, dyn, p)
+	setupAll := setup
+	if burst {
+		setupAll = setupReleases
+	}
+	locked, err := setupAll(ctx, kube, dyn, p)
 	if err != nil {
 		return nil, err
 	}
@@ -583,11 +619,16 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 		}
 		baseline = idle.BaselineRequestsPerMin
 	}
+	if burst {
+		if res.Burst, err = burstLock(ctx, env, restored, locked, lockerBinary, p, baseline); err != nil {
+			return nil, err
+		}
+	}
 	var rec *recording
 	if full != nil {
 		rec = &recording{}
 	}
-	l, err := coldLock(ctx, kube, dyn, restored, locked, lockerBinary, env.cp.Kubeconfig, dir, p, baseline, res, rec)
+	l, err := coldLock(ctx, env, restored, locked, lockerBinary, p, baseline, res, rec, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -702,6 +743,25 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 	return res, nil
 }
 
+// burstLock measures the cold lock of CRs created at once, for releases
+// that have none yet, once the locker is up, and then makes the CRs as a
+// first start finds them: no claim, no status.
+func burstLock(ctx context.Context, env *benchEnv, restored *configMapWatch, locked map[string][]ref, lockerBinary string, p params, baseline float64) (*scenarioResult, error) {
+	res := &scenarioResult{Params: p}
+	l, err := coldLock(ctx, env, restored, locked, lockerBinary, p, baseline, res, nil, func(ctx context.Context) error {
+		return createCRs(ctx, env.dyn, p)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("burst: %w", err)
+	}
+	l.stop()
+	fmt.Fprintf(os.Stderr, "bench: burst: %+v\n", *res)
+	if err := unclaimAll(ctx, env.dyn); err != nil {
+		return nil, err
+	}
+	return res, waitQuiet(ctx, env.kube, baseline)
+}
+
 // untrackedGrowth measures the growth rows of B on one control plane:
 // untracked objects are added to reach each multiple of base's, and a
 // locker is started afresh for each row. Separate control planes would
@@ -736,7 +796,7 @@ func untrackedGrowth(ctx context.Context, tools controlplane.Tools, lockerBinary
 		}
 		have = p.Untracked
 		res := &scenarioResult{Params: p, SetupS: time.Since(start).Seconds()}
-		l, err := coldLock(ctx, env.kube, env.dyn, restored, locked, lockerBinary, env.cp.Kubeconfig, env.dir, p, 30, res, nil)
+		l, err := coldLock(ctx, env, restored, locked, lockerBinary, p, 30, res, nil, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -751,9 +811,12 @@ func untrackedGrowth(ctx context.Context, tools controlplane.Tools, lockerBinary
 // fills in res's cold-lock and memory figures. Cold lock is over once every
 // CR says Deployed and each drifted ConfigMap is restored, each timed by
 // its own watch event, not clamped to the moment every CR said Deployed.
-// The locker is left running for the caller to stop, and rec, if not nil,
+// With burst, the CRs do not exist yet: once the locker is ready, burst
+// creates them all at once, and the cold lock is timed from then. The
+// locker is left running for the caller to stop, and rec, if not nil,
 // scraping its /metrics from its start.
-func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, restored *configMapWatch, locked map[string][]ref, lockerBinary, kubeconfig, dir string, p params, baseline float64, res *scenarioResult, rec *recording) (*locker, error) {
+func coldLock(ctx context.Context, env *benchEnv, restored *configMapWatch, locked map[string][]ref, lockerBinary string, p params, baseline float64, res *scenarioResult, rec *recording, burst func(context.Context) error) (*locker, error) {
+	kube, dyn, dir := env.kube, env.dyn, env.dir
 	var drifted []ref
 	for _, cms := range locked {
 		drifted = append(drifted, cms[0])
@@ -770,8 +833,12 @@ func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 	if err != nil {
 		return nil, err
 	}
-	logFile := filepath.Join(dir, fmt.Sprintf("locker-%d.log", p.Untracked))
-	l, err := startLocker(lockerBinary, kubeconfig, logFile, lockerArgs...)
+	audited, err := auditOffset(dir)
+	if err != nil {
+		return nil, err
+	}
+	logFile := filepath.Join(dir, fmt.Sprintf("locker-%d-%s.log", p.Untracked, map[bool]string{false: "first", true: "burst"}[burst != nil]))
+	l, err := startLocker(lockerBinary, env.lockerKubeconfig, logFile, lockerArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -790,6 +857,16 @@ func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 		seconds := max(6, p.Releases*p.Objects/1000)
 		go l.cpuProfile(cctx, filepath.Join(profiles, fmt.Sprintf("cpu-N%d-M%d-B%d.pprof", p.Releases, p.Objects, p.Untracked)), seconds)
 		go apiServerProfile(cctx, kube, filepath.Join(profiles, fmt.Sprintf("cpu-apiserver-N%d-M%d-B%d.pprof", p.Releases, p.Objects, p.Untracked)), seconds)
+	}
+	from := l.start
+	if burst != nil {
+		if err := l.waitReady(cctx); err != nil {
+			return nil, fmt.Errorf("cold lock: %w\n%s", err, tailFile(logFile))
+		}
+		from = time.Now()
+		if err := burst(cctx); err != nil {
+			return nil, err
+		}
 	}
 	deployedAt, err := waitDeployed(cctx, dyn, p.Releases)
 	if err != nil {
@@ -810,8 +887,8 @@ func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 			return nil, fmt.Errorf("cold lock: %s/%s was not seen restored within %s: %v", r.ns, r.name, timeout, err)
 		}
 	}
-	res.DeployedS = max(0, deployedAt.Sub(l.start).Seconds())
-	res.RestoredS = last.Sub(l.start).Seconds()
+	res.DeployedS = max(0, deployedAt.Sub(from).Seconds())
+	res.RestoredS = last.Sub(from).Seconds()
 	res.ColdLockS = max(res.DeployedS, res.RestoredS)
 	res.ObjectsPerS = float64(p.Releases*p.Objects) / res.ColdLockS
 	if cpu, err := l.cpu(); err == nil {
@@ -824,7 +901,7 @@ func coldLock(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 	if err := waitQuiet(ctx, kube, baseline); err != nil {
 		return nil, err
 	}
-	if err := startRequests(ctx, l, res, apiBefore, kube); err != nil {
+	if err := startRequests(ctx, l, res, apiBefore, kube, dir, audited); err != nil {
 		return nil, err
 	}
 	time.Sleep(5 * time.Second)

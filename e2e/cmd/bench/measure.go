@@ -44,18 +44,43 @@ func startLocker(bin, kubeconfig, log string, extra ...string) (*locker, error) 
 
 func (l *locker) stop() { _ = l.Stop(10 * time.Second) }
 
-// servingMetrics finds the address the locker logged for its metrics.
-var servingMetrics = regexp.MustCompile(`"Serving metrics".*? address="([^"]+)"`)
+// servingMetrics and servingProbes find the addresses the locker logged
+// for its metrics and its health probes.
+var (
+	servingMetrics = regexp.MustCompile(`"Serving metrics".*? address="([^"]+)"`)
+	servingProbes  = regexp.MustCompile(`"Serving health probes".*? address="([^"]+)"`)
+)
 
 // get asks the locker's metrics address for path.
 func (l *locker) get(ctx context.Context, path string) (*http.Response, error) {
+	return l.getFrom(ctx, servingMetrics, path)
+}
+
+// waitReady waits until the locker's /readyz answers OK.
+func (l *locker) waitReady(ctx context.Context) error {
+	for {
+		resp, err := l.getFrom(ctx, servingProbes, "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the locker was not ready: %w", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// getFrom asks the address that serving finds in the locker's log for path.
+func (l *locker) getFrom(ctx context.Context, serving *regexp.Regexp, path string) (*http.Response, error) {
 	log, err := os.ReadFile(l.Log)
 	if err != nil {
 		return nil, err
 	}
-	m := servingMetrics.FindSubmatch(log)
+	m := serving.FindSubmatch(log)
 	if m == nil {
-		return nil, fmt.Errorf("the locker's log does not say where it serves metrics")
+		return nil, fmt.Errorf("the locker's log does not say where it serves %s", path)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+string(m[1])+path, nil)
 	if err != nil {
@@ -479,7 +504,7 @@ func (l *locker) requestsByMethod(ctx context.Context) (map[string]float64, erro
 // own client's count, and prints what the API server served meanwhile by
 // verb and resource (the bench's own polling included), to tell where a
 // figure comes from.
-func startRequests(ctx context.Context, l *locker, res *scenarioResult, apiBefore map[string]float64, kube kubernetes.Interface) error {
+func startRequests(ctx context.Context, l *locker, res *scenarioResult, apiBefore map[string]float64, kube kubernetes.Interface, dir string, audited int64) error {
 	byMethod, err := l.requestsByMethod(ctx)
 	if err != nil {
 		return err
@@ -488,6 +513,10 @@ func startRequests(ctx context.Context, l *locker, res *scenarioResult, apiBefor
 	for _, n := range byMethod {
 		res.StartRequests += n
 	}
+	if res.StartRequestsByResource, res.StartLockedGets, err = requestsByResource(dir, audited); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "bench: start: by verb and resource %v; GETs of locked objects %.0f\n", res.StartRequestsByResource, res.StartLockedGets)
 	after, err := requestCounts(ctx, kube)
 	if err != nil {
 		return err

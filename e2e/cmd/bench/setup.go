@@ -144,6 +144,36 @@ func manifestOf(objs []*unstructured.Unstructured) (string, error) {
 // Helm's own storage driver, and a HelmRelease CR each) and the untracked
 // objects. It returns the locked ConfigMaps, by release, for edits.
 func setup(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, p params) (map[string][]ref, error) {
+	locked, err := setupReleases(ctx, kube, dyn, p)
+	if err != nil {
+		return nil, err
+	}
+	return locked, createCRs(ctx, dyn, p)
+}
+
+// createCRs registers every release with a HelmRelease CR, all at once.
+func createCRs(ctx context.Context, dyn dynamic.Interface, p params) error {
+	work := newPool(ctx)
+	for i := range p.Releases {
+		name, ns := fmt.Sprintf("r%04d", i), fmt.Sprintf("rel-%d", i%p.namespaces())
+		work.send(func() error {
+			hr := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": v1alpha1.Kind,
+				"metadata": map[string]any{"name": name, "namespace": v1alpha1Namespace},
+				"spec":     map[string]any{"release": map[string]any{"name": name, "namespace": ns}},
+			}}
+			_, err := dyn.Resource(v1alpha1.Resource).Namespace(v1alpha1Namespace).Create(ctx, hr, metav1.CreateOptions{})
+			return err
+		})
+	}
+	if err := work.wait(); err != nil {
+		return fmt.Errorf("creating the HelmReleases: %w", err)
+	}
+	return nil
+}
+
+// setupReleases is setup but for the CRs: releases no lock names yet.
+func setupReleases(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, p params) (map[string][]ref, error) {
 	work := newPool(ctx)
 	send := work.send
 
@@ -153,7 +183,8 @@ func setup(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface
 	}
 	namespaces = append(namespaces, v1alpha1Namespace)
 	for _, ns := range namespaces {
-		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		// The registration namespace is the locker's own, made with it.
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, err
 		}
 	}
@@ -188,15 +219,6 @@ func setup(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface
 				Chart: &chart.Chart{Metadata: &chart.Metadata{Name: "bench", Version: "0.1.0", APIVersion: "v2"}},
 			}
 			return driver.NewSecrets(kube.CoreV1().Secrets(ns)).Create(fmt.Sprintf("sh.helm.release.v1.%s.v1", name), rel)
-		})
-		send(func() error {
-			hr := &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": v1alpha1.Kind,
-				"metadata": map[string]any{"name": name, "namespace": v1alpha1Namespace},
-				"spec":     map[string]any{"release": map[string]any{"name": name, "namespace": ns}},
-			}}
-			_, err := dyn.Resource(v1alpha1.Resource).Namespace(v1alpha1Namespace).Create(ctx, hr, metav1.CreateOptions{})
-			return err
 		})
 	}
 	if err := work.wait(); err != nil {
