@@ -180,12 +180,17 @@ type Engine struct {
 	cached func(gvr schema.GroupVersionResource, namespace, name string) (obj any, exists, synced bool, err error)
 
 	generations atomic.Uint64
+	// listings keep what read-ahead lists returned for other sets' syncs.
+	listings listings
 
 	mu   sync.Mutex
 	sets map[string]*objectSet
 	// declared counts the keys declared, for objectSet.seq.
 	declared uint64
-	owners   owners
+	// owned counts the objects taken into a set's holding, for
+	// objectSet.owned.
+	owned  uint64
+	owners owners
 	// heldKeys interns the HeldMetadata of locked objects by their keys,
 	// written into heldBuf (see internHeld), under heldMu: objects are
 	// resolved outside mu (see Prepare).

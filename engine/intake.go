@@ -35,6 +35,9 @@ func (e *Engine) onEvent(gvr schema.GroupVersionResource, obj any) {
 		}
 	}
 	e.mu.Unlock()
+	if key != "" {
+		e.listings.forget(ref)
+	}
 	if s != nil {
 		e.notify(key)
 	}

@@ -57,6 +57,8 @@ func (e *Engine) ownLocked(key string, s *objectSet, ref ObjectRef) string {
 	}
 	holder := e.owners.holder(ref)
 	e.owners.set(ref, slices.Insert(keys, at, key))
+	e.owned++
+	s.owned = e.owned
 	if at == 0 && len(keys) > 0 {
 		return holder
 	}

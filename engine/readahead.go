@@ -2,6 +2,9 @@ package engine
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -12,9 +15,11 @@ import (
 // a cluster is untracked, and keeping it would cost the locker its memory.
 // So a set declared after its types' informers listed (CRs created in a
 // burst after the locker started) finds each of its objects missing from
-// the caches, and read each with a GET: 22,791 of them for 500 releases of
-// 50 objects. A sync reads those objects ahead instead, one list per type
-// and namespace.
+// the caches, and would read each with a GET: 12,650 of them for 500
+// releases of 50 objects. A sync reads those objects ahead instead, with
+// one list per type and namespace, and what that list returns of objects
+// other sets hold is kept for their syncs (see listings): in a burst,
+// each namespace is listed about once, not once per release.
 
 // readAheadMin is how many of a sync's objects of one type and namespace
 // must be missing from the caches before they are listed rather than read
@@ -23,9 +28,18 @@ const readAheadMin = 4
 
 // readAheadSpan is how many objects a read-ahead list may return for each
 // object it is for: a namespace that holds many more objects of the type
-// than the set does is listed one page of that size, and what the page
-// does not settle is read alone.
-const readAheadSpan = 4
+// than the set does is listed only that far, and what the list does not
+// settle is read alone.
+const readAheadSpan = 16
+
+// readAheadPage is the page a read-ahead list asks for, and the least it
+// may list whatever the span.
+const readAheadPage = 500
+
+// listingTTL bounds how long what a list returned is kept for other sets'
+// syncs: they follow the list within the burst of declarations that caused
+// it, and an object kept longer is read again.
+const listingTTL = 10 * time.Second
 
 // typeNamespace is one read-ahead list: a type, in one namespace ("" for
 // cluster-scoped types).
@@ -34,8 +48,9 @@ type typeNamespace struct {
 	namespace string
 }
 
-// readAhead is what a sync listed: by type and namespace, the objects the
-// list returned by name, and whether it returned all there were.
+// readAhead is what a sync listed, or took from another sync's list: by
+// type and namespace, the objects by name, and whether the list returned
+// all there were.
 type readAhead map[typeNamespace]listedObjects
 
 type listedObjects struct {
@@ -56,34 +71,36 @@ func (r readAhead) get(ref ObjectRef) (*unstructured.Unstructured, bool) {
 	return nil, l.complete
 }
 
-// readAhead lists the objects of todo that the caches do not hold, where a
-// type and namespace has readAheadMin of them or more. An object still to
-// be verified is read alone, as live reads it. A list that fails leaves
-// its objects to be read alone.
-func (e *Engine) readAhead(ctx context.Context, todo []dirtyObject) readAhead {
-	missing := map[typeNamespace]int{}
+// readAhead reads the objects of todo that the caches do not hold, where a
+// type and namespace has readAheadMin of them or more: from what another
+// sync's list kept for them, or with a list of its own. An object still to
+// be verified is read alone, as live reads it. A list that fails leaves its
+// objects to be read alone.
+func (e *Engine) readAhead(ctx context.Context, s *objectSet, todo []dirtyObject) readAhead {
+	e.mu.Lock()
+	owned := s.owned
+	e.mu.Unlock()
+	missing := map[typeNamespace][]*lockedObject{}
 	for _, obj := range todo {
 		if p := obj.proof; p != nil && !p.checked {
 			continue
 		}
 		ref := obj.ref
 		if _, exists, synced, err := e.cached(ref.GVR, ref.Namespace, ref.Name); err == nil && synced && !exists {
-			missing[typeNamespace{ref.GVR, ref.Namespace}]++
+			tn := typeNamespace{ref.GVR, ref.Namespace}
+			missing[tn] = append(missing[tn], obj.lockedObject)
 		}
 	}
 	var read readAhead
-	for tn, n := range missing {
-		if n < readAheadMin {
-			continue
-		}
-		limit := int64(max(n*readAheadSpan, 64))
-		list, err := e.resource(ObjectRef{GVR: tn.gvr, Namespace: tn.namespace}).List(ctx, metav1.ListOptions{Limit: limit})
-		if err != nil {
-			continue
-		}
-		l := listedObjects{byName: make(map[string]*unstructured.Unstructured, len(list.Items)), complete: list.GetContinue() == ""}
-		for i := range list.Items {
-			l.byName[list.Items[i].GetName()] = &list.Items[i]
+	for tn, objs := range missing {
+		l, ok := e.listings.take(tn, owned, objs, e.now())
+		if !ok {
+			if len(objs) < readAheadMin {
+				continue
+			}
+			if l, ok = e.list(ctx, tn, objs); !ok {
+				continue
+			}
 		}
 		if read == nil {
 			read = readAhead{}
@@ -91,4 +108,141 @@ func (e *Engine) readAhead(ctx context.Context, todo []dirtyObject) readAhead {
 		read[tn] = l
 	}
 	return read
+}
+
+// list lists tn, up to readAheadSpan objects for each of objs, and returns
+// objs' share. What it returns of objects other sets hold is kept for
+// their syncs.
+func (e *Engine) list(ctx context.Context, tn typeNamespace, objs []*lockedObject) (listedObjects, bool) {
+	// Sets that take objects into their holding from here on are not
+	// served by this list: an event before then, which found the object
+	// untracked, may have been dropped, and the list may predate it.
+	e.mu.Lock()
+	owned := e.owned
+	e.mu.Unlock()
+	budget := max(len(objs)*readAheadSpan, readAheadPage)
+	mine := make(map[string]bool, len(objs))
+	for _, o := range objs {
+		mine[o.ref.Name] = true
+	}
+	l := listedObjects{byName: make(map[string]*unstructured.Unstructured, len(objs))}
+	others := map[string]*unstructured.Unstructured{}
+	opts := metav1.ListOptions{Limit: readAheadPage}
+	for listed := 0; ; {
+		list, err := e.resource(ObjectRef{GVR: tn.gvr, Namespace: tn.namespace}).List(ctx, opts)
+		if err != nil {
+			if listed == 0 {
+				return listedObjects{}, false
+			}
+			break
+		}
+		for i := range list.Items {
+			obj := &list.Items[i]
+			switch name := obj.GetName(); {
+			case mine[name]:
+				l.byName[name] = obj
+			case e.tracked(tn.gvr, tn.namespace, name):
+				others[name] = obj
+			}
+		}
+		listed += len(list.Items)
+		if opts.Continue = list.GetContinue(); opts.Continue == "" {
+			l.complete = true
+			break
+		}
+		if listed >= budget || len(l.byName) == len(mine) {
+			break
+		}
+	}
+	if len(others) > 0 {
+		e.listings.keep(tn, listing{owned: owned, at: e.now(), byName: others})
+	}
+	return l, true
+}
+
+// listings are what read-ahead lists returned of objects that other sets
+// held, by type and namespace, until those sets' syncs take them. Taking an
+// object, an event of it (the informer keeps it from then on: its set
+// holds it), or listingTTL ends its stay.
+type listings struct {
+	mu sync.Mutex
+	by map[typeNamespace]*listing
+	// n is len(by), read without mu by every event.
+	n atomic.Int32
+}
+
+type listing struct {
+	// owned is Engine.owned when the list began: it serves the sets whose
+	// objects were all held by then (see objectSet.owned), since every
+	// event of theirs after that reached the informer's cache, and the
+	// list began after their last event it did not keep.
+	owned  uint64
+	at     time.Time
+	byName map[string]*unstructured.Unstructured
+}
+
+func (ls *listings) keep(tn typeNamespace, l listing) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.by == nil {
+		ls.by = map[typeNamespace]*listing{}
+	}
+	ls.by[tn] = &l
+	ls.n.Store(int32(len(ls.by)))
+}
+
+// take returns objs as tn's listing has them, removing them from it, if
+// the listing serves their set, whose objects were held by owned, and lists
+// every one of them. An object it lacks is not taken not to exist: a set
+// that took it later is not served.
+func (ls *listings) take(tn typeNamespace, owned uint64, objs []*lockedObject, now time.Time) (listedObjects, bool) {
+	if ls.n.Load() == 0 {
+		return listedObjects{}, false
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l := ls.by[tn]
+	if l == nil {
+		return listedObjects{}, false
+	}
+	if now.Sub(l.at) > listingTTL {
+		ls.dropLocked(tn)
+		return listedObjects{}, false
+	}
+	if owned > l.owned {
+		return listedObjects{}, false
+	}
+	for _, o := range objs {
+		if _, ok := l.byName[o.ref.Name]; !ok {
+			return listedObjects{}, false
+		}
+	}
+	out := listedObjects{byName: make(map[string]*unstructured.Unstructured, len(objs))}
+	for _, o := range objs {
+		out.byName[o.ref.Name] = l.byName[o.ref.Name]
+		delete(l.byName, o.ref.Name)
+	}
+	if len(l.byName) == 0 {
+		ls.dropLocked(tn)
+	}
+	return out, true
+}
+
+// forget drops ref from its listing: an event of it has reached the
+// informer, whose cache is newer.
+func (ls *listings) forget(ref ObjectRef) {
+	if ls.n.Load() == 0 {
+		return
+	}
+	tn := typeNamespace{ref.GVR, ref.Namespace}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if l := ls.by[tn]; l != nil {
+		delete(l.byName, ref.Name)
+	}
+}
+
+func (ls *listings) dropLocked(tn typeNamespace) {
+	delete(ls.by, tn)
+	ls.n.Store(int32(len(ls.by)))
 }

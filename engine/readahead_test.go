@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -14,11 +15,13 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 )
 
-// TestReadAhead: a set whose objects its synced caches do not hold (it
-// was declared after its informers listed) reads them with one list per
-// type and namespace, not a GET each; what the list lacks is created. A
-// page that does not settle an object leaves it to a GET, and a type and
-// namespace with few objects missing is read one by one.
+// TestReadAhead: sets whose objects their synced caches do not hold (they
+// were declared after their informers listed) read them with one list per
+// type and namespace, not a GET each, and a list keeps what it returns of
+// other sets' objects for their syncs; what a list lacks is created. A
+// list stops at its budget and leaves what it did not settle to a GET; a
+// type and namespace with few objects missing is read one by one; a set
+// that took its objects after a list began is not served by it.
 func TestReadAhead(t *testing.T) {
 	cm := func(name, value string) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
@@ -26,17 +29,33 @@ func TestReadAhead(t *testing.T) {
 	}
 	tests := []struct {
 		name     string
-		declared int // ConfigMaps the set declares
+		declared int // ConfigMaps each set declares
 		existing int // of them, those that exist
 		others   int // ConfigMaps no set holds, in the same namespace
-		want     map[string]int
+		sets     int // sets declared, then synced in turn
+		// late declares the second set after the first has synced.
+		late bool
+		// event delivers an event of one of the second set's objects
+		// after the first set's sync.
+		event bool
+		want  []map[string]int // requests of each set's sync
 	}{
-		{"all exist", 6, 6, 0, map[string]int{"list": 1}},
-		{"two to create", 6, 4, 0, map[string]int{"list": 1, "create": 2}},
-		{"few missing", 3, 3, 0, map[string]int{"get": 3}},
-		// 6 objects allow a page of 64; the namespace holds 100 more,
-		// which come first by name, so the page holds none of the set's.
-		{"a crowded namespace", 6, 6, 100, map[string]int{"list": 1, "get": 6}},
+		{name: "all exist", declared: 6, existing: 6, sets: 1, want: []map[string]int{{"list": 1}}},
+		{name: "two to create", declared: 6, existing: 4, sets: 1, want: []map[string]int{{"list": 1, "create": 2}}},
+		{name: "few missing", declared: 3, existing: 3, sets: 1, want: []map[string]int{{"get": 3}}},
+		// The namespace holds 600 more, which come first by name: a
+		// page of 500, then the next, which settles the set within
+		// its budget of 640 (16 an object).
+		{name: "a crowded namespace", declared: 40, existing: 40, others: 600, sets: 1, want: []map[string]int{{"list": 2}}},
+		// For 6 objects, the budget is one page, spent before the
+		// set's objects come.
+		{name: "past the budget", declared: 6, existing: 6, others: 600, sets: 1, want: []map[string]int{{"list": 1, "get": 6}}},
+		{name: "the next sets take the first one's list", declared: 6, existing: 6, sets: 3, want: []map[string]int{{"list": 1}, {}, {}}},
+		// The first list found the second set's objects missing: what
+		// it lacks is not taken as not existing.
+		{name: "a list does not create for others", declared: 6, existing: 4, sets: 2, want: []map[string]int{{"list": 1, "create": 2}, {"list": 1, "create": 2}}},
+		{name: "declared after the list", declared: 6, existing: 6, sets: 2, late: true, want: []map[string]int{{"list": 1}, {"list": 1}}},
+		{name: "an event makes the cache newer", declared: 6, existing: 6, sets: 2, event: true, want: []map[string]int{{"list": 1}, {"list": 1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -45,48 +64,66 @@ func TestReadAhead(t *testing.T) {
 			e.cached = func(schema.GroupVersionResource, string, string) (any, bool, bool, error) {
 				return nil, false, true, nil
 			}
-			var declared []*unstructured.Unstructured
-			for i := range tt.declared {
-				obj := cm(fmt.Sprintf("z-%d", i), "declared")
-				declared = append(declared, obj)
-				if i < tt.existing {
-					if _, err := client.Resource(cmGVR).Namespace("ns").Create(ctx, obj.DeepCopy(), metav1.CreateOptions{}); err != nil {
-						t.Fatal(err)
+			declared := make([][]*unstructured.Unstructured, tt.sets)
+			for set := range tt.sets {
+				for i := range tt.declared {
+					obj := cm(fmt.Sprintf("z-%d-%d", set, i), "declared")
+					declared[set] = append(declared[set], obj)
+					if i < tt.existing {
+						if _, err := client.Resource(cmGVR).Namespace("ns").Create(ctx, obj.DeepCopy(), metav1.CreateOptions{}); err != nil {
+							t.Fatal(err)
+						}
 					}
 				}
 			}
 			for i := range tt.others {
-				if _, err := client.Resource(cmGVR).Namespace("ns").Create(ctx, cm(fmt.Sprintf("a-%03d", i), "other"), metav1.CreateOptions{}); err != nil {
+				if _, err := client.Resource(cmGVR).Namespace("ns").Create(ctx, cm(fmt.Sprintf("a-%04d", i), "other"), metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}
 			client.PrependReactor("list", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
-				// The fake ignores Limit: page as the API server does.
-				limit := a.(clienttesting.ListActionImpl).ListOptions.Limit
+				// The fake ignores Limit and Continue: page as the
+				// API server does, the token being the next offset.
+				opts := a.(clienttesting.ListActionImpl).ListOptions
 				all, err := client.Tracker().List(cmGVR, schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, "ns")
 				if err != nil {
 					return true, nil, err
 				}
 				list := all.(*unstructured.UnstructuredList)
 				slices.SortFunc(list.Items, func(a, b unstructured.Unstructured) int { return strings.Compare(a.GetName(), b.GetName()) })
-				if limit > 0 && int64(len(list.Items)) > limit {
-					list.Items = list.Items[:limit]
-					list.SetContinue("more")
+				from, _ := strconv.Atoi(opts.Continue)
+				list.Items = list.Items[from:]
+				if opts.Limit > 0 && int64(len(list.Items)) > opts.Limit {
+					list.Items = list.Items[:opts.Limit]
+					list.SetContinue(strconv.Itoa(from + int(opts.Limit)))
 				}
 				return true, list, nil
 			})
-			client.ClearActions()
-			e.Declare("k", ObjectSet{Objects: declared, DefaultNamespace: "ns"})
-			res, err := e.Sync(ctx, "k")
-			if err != nil || !res.InLine {
-				t.Fatalf("Sync = %+v, %v; want in line", res, err)
+			key := func(set int) string { return fmt.Sprintf("k%d", set) }
+			for set := range tt.sets {
+				if !tt.late || set == 0 {
+					e.Declare(key(set), ObjectSet{Objects: declared[set], DefaultNamespace: "ns"})
+				}
 			}
-			got := map[string]int{}
-			for _, a := range client.Actions() {
-				got[a.GetVerb()]++
-			}
-			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
-				t.Errorf("requests %v, want %v", got, tt.want)
+			for set := range tt.sets {
+				if tt.late && set > 0 {
+					e.Declare(key(set), ObjectSet{Objects: declared[set], DefaultNamespace: "ns"})
+				}
+				if tt.event && set == 1 {
+					e.onEvent(cmGVR, cm("z-1-0", "declared"))
+				}
+				client.ClearActions()
+				res, err := e.Sync(ctx, key(set))
+				if err != nil || !res.InLine {
+					t.Fatalf("Sync of set %d = %+v, %v; want in line", set, res, err)
+				}
+				got := map[string]int{}
+				for _, a := range client.Actions() {
+					got[a.GetVerb()]++
+				}
+				if fmt.Sprint(got) != fmt.Sprint(tt.want[set]) {
+					t.Errorf("set %d: requests %v, want %v", set, got, tt.want[set])
+				}
 			}
 		})
 	}

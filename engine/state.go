@@ -20,6 +20,10 @@ type objectSet struct {
 	// first declared.
 	since time.Time
 	seq   uint64
+	// owned is Engine.owned when the set last took an object into its
+	// holding: the set's objects were all tracked from then on (see
+	// listing.owned).
+	owned uint64
 	// namespaces are the Namespaces the set declares: its objects in one
 	// of them wait for it rather than fail (see Waiting).
 	namespaces map[string]bool

@@ -165,7 +165,7 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 	if schemaRetry > 0 {
 		res.requeueBy(schemaRetry)
 	}
-	errs := e.checkAll(ctx, s, todo, e.readAhead(ctx, todo), &res)
+	errs := e.checkAll(ctx, s, todo, e.readAhead(ctx, s, todo), &res)
 	e.summarize(key, s, todo, &res)
 	return res, errors.Join(errs...)
 }
