@@ -49,7 +49,7 @@ func (e *Engine) correct(ctx context.Context, s *objectSet, obj *lockedObject, d
 			// The set's own Namespace is on its way.
 			return errNamespaceWaiting
 		}
-		if version == "" && reason == "" && apierrors.IsNotFound(err) && s.kinds[schema.GroupKind{Group: obj.ref.GVR.Group, Kind: drift.Kind}] {
+		if version == "" && reason == "" && (apierrors.IsNotFound(err) || crdTerminating(err)) && s.kinds[schema.GroupKind{Group: obj.ref.GVR.Group, Kind: drift.Kind}] {
 			return errTypeWaiting
 		}
 		if reason == "" {

@@ -68,6 +68,10 @@ func permanentReason(err error) string {
 			return ReasonImmutable
 		}
 		return ReasonInvalid
+	case crdTerminating(err):
+		// Not the engine's identity: the type goes away, and may come
+		// back, as when its CRD is deleted and recreated.
+		return ""
 	case apierrors.IsForbidden(err):
 		return ReasonForbidden
 	case apierrors.IsNotFound(err):
@@ -82,6 +86,21 @@ func permanentReason(err error) string {
 		return ReasonMethodNotAllowed
 	}
 	return ""
+}
+
+// crdTerminating reports whether err is the API server refusing to create
+// a custom resource because its CRD is being deleted. From the moment the
+// CRD's finalizer (customresourcecleanup.apiextensions.k8s.io) marks it
+// Terminating until the CRD is gone, apiextensions-apiserver answers every
+// create with 403 Forbidden "create not allowed while custom resource
+// definition is terminating" (forbidCreateAdmission in
+// k8s.io/apiextensions-apiserver/pkg/apiserver/customresource_handler.go).
+// A custom resource deleted by that finalizer is seen deleted within that
+// window, so its first re-creation meets this refusal: it says nothing
+// about the engine's permissions, and holding the object back for
+// PermanentRetry would leave it missing for a minute after the CRD is back.
+func crdTerminating(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "while custom resource definition is terminating")
 }
 
 // refusal is an Invalid or Immutable refusal told in one line: each field

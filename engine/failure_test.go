@@ -32,6 +32,9 @@ func TestPermanentFailureIsReportedOnceAndRetriedEveryMinute(t *testing.T) {
 		{"immutable", apierrors.NewInvalid(schema.GroupKind{Group: "batch", Kind: "Job"}, "j", field.ErrorList{field.Invalid(field.NewPath("spec", "template"), "{}", "field is immutable")}), ReasonImmutable},
 		{"forbidden", apierrors.NewForbidden(cm, "c", errors.New(`User "system:serviceaccount:t:sa" cannot create resource "configmaps"`)), ReasonForbidden},
 		{"namespace missing", apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "ns"), ReasonNamespaceNotFound},
+		// A CRD being deleted refuses creates of its kind; the type may
+		// come back (see TestWaitingForTheSetsCRD for the set's own CRD).
+		{"CRD terminating", apierrors.NewForbidden(cm, "c", errors.New("create not allowed while custom resource definition is terminating")), ""},
 		{"throttled", apierrors.NewTooManyRequests("slow down", 1), ""},
 		{"server error", apierrors.NewInternalError(errors.New("etcd is away")), ""},
 	} {

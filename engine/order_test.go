@@ -174,29 +174,43 @@ func TestTypesChangedRetriesWhatIsNotInLine(t *testing.T) {
 
 // TestWaitingForTheSetsCRD: creating an object of a kind whose CRD the set
 // declares, while the API server does not serve the kind (the CRD was
-// deleted and is being recreated), waits and retries within a second
-// instead of failing into the caller's backoff.
+// deleted and is being recreated) or refuses it because the CRD is still
+// terminating, waits and retries within a second instead of failing into
+// the caller's backoff or PermanentRetry.
 func TestWaitingForTheSetsCRD(t *testing.T) {
-	ctx := context.Background()
-	e, client, _ := newTestEngine(t)
-	served := false
-	client.PrependReactor("create", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
-		if !served {
-			return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, "")
-		}
-		return false, nil, nil
-	})
-	// A CRD naming the kind; the fake serves no CRDs, so it stays
-	// unresolved, which does not hold the rest back.
-	crd := &unstructured.Unstructured{Object: obj(t, "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: configmaps.core}\nspec: {group: \"\", names: {kind: ConfigMap, plural: configmaps}}\n")}
-	e.Declare("k", ObjectSet{Objects: []*unstructured.Unstructured{crd, configMap(t, "declared")}, DefaultNamespace: "ns"})
-	res, err := e.Sync(ctx, "k")
-	if err != nil || len(res.Failed) != 0 || len(res.Drifts) != 0 || res.RequeueAfter == 0 || res.RequeueAfter > namespaceWait || res.InLine {
-		t.Fatalf("Sync while the declared CRD's kind is not served = %+v, %v; want no error, failure or drift, a requeue within %s", res, err, namespaceWait)
-	}
-	served = true
-	if res, err = e.Sync(ctx, "k"); err != nil || res.Locked != 1 {
-		t.Errorf("Sync once the kind is served = %+v, %v; want the object created", res, err)
+	gr := schema.GroupResource{Resource: "configmaps"}
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"not served", apierrors.NewNotFound(gr, "")},
+		// What apiextensions-apiserver answers from the moment the CRD's
+		// finalizer deletes its objects until the CRD is gone.
+		{"CRD terminating", apierrors.NewForbidden(gr, "c", errors.New("create not allowed while custom resource definition is terminating"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			e, client, _ := newTestEngine(t)
+			served := false
+			client.PrependReactor("create", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
+				if !served {
+					return true, nil, tc.err
+				}
+				return false, nil, nil
+			})
+			// A CRD naming the kind; the fake serves no CRDs, so it stays
+			// unresolved, which does not hold the rest back.
+			crd := &unstructured.Unstructured{Object: obj(t, "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: configmaps.core}\nspec: {group: \"\", names: {kind: ConfigMap, plural: configmaps}}\n")}
+			e.Declare("k", ObjectSet{Objects: []*unstructured.Unstructured{crd, configMap(t, "declared")}, DefaultNamespace: "ns"})
+			res, err := e.Sync(ctx, "k")
+			if err != nil || len(res.Failed) != 0 || len(res.Drifts) != 0 || res.RequeueAfter == 0 || res.RequeueAfter > namespaceWait || res.InLine {
+				t.Fatalf("Sync while the declared CRD's kind cannot be created = %+v, %v; want no error, failure or drift, a requeue within %s", res, err, namespaceWait)
+			}
+			served = true
+			if res, err = e.Sync(ctx, "k"); err != nil || res.Locked != 1 {
+				t.Errorf("Sync once the kind is served = %+v, %v; want the object created", res, err)
+			}
+		})
 	}
 }
 

@@ -131,7 +131,8 @@ var errNamespaceWaiting = errors.New("waiting for the set's own namespace")
 // errTypeWaiting says the creation of a custom resource waits for its CRD,
 // which the set declares, to be served: the CRD was deleted, taking its
 // objects with it, and is being recreated. A creation can be NotFound only
-// for its namespace or its type. Backing off exponentially on each try
+// for its namespace or its type, and is Forbidden while the CRD is still
+// terminating (see crdTerminating). Backing off exponentially on each try
 // would leave the object missing for a minute or more after the CRD is
 // back.
 var errTypeWaiting = errors.New("waiting for the set's own CRD to be served")
