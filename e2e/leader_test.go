@@ -26,6 +26,16 @@ func TestLeaderHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = first.Stop(10 * time.Second) }()
+	// A failed wait shows the shared locker's log (env.Eventually);
+	// who took, or failed to take, this Lease is in these lockers' own.
+	lockers := []*framework.Locker{first}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range lockers {
+				t.Log(framework.LogTail(l, 30))
+			}
+		}
+	})
 	holder := func() string { return leaseHolder(t, registration, "ha-locker") }
 	env.Eventually(t, 30*time.Second, func() error {
 		if holder() == "" {
@@ -39,6 +49,7 @@ func TestLeaderHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = second.Stop(10 * time.Second) }()
+	lockers = append(lockers, second)
 
 	env.Helm(t, framework.Helm3, "install", "cms", framework.Chart(t, "configmaps"), "-n", ns)
 	cr := env.RegisterIn(t, registration, ns, "cms")
