@@ -37,6 +37,12 @@ func (cp *ControlPlane) startControllerManager(path, serviceAccountKey string) e
 		// that signed it, from its --cert-dir.
 		"--root-ca-file=" + filepath.Join(cp.Dir, "certs", "apiserver.crt"),
 		"--use-service-account-credentials",
+		// Each controller's client is throttled to 20 requests a second
+		// by default: the endpoints of the bench's thousands of Services
+		// then take a quarter of an hour, which a real cluster's spread
+		// of creations never asks for at once.
+		"--kube-api-qps=200",
+		"--kube-api-burst=400",
 		// One controller-manager per control plane: a Lease would only
 		// add a renewal every 2 s.
 		"--leader-elect=false",

@@ -44,6 +44,9 @@ func measureColdLocks(ctx context.Context, p params, binaries []string, rounds i
 	if err != nil {
 		return err
 	}
+	if err := settle(ctx, env.kube); err != nil {
+		return err
+	}
 	restored, err := watchConfigMaps(ctx, env.dyn, metav1.NamespaceAll, "app.kubernetes.io/managed-by=Helm")
 	if err != nil {
 		return err

@@ -485,8 +485,10 @@ type scenarioResult struct {
 	ChurnDuring     *churnDuring       `json:"churnDuringLatency,omitempty"`
 	StatusChurn     *statusChurnResult `json:"statusChurn,omitempty"`
 	LabelChurn      *statusChurnResult `json:"labelChurn,omitempty"`
-	MassDrift       *massDriftResult   `json:"massDrift,omitempty"`
-	Idle            *idleResult        `json:"idle,omitempty"`
+	// ControllerChurn is the Deployment controller's own status writes.
+	ControllerChurn *controllerChurnResult `json:"controllerChurn,omitempty"`
+	MassDrift       *massDriftResult       `json:"massDrift,omitempty"`
+	Idle            *idleResult            `json:"idle,omitempty"`
 	// dashboard holds the scrapes of the locker's /metrics, from its start
 	// to the end of the latency measurement, that docs/dashboard.md's
 	// pictures are drawn from; nil when latency is not measured.
@@ -604,6 +606,9 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 		return nil, err
 	}
 	res.SetupS = time.Since(start).Seconds()
+	if err := settle(ctx, kube); err != nil {
+		return nil, err
+	}
 	restored, err := watchConfigMaps(ctx, dyn, metav1.NamespaceAll, "app.kubernetes.io/managed-by=Helm")
 	if err != nil {
 		return nil, err
@@ -649,6 +654,12 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 	}
 	if full != nil {
 		if res.Churn, err = churn(ctx, dyn, l, p, quiet); err != nil {
+			return nil, err
+		}
+		if err := quiet(); err != nil {
+			return nil, err
+		}
+		if res.ControllerChurn, err = controllerChurn(ctx, kube, dyn, l, p, quiet); err != nil {
 			return nil, err
 		}
 		if err := quiet(); err != nil {
@@ -794,6 +805,9 @@ func untrackedGrowth(ctx context.Context, tools controlplane.Tools, lockerBinary
 		if err := addUntracked(ctx, env.kube, env.dyn, have, p.Untracked); err != nil {
 			return nil, err
 		}
+		if err := settle(ctx, env.kube); err != nil {
+			return nil, err
+		}
 		have = p.Untracked
 		res := &scenarioResult{Params: p, SetupS: time.Since(start).Seconds()}
 		l, err := coldLock(ctx, env, restored, locked, lockerBinary, p, 30, res, nil, nil)
@@ -927,7 +941,19 @@ func coldLock(ctx context.Context, env *benchEnv, restored *configMapWatch, lock
 // waitQuiet waits, up to two minutes, until a 5 s window has at most the
 // baseline rate plus the Lease renewals (about 12 requests a minute).
 func waitQuiet(ctx context.Context, kube kubernetes.Interface, baselinePerMin float64) error {
-	deadline := time.Now().Add(2 * time.Minute)
+	return waitQuietWithin(ctx, kube, baselinePerMin, 2*time.Minute)
+}
+
+// settle waits, up to 15 minutes, until the controller-manager has done
+// what objects just created ask of it (ReplicaSets and pods of the
+// Deployments, endpoints of the Services): a locker started before then
+// would be measured against its load.
+func settle(ctx context.Context, kube kubernetes.Interface) error {
+	return waitQuietWithin(ctx, kube, 30, 15*time.Minute)
+}
+
+func waitQuietWithin(ctx context.Context, kube kubernetes.Interface, baselinePerMin float64, within time.Duration) error {
+	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
 		rate, err := requestRate(ctx, kube, 5*time.Second)
 		if err != nil {
@@ -936,7 +962,7 @@ func waitQuiet(ctx context.Context, kube kubernetes.Interface, baselinePerMin fl
 		if rate <= baselinePerMin+12 {
 			return nil
 		}
-		fmt.Fprintf(os.Stderr, "bench: waiting for the locker to go quiet (%.0f requests/min)\n", rate)
+		fmt.Fprintf(os.Stderr, "bench: waiting for the API server to go quiet (%.0f requests/min)\n", rate)
 	}
 	return nil
 }
