@@ -180,8 +180,10 @@ data:
 }
 
 // TestDefaultServiceAccountBoundsWrites runs a locker that writes as each
-// release's lock-writer ServiceAccount, which may write ConfigMaps in the
-// release namespace and nothing else. Recreating the release's
+// release's lock-writer ServiceAccount, bound to the ClusterRole edit in
+// the release namespace: what an application team has in a real cluster,
+// whose rules kube-controller-manager aggregates. It may write the
+// release's ConfigMap, and nothing cluster-wide: recreating the release's
 // ClusterRoleBinding is refused as Forbidden, naming the object, the verb
 // and the identity; the ConfigMap is still held.
 func TestDefaultServiceAccountBoundsWrites(t *testing.T) {
@@ -191,15 +193,9 @@ func TestDefaultServiceAccountBoundsWrites(t *testing.T) {
 	if _, err := env.Kube.CoreV1().ServiceAccounts(ns).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "lock-writer"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.Kube.RbacV1().Roles(ns).Create(t.Context(), &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "lock-writer"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := env.Kube.RbacV1().RoleBindings(ns).Create(t.Context(), &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "lock-writer"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "lock-writer"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "edit"},
 		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "lock-writer", Namespace: ns}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
