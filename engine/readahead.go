@@ -18,8 +18,9 @@ import (
 // the caches, and would read each with a GET: 12,650 of them for 500
 // releases of 50 objects. A sync reads those objects ahead instead, with
 // one list per type and namespace, and what that list returns of objects
-// other sets hold is kept for their syncs (see listings): in a burst,
-// each namespace is listed about once, not once per release.
+// other sets hold is kept for their syncs (see listings). In a burst most
+// sets are declared after the list of their namespace, which then cannot
+// serve them: it saved one list in seven at 500 releases.
 
 // readAheadMin is how many of a sync's objects of one type and namespace
 // must be missing from the caches before they are listed rather than read
