@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"slices"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -14,7 +15,7 @@ import (
 func (e *Engine) Declare(key string, set ObjectSet) {
 	s := &objectSet{
 		spec:       set,
-		since:      set.Since,
+		since:      unixNano(set.Since),
 		namespaces: map[string]bool{},
 		kinds:      map[schema.GroupKind]bool{},
 		dirty:      map[ObjectRef]int64{},
@@ -39,14 +40,14 @@ func (e *Engine) Declare(key string, set ObjectSet) {
 	switch {
 	case old != nil:
 		s.seq = old.seq
-		if s.since.IsZero() {
+		if s.since == 0 {
 			s.since = old.since
 		}
 	default:
 		e.declared++
 		s.seq = e.declared
-		if s.since.IsZero() {
-			s.since = e.now()
+		if s.since == 0 {
+			s.since = e.now().UnixNano()
 		}
 	}
 	e.sets[key] = s
@@ -135,4 +136,12 @@ func (e *Engine) releaseInformers(s *objectSet) {
 			e.informers.Release(gvr)
 		}
 	}
+}
+
+// unixNano is t in Unix nanoseconds, and 0 for the zero time.
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }

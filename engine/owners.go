@@ -37,7 +37,7 @@ func (s *objectSet) holdsBefore(o *objectSet) bool {
 	if s.spec.Precedence != o.spec.Precedence {
 		return s.spec.Precedence > o.spec.Precedence
 	}
-	return s.since.Before(o.since) || (s.since.Equal(o.since) && s.seq < o.seq)
+	return s.since < o.since || (s.since == o.since && s.seq < o.seq)
 }
 
 // ownLocked adds key, whose set is s, to ref's owners in the order of

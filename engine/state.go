@@ -17,8 +17,11 @@ type objectSet struct {
 	spec ObjectSet
 	// since, then seq, order the set among those that declare one object
 	// (see ObjectSet.Since); seq counts the keys in the order they were
-	// first declared.
-	since time.Time
+	// first declared. since is in Unix nanoseconds, 0 for none, not a
+	// time.Time, 16 bytes more: with an objectSet of 264 bytes in place of
+	// 256, BenchmarkHeldMemory's heap spans in use grew by 120 bytes a
+	// held object though its live heap grew by 1 (cause not found).
+	since int64
 	seq   uint64
 	// owned is Engine.owned when the set last took an object into its
 	// holding: the set's objects were all tracked from then on (see
