@@ -99,9 +99,10 @@ func seriesCounts(s string) ([]int, error) {
 }
 
 // runSeries runs one scenario per count of locked objects, with as many
-// untracked, each measured in full, and adds the rows to the report in out
-// (run's, when it ran first).
-func runSeries(ctx context.Context, counts []int, full *fullMeasure, out, lockerBinary string) error {
+// untracked, each measured in full, and adds the rows to the report in out:
+// run's, when it ran first, or with alone an older one, which then says
+// when the series was measured.
+func runSeries(ctx context.Context, counts []int, full *fullMeasure, out, lockerBinary string, alone bool) error {
 	tools, err := controlplane.FindTools(ctx)
 	if err != nil {
 		return err
@@ -117,7 +118,10 @@ func runSeries(ctx context.Context, counts []int, full *fullMeasure, out, locker
 	if err := json.Unmarshal(data, rep); err != nil {
 		return err
 	}
-	rep.Series = nil
+	rep.Series, rep.SeriesDate = nil, ""
+	if alone {
+		rep.SeriesDate = time.Now().UTC().Format(time.RFC3339)
+	}
 	for _, n := range counts {
 		p := params{Releases: n / seriesRelease, Objects: seriesRelease, Untracked: n}
 		fmt.Fprintf(os.Stderr, "bench: series %+v\n", p)
@@ -225,7 +229,7 @@ func main() {
 		os.Exit(2)
 	}
 	if *seriesOnly {
-		if err := runSeries(ctx, counts, &fullMeasure{edits: edits, concurrency: concurrency, idle: idle}, out, lockerBinary); err != nil {
+		if err := runSeries(ctx, counts, &fullMeasure{edits: edits, concurrency: concurrency, idle: idle}, out, lockerBinary, true); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -236,7 +240,7 @@ func main() {
 		os.Exit(1)
 	}
 	if len(counts) > 0 {
-		if err := runSeries(ctx, counts, &fullMeasure{edits: edits, concurrency: concurrency, idle: idle}, out, lockerBinary); err != nil {
+		if err := runSeries(ctx, counts, &fullMeasure{edits: edits, concurrency: concurrency, idle: idle}, out, lockerBinary, false); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -296,8 +300,10 @@ type report struct {
 	Base    *scenarioResult `json:"base"`
 	Growth  []growthRow     `json:"growth,omitempty"`
 	// Series is the scale series: one replica from 25,000 to 100,000
-	// locked objects (see runSeries).
-	Series   []*scenarioResult `json:"series,omitempty"`
+	// locked objects (see runSeries), measured at SeriesDate: -series-only
+	// measures it again into an older report.
+	Series     []*scenarioResult `json:"series,omitempty"`
+	SeriesDate string            `json:"seriesDate,omitempty"`
 	Derived  derived           `json:"derived"`
 	Settings map[string]any    `json:"settings"`
 }

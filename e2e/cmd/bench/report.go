@@ -121,7 +121,7 @@ func markdown(rep *report) string {
 		}
 	}
 	if len(rep.Series) > 0 {
-		seriesMarkdown(b, rep.Series)
+		seriesMarkdown(b, rep)
 	}
 	fmt.Fprintf(b, "\nRaw figures: [benchmarks.json](benchmarks.json).\n")
 	return b.String()
@@ -156,8 +156,13 @@ func startRequestsTable(b *strings.Builder, r *scenarioResult) {
 
 // seriesMarkdown is the scale series: a table of each row's figures, the
 // targets at the largest row, and the plot.
-func seriesMarkdown(b *strings.Builder, series []*scenarioResult) {
-	fmt.Fprintf(b, "\n## Scale series: one replica\n\nEach row is its own control plane: N releases of 50 objects each (shaped as above), plus as many untracked objects, measured in full as the base scenario is. Revert latency is against the floor of the same run. Idle requests leave out the Lease renewals (6 a minute). CPU per status event is from the status churn (above), the mass drift from a script changing one held field of 5,000 locked ConfigMaps at once at 50 at a time, against the same 5,000 PATCHes to untracked ConfigMaps sent the same way.\n\n")
+func seriesMarkdown(b *strings.Builder, rep *report) {
+	series := rep.Series
+	fmt.Fprintf(b, "\n## Scale series: one replica\n\n")
+	if rep.SeriesDate != "" {
+		fmt.Fprintf(b, "Measured on %s, after the sections above, by `bench -series-only`, on a control plane running kube-controller-manager, whose work after setup each row waits out.\n\n", rep.SeriesDate)
+	}
+	fmt.Fprintf(b, "Each row is its own control plane: N releases of 50 objects each (shaped as above), plus as many untracked objects, measured in full as the base scenario is. Revert latency is against the floor of the same run. Idle requests leave out the Lease renewals (6 a minute). CPU per status event is from the status churn (above), the mass drift from a script changing one held field of 5,000 locked ConfigMaps at once at 50 at a time, against the same 5,000 PATCHes to untracked ConfigMaps sent the same way.\n\n")
 	fmt.Fprintf(b, "| locked objects | releases | cold lock s | objects/s | requests at start (per release) | CRs created at once after start: cold lock s, objects/s, requests (per release) | GETs of locked objects at start, before / burst | RSS MiB | live heap MiB | single p50 / p99 ms | × floor p50 / p99 | idle requests/min | idle CPU s/min | µs per status event; per label event | mass drift: restored after / floor s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range series {
 		idleReq, idleCPU := 0.0, 0.0
