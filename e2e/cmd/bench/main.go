@@ -304,8 +304,8 @@ type report struct {
 	// measures it again into an older report.
 	Series     []*scenarioResult `json:"series,omitempty"`
 	SeriesDate string            `json:"seriesDate,omitempty"`
-	Derived  derived           `json:"derived"`
-	Settings map[string]any    `json:"settings"`
+	Derived    derived           `json:"derived"`
+	Settings   map[string]any    `json:"settings"`
 }
 
 type growthRow struct {
@@ -671,13 +671,13 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 		if err := quiet(); err != nil {
 			return nil, err
 		}
-		if res.StatusChurn, err = statusChurn(ctx, dyn, l, env.cp.Kubeconfig, dir, p, statusRate, 20*time.Second, false); err != nil {
+		if res.StatusChurn, err = statusChurn(ctx, kube, dyn, l, env.cp.Kubeconfig, dir, p, statusRate, 20*time.Second, false); err != nil {
 			return nil, err
 		}
 		if err := quiet(); err != nil {
 			return nil, err
 		}
-		if res.LabelChurn, err = statusChurn(ctx, dyn, l, env.cp.Kubeconfig, dir, p, statusRate, 20*time.Second, true); err != nil {
+		if res.LabelChurn, err = statusChurn(ctx, kube, dyn, l, env.cp.Kubeconfig, dir, p, statusRate, 20*time.Second, true); err != nil {
 			return nil, err
 		}
 		if err := quiet(); err != nil {
