@@ -119,17 +119,7 @@ func TestOpenLockKeepsItsObjects(t *testing.T) {
 			t.Cleanup(func() {
 				_ = env.Dynamic.Resource(mlv1.Resource).Namespace(framework.RegistrationNamespace).Delete(t.Context(), mlName, metav1.DeleteOptions{})
 			})
-			wantObject := "ConfigMap " + ns + "/" + cmName
-			inConflict := func() error {
-				ml := getManifestLock(t, framework.RegistrationNamespace, mlName)
-				for _, p := range ml.Status.NotLocked {
-					if p.Object == wantObject && p.Reason == v1alpha1.ReasonConflict && strings.Contains(p.Message, cr) {
-						return nil
-					}
-				}
-				return fmt.Errorf("ManifestLock %s: state %q, notLocked %+v; want %s in Conflict, held by HelmRelease %s",
-					mlName, ml.Status.State, ml.Status.NotLocked, wantObject, cr)
-			}
+			inConflict := conflictWith(t, framework.RegistrationNamespace, mlName, "ConfigMap "+ns+"/"+cmName, cr)
 			env.Eventually(t, 30*time.Second, inConflict)
 
 			versions, stop := watchConfigMap(t, ns, cmName)
@@ -224,17 +214,7 @@ func TestLockerStartedWhileHelmWorksKeepsTheObjects(t *testing.T) {
 	if _, err := env.Dynamic.Resource(mlv1.Resource).Namespace(registration).Create(t.Context(), ml, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	wantObject := "ConfigMap " + ns + "/" + cmName
-	inConflict := func() error {
-		ml := getManifestLock(t, registration, mlName)
-		for _, p := range ml.Status.NotLocked {
-			if p.Object == wantObject && p.Reason == v1alpha1.ReasonConflict && strings.Contains(p.Message, cr) {
-				return nil
-			}
-		}
-		return fmt.Errorf("ManifestLock %s: state %q, notLocked %+v; want %s in Conflict, held by HelmRelease %s",
-			mlName, ml.Status.State, ml.Status.NotLocked, wantObject, cr)
-	}
+	inConflict := conflictWith(t, registration, mlName, "ConfigMap "+ns+"/"+cmName, cr)
 	env.Eventually(t, 30*time.Second, inConflict)
 	if err := locker.Stop(10 * time.Second); err != nil {
 		t.Fatal(err)
@@ -274,4 +254,19 @@ func TestLockerStartedWhileHelmWorksKeepsTheObjects(t *testing.T) {
 	stop()
 	setKey(t, ns, cmName, "drifted")
 	waitForKey(t, ns, cmName, "from-helm")
+}
+
+// conflictWith returns a check that the ManifestLock registration/mlName
+// reports object in Conflict, held by the HelmRelease cr.
+func conflictWith(t *testing.T, registration, mlName, object, cr string) func() error {
+	return func() error {
+		ml := getManifestLock(t, registration, mlName)
+		for _, p := range ml.Status.NotLocked {
+			if p.Object == object && p.Reason == v1alpha1.ReasonConflict && strings.Contains(p.Message, cr) {
+				return nil
+			}
+		}
+		return fmt.Errorf("ManifestLock %s: state %q, notLocked %+v; want %s in Conflict, held by HelmRelease %s",
+			mlName, ml.Status.State, ml.Status.NotLocked, object, cr)
+	}
 }
