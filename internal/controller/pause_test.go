@@ -45,12 +45,7 @@ func TestOpenLockKeepsItsObjects(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			ml := &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": mlv1.SchemeGroupVersion.String(), "kind": mlv1.Kind,
-				"metadata": map[string]any{"name": "ml", "namespace": "cattle-helm-system", "generation": int64(1)},
-				"spec": map[string]any{"namespace": "apps",
-					"manifest": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  key: from-manifestlock\n"},
-			}}
+			ml := configMapLock()
 			hr := helmRelease(nil)
 			hr.Object["spec"].(map[string]any)["mode"] = "Prevent"
 			c, dyn := newTestController(t, hr, releaseSecret(t, "deployed", 1), func(dyn *dynamicfake.FakeDynamicClient) {
@@ -133,12 +128,7 @@ func TestRestartWhileHelmWorksKeepsTheObjects(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			ml := &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": mlv1.SchemeGroupVersion.String(), "kind": mlv1.Kind,
-				"metadata": map[string]any{"name": "ml", "namespace": "cattle-helm-system", "generation": int64(1)},
-				"spec": map[string]any{"namespace": "apps",
-					"manifest": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  key: from-manifestlock\n"},
-			}}
+			ml := configMapLock()
 			cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 				"metadata": map[string]any{"name": "cm", "namespace": "apps"}, "data": map[string]any{"key": "declared"}}}
 			hr := helmRelease(nil)
@@ -221,6 +211,17 @@ func deleteCR(t *testing.T, c *Controller) {
 	if err := c.crs.GetIndexer().Delete(obj); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// configMapLock is a ManifestLock declaring apps/cm, the ConfigMap the
+// HelmRelease of these tests declares too.
+func configMapLock() *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": mlv1.SchemeGroupVersion.String(), "kind": mlv1.Kind,
+		"metadata": map[string]any{"name": "ml", "namespace": "cattle-helm-system", "generation": int64(1)},
+		"spec": map[string]any{"namespace": "apps",
+			"manifest": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  key: from-manifestlock\n"},
+	}}
 }
 
 func configMap(t *testing.T, dyn *dynamicfake.FakeDynamicClient) *unstructured.Unstructured {
