@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -94,7 +95,7 @@ func (e *Engine) readAhead(ctx context.Context, s *objectSet, todo []dirtyObject
 	}
 	var read readAhead
 	for tn, objs := range missing {
-		l, ok := e.listings.take(tn, owned, objs, e.now())
+		l, ok := e.listings.take(tn, owned, objs)
 		if !ok {
 			if len(objs) < readAheadMin {
 				continue
@@ -156,7 +157,7 @@ func (e *Engine) list(ctx context.Context, tn typeNamespace, objs []*lockedObjec
 		}
 	}
 	if len(others) > 0 {
-		e.listings.keep(tn, listing{owned: owned, at: e.now(), byName: others})
+		e.listings.keep(tn, listing{owned: owned, byName: others})
 	}
 	return l, true
 }
@@ -170,6 +171,8 @@ type listings struct {
 	by map[typeNamespace]*listing
 	// n is len(by), read without mu by every event.
 	n atomic.Int32
+	// ttl, for tests, replaces listingTTL.
+	ttl time.Duration
 }
 
 type listing struct {
@@ -178,7 +181,6 @@ type listing struct {
 	// event of theirs after that reached the informer's cache, and the
 	// list began after their last event it did not keep.
 	owned  uint64
-	at     time.Time
 	byName map[string]*unstructured.Unstructured
 }
 
@@ -188,15 +190,26 @@ func (ls *listings) keep(tn typeNamespace, l listing) {
 	if ls.by == nil {
 		ls.by = map[typeNamespace]*listing{}
 	}
-	ls.by[tn] = &l
+	kept := &l
+	ls.by[tn] = kept
 	ls.n.Store(int32(len(ls.by)))
+	// A listing no sync takes and no event empties would otherwise keep
+	// its objects for good.
+	ttl := cmp.Or(ls.ttl, listingTTL)
+	time.AfterFunc(ttl, func() {
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		if ls.by[tn] == kept {
+			ls.dropLocked(tn)
+		}
+	})
 }
 
 // take returns objs as tn's listing has them, removing them from it, if
 // the listing serves their set, whose objects were held by owned, and lists
 // every one of them. An object it lacks is not taken not to exist: a set
 // that took it later is not served.
-func (ls *listings) take(tn typeNamespace, owned uint64, objs []*lockedObject, now time.Time) (listedObjects, bool) {
+func (ls *listings) take(tn typeNamespace, owned uint64, objs []*lockedObject) (listedObjects, bool) {
 	if ls.n.Load() == 0 {
 		return listedObjects{}, false
 	}
@@ -204,10 +217,6 @@ func (ls *listings) take(tn typeNamespace, owned uint64, objs []*lockedObject, n
 	defer ls.mu.Unlock()
 	l := ls.by[tn]
 	if l == nil {
-		return listedObjects{}, false
-	}
-	if now.Sub(l.at) > listingTTL {
-		ls.dropLocked(tn)
 		return listedObjects{}, false
 	}
 	if owned > l.owned {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -126,5 +127,29 @@ func TestReadAhead(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestListingsExpire: a listing that no sync takes and no event empties
+// lets go of its objects after its time, not when the next sync of its
+// namespace happens to come.
+func TestListingsExpire(t *testing.T) {
+	ls := &listings{ttl: 10 * time.Millisecond}
+	tn := typeNamespace{gvr: cmGVR, namespace: "ns"}
+	ls.keep(tn, listing{byName: map[string]*unstructured.Unstructured{"cm": {}}})
+	if ls.n.Load() != 1 {
+		t.Fatalf("%d listings kept, want 1", ls.n.Load())
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for ls.n.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the listing was still kept 5 s after its time of 10 ms")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if len(ls.by) != 0 {
+		t.Errorf("listings %v, want none", ls.by)
 	}
 }
