@@ -44,7 +44,7 @@ func TestCRDIdentity(t *testing.T) {
 		t.Error("CRD has no status subresource")
 	}
 	// kubectl get prints rancher/helm-locker's columns; -o wide adds
-	// the mode.
+	// the mode and the rerender policy with its last finding.
 	var columns, wide []string
 	for _, c := range crd.Spec.Versions[0].AdditionalPrinterColumns {
 		if c.Priority == 0 {
@@ -56,7 +56,7 @@ func TestCRDIdentity(t *testing.T) {
 	if diff := cmp.Diff([]string{"Release Name", "Release Namespace", "Version", "State", "Age"}, columns); diff != "" {
 		t.Errorf("printer columns (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"Mode"}, wide); diff != "" {
+	if diff := cmp.Diff([]string{"Mode", "Rerender", "Rendered"}, wide); diff != "" {
 		t.Errorf("wide printer columns (-want +got):\n%s", diff)
 	}
 }

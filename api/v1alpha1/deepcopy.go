@@ -18,6 +18,24 @@ func (s *HelmReleaseStatus) DeepCopy() *HelmReleaseStatus {
 		v := *s.Verified
 		out.Verified = &v
 	}
+	out.Rerender = s.Rerender.DeepCopy()
+	return &out
+}
+
+// DeepCopy returns a copy of r that shares nothing with it.
+func (r *RenderStatus) DeepCopy() *RenderStatus {
+	if r == nil {
+		return nil
+	}
+	out := *r
+	out.Lookups = slices.Clone(r.Lookups)
+	if r.Changes != nil {
+		out.Changes = make([]RenderChange, len(r.Changes))
+		for i, c := range r.Changes {
+			out.Changes[i] = c
+			out.Changes[i].Paths = slices.Clone(c.Paths)
+		}
+	}
 	return &out
 }
 

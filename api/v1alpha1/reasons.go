@@ -147,3 +147,32 @@ const (
 	// ReasonMethodNotAllowed: the resource does not take the write.
 	ReasonMethodNotAllowed = "MethodNotAllowed"
 )
+
+// The reasons of Rendered.
+const (
+	// ReasonRendersAsStored: the chart renders now what the locked
+	// revision stores (Rendered True).
+	ReasonRendersAsStored = "RendersAsStored"
+	// ReasonClusterChanged: the chart would render differently now; the
+	// message names the cause (Rendered False).
+	ReasonClusterChanged = "ClusterChanged"
+	// ReasonRenderForbidden: the write identity may not make a lookup
+	// the chart makes; the message names it, and nothing is read.
+	ReasonRenderForbidden = "Forbidden"
+	// ReasonNoWriteIdentity: the lock writes as the locker itself, whose
+	// reads would let a chart look up any object; nothing is rendered.
+	ReasonNoWriteIdentity = "NoWriteIdentity"
+	// ReasonRenderFailed: the chart fails to render, or its revision
+	// cannot be read whole.
+	ReasonRenderFailed = "RenderFailed"
+	// ReasonNotRendered: the lock does not hold a verified revision yet,
+	// so there is nothing to render.
+	ReasonNotRendered = "NotRendered"
+	// ReasonUpgraded: in Upgrade mode, the locker upgraded the release
+	// with the new render.
+	ReasonUpgraded = "Upgraded"
+	// ReasonUpgradeFailed: in Upgrade mode, Helm's upgrade failed; the
+	// message gives Helm's error. It is not retried for the same cause,
+	// and the last deployed revision stays held.
+	ReasonUpgradeFailed = "UpgradeFailed"
+)

@@ -50,7 +50,27 @@ type HelmReleaseSpec struct {
 	// write of the lock impersonates, so that the lock can do no more
 	// than that account may. Empty takes the locker's default.
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+	// Rerender says what the locker does when the cluster moves under
+	// the release, so that its chart would render differently now: Off
+	// (the default) does nothing, Report renders the chart again and
+	// reports what would change, and Upgrade also upgrades the release
+	// through Helm with that render. Empty takes the locker's
+	// --default-rerender.
+	Rerender Rerender `json:"rerender,omitempty"`
 }
+
+// Rerender says whether the locker renders a release's chart again. Helm
+// renders a chart once, against the cluster as it is at install: a
+// `lookup` target or the cluster's capabilities that change afterwards
+// leave the stored manifest stale, and the lock would hold it faithfully.
+type Rerender string
+
+// The values of Rerender.
+const (
+	RerenderOff     Rerender = "Off"
+	RerenderReport  Rerender = "Report"
+	RerenderUpgrade Rerender = "Upgrade"
+)
 
 // Mode says what the locker does about drift.
 type Mode string
@@ -140,6 +160,12 @@ const (
 	// unanswered before it turns False, and it turns True again within
 	// seconds of the webhook answering.
 	ConditionAdmissionAnswered = "AdmissionAnswered"
+	// ConditionRendered is set with spec.rerender Report or Upgrade: True
+	// while the chart, rendered again against the cluster as it is now,
+	// renders what the locked revision stores; False, with reason
+	// ClusterChanged, when it would render differently; Unknown (or
+	// False) with another reason when it cannot be rendered.
+	ConditionRendered = "Rendered"
 )
 
 // The reasons of ConditionAdmissionAnswered.
@@ -169,7 +195,53 @@ type HelmReleaseStatus struct {
 	// Verified is the last revision the locker trusts (see
 	// VerifiedRevision).
 	Verified *VerifiedRevision `json:"verified,omitempty"`
+	// Rerender is what the last render of the chart found, with
+	// spec.rerender Report or Upgrade.
+	Rerender *RenderStatus `json:"rerender,omitempty"`
 }
+
+// RenderStatus reports the last render of a release's chart against the
+// cluster as it is now. It names paths, never values: a Secret's data
+// would otherwise be shown to whoever may read the CR.
+type RenderStatus struct {
+	// Revision is the verified revision whose chart and values were
+	// rendered.
+	Revision int `json:"revision"`
+	// Cause is what made the render differ, in words, such as "lookup of
+	// ConfigMap apps/settings changed"; empty when it renders as stored.
+	Cause string `json:"cause,omitempty"`
+	// Time is when the render ran.
+	Time metav1.Time `json:"time"`
+	// Lookups are what the chart's templates looked up, at most
+	// MaxRenderLookups of them.
+	Lookups []string `json:"lookups,omitempty"`
+	// Changes are the objects that would change, at most
+	// MaxRenderChanges of them.
+	Changes []RenderChange `json:"changes,omitempty"`
+	// MoreChanges counts the changed objects left out of Changes.
+	MoreChanges int `json:"moreChanges,omitempty"`
+}
+
+// RenderChange is one object the chart renders differently now.
+type RenderChange struct {
+	// Object is kind/namespace/name, or kind/name when cluster-scoped.
+	Object string `json:"object"`
+	// Paths are the JSON pointers that would change, at most
+	// MaxRenderPaths of them.
+	Paths []string `json:"paths,omitempty"`
+	// Added says the chart now renders an object the stored manifest
+	// lacks; Removed, that it no longer renders one it has.
+	Added   bool `json:"added,omitempty"`
+	Removed bool `json:"removed,omitempty"`
+}
+
+// The bounds of RenderStatus, so that a chart cannot make its CR's status
+// huge.
+const (
+	MaxRenderChanges = 20
+	MaxRenderPaths   = 20
+	MaxRenderLookups = 20
+)
 
 // LockStatus is what every kind of lock reports of the objects it holds,
 // the same way: a HelmRelease of its release's revision, a ManifestLock of

@@ -64,6 +64,7 @@ func TestChartValuesCoverEveryFlag(t *testing.T) {
 		"tenant-manifest-locks":       {map[string]any{"tenantManifestLocks": false}, "false"},
 		"install-crds":                {map[string]any{"installCRDs": true}, "true"},
 		"default-service-account":     {map[string]any{"defaultServiceAccount": "deployer"}, "deployer"},
+		"default-rerender":            {map[string]any{"defaultRerender": "Report"}, "Report"},
 		"watch-label-selector":        {map[string]any{"shards": []any{"a"}}, "sharding.helm-locker.io/shard=a"},
 		"leader-elect-lease-name":     {map[string]any{"shards": []any{"a"}}, "helm-locker-a"},
 		"webhook-service":             {map[string]any{"shards": []any{"a"}}, "helm-locker-webhook-a"},

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/internal/controller"
 )
 
@@ -21,6 +22,7 @@ type options struct {
 	workers        int
 	helmManagers   []string
 	defaultSA      string
+	rerender       string
 	tenantLocks    bool
 	qps            float32
 	burst          int
@@ -88,6 +90,7 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.DurationVar(&opts.renewDeadline, "leader-elect-renew-deadline", 12*time.Second, "how long after its last renewal a leader that cannot renew stops leading (and stands by again); shorter than the lease duration, so it stops before a standby takes over")
 	f.DurationVar(&opts.retryPeriod, "leader-elect-retry-period", 10*time.Second, "how often the leader renews its Lease (the locker's only requests when nothing changes), and how long to wait after a failed request; standbys watch the Lease rather than poll it")
 	f.StringVar(&opts.defaultSA, "default-service-account", "", "ServiceAccount, in each release's namespace, whose identity the writes of a HelmRelease without spec.serviceAccountName impersonate; empty writes with the locker's own identity")
+	f.StringVar(&opts.rerender, "default-rerender", string(v1alpha1.RerenderOff), "spec.rerender of a HelmRelease that sets none: Off, Report (render the chart again when the cluster moves under the release, as its write identity, and report what would change) or Upgrade (also upgrade the release through Helm)")
 	f.BoolVar(&opts.tenantLocks, "tenant-manifest-locks", true, "also serve ManifestLocks outside the registration namespace (each holding its own namespace's objects, and writing only as a ServiceAccount whose helm-locker.io/manifest-locks annotation names the lock); run one locker per cluster with it, or annotate each lock helm-locker.io/managed-by: <controller-name>")
 	f.StringSliceVar(&opts.helmManagers, "helm-field-managers", []string{"helm"}, "field managers Helm writes with (Helm names its manager after its binary)")
 	f.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "address serving Prometheus metrics on /metrics; 0 turns them off")

@@ -8,6 +8,7 @@ import (
 	"net/http/pprof"
 	"net/url"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/helm-locker/helm-locker/api"
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/informers"
 	"github.com/helm-locker/helm-locker/internal/admission"
 	"github.com/helm-locker/helm-locker/internal/controller"
@@ -49,6 +51,9 @@ func runOperator(ctx context.Context, opts *options) error {
 	selector, err := opts.served()
 	if err != nil {
 		return err
+	}
+	if !slices.Contains([]v1alpha1.Rerender{v1alpha1.RerenderOff, v1alpha1.RerenderReport, v1alpha1.RerenderUpgrade}, v1alpha1.Rerender(opts.rerender)) {
+		return fmt.Errorf("--default-rerender %q: want Off, Report or Upgrade", opts.rerender)
 	}
 	klog.FromContext(ctx).Info("Starting helm-locker", "version", versionString(), "namespace", opts.namespace, "lease", opts.lease(), "selector", selector.String(), "heapLimitBytes", limitHeap())
 
@@ -224,6 +229,7 @@ func (op *operator) newController(readOnly bool) *controller.Controller {
 		Selector:              op.selector,
 		HelmManagers:          op.opts.helmManagers,
 		DefaultServiceAccount: op.opts.defaultSA,
+		DefaultRerender:       v1alpha1.Rerender(op.opts.rerender),
 		TenantManifestLocks:   op.opts.tenantLocks,
 		Dynamic:               op.dyn,
 		REST:                  op.cfg,

@@ -75,6 +75,9 @@ type Config struct {
 	// writes of a CR that names no spec.serviceAccountName impersonate;
 	// empty writes those with the locker's own identity.
 	DefaultServiceAccount string
+	// DefaultRerender is the spec.rerender of a HelmRelease that sets
+	// none; empty is Off.
+	DefaultRerender v1alpha1.Rerender
 	// TenantManifestLocks makes the controller serve ManifestLocks in
 	// every namespace, not only the registration namespace's.
 	TenantManifestLocks bool
