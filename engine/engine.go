@@ -182,6 +182,8 @@ type Engine struct {
 	generations atomic.Uint64
 	// listings keep what read-ahead lists returned for other sets' syncs.
 	listings listings
+	// watches are the callers' Watch targets.
+	watches watches
 
 	mu   sync.Mutex
 	sets map[string]*objectSet

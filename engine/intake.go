@@ -23,6 +23,7 @@ func (e *Engine) onEvent(gvr schema.GroupVersionResource, obj any) {
 		return
 	}
 	ref := ObjectRef{GVR: gvr, Namespace: m.GetNamespace(), Name: m.GetName()}
+	e.watches.changed(gvr, ref.Namespace, ref.Name)
 	now := e.now().UnixNano()
 	e.mu.Lock()
 	key := e.holderLocked(ref)

@@ -267,6 +267,16 @@ func (r *Registry) WaitForAllSynced(ctx context.Context) bool {
 	return true
 }
 
+// Refs counts the Acquires of gvr not yet Released, for tests.
+func (r *Registry) Refs(gvr schema.GroupVersionResource) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.entries[gvr]; e != nil {
+		return e.refs
+	}
+	return 0
+}
+
 // Running lists the types whose informers run now, for tests and metrics.
 func (r *Registry) Running() []schema.GroupVersionResource {
 	r.mu.Lock()
