@@ -31,16 +31,16 @@ type watches struct {
 
 type watcher struct {
 	targets []WatchTarget
-	notify  func()
+	notify  func(WatchTarget)
 }
 
-// Watch calls notify, from informer goroutines, whenever an object that
-// targets name is added, changed or deleted, until Unwatch(key) or the next
+// Watch calls notify, from informer goroutines, with the first of targets
+// that names an object that was added, changed or deleted, until Unwatch(key) or the next
 // Watch of key. It watches objects that no set holds, such as what a
 // chart's templates look up: the engine's informers run for their types
 // as long as they are watched. notify must be quick, and must not call
 // Watch or Unwatch: releasing a type waits for its informer to stop.
-func (e *Engine) Watch(key string, targets []WatchTarget, notify func()) {
+func (e *Engine) Watch(key string, targets []WatchTarget, notify func(WatchTarget)) {
 	targets = slices.Clone(targets)
 	w := &watcher{targets: targets, notify: notify}
 	old := e.watches.replace(key, w)
@@ -109,17 +109,21 @@ func (ws *watches) replace(key string, w *watcher) *watcher {
 // changed notifies every watcher with a target that the object matches.
 func (ws *watches) changed(gvr schema.GroupVersionResource, namespace, name string) {
 	ws.mu.RLock()
-	var notify []func()
+	type call struct {
+		notify func(WatchTarget)
+		target WatchTarget
+	}
+	var calls []call
 	for w := range ws.byType[gvr] {
 		for _, t := range w.targets {
 			if t.GVR == gvr && t.matches(namespace, name) {
-				notify = append(notify, w.notify)
+				calls = append(calls, call{w.notify, t})
 				break
 			}
 		}
 	}
 	ws.mu.RUnlock()
-	for _, n := range notify {
-		n()
+	for _, c := range calls {
+		c.notify(c.target)
 	}
 }

@@ -43,11 +43,17 @@ func TestWatchNotifies(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e, _, notified := newTestEngine(t)
-			calls := 0
-			e.Watch("render/a", tc.targets, func() { calls++ })
+			var calls []WatchTarget
+			e.Watch("render/a", tc.targets, func(t WatchTarget) { calls = append(calls, t) })
 			e.onEvent(tc.gvr, tc.obj)
-			if got := calls == 1; got != tc.want {
-				t.Errorf("notified %d times, want notified: %v", calls, tc.want)
+			if got := len(calls) == 1; got != tc.want {
+				t.Errorf("notified %d times, want notified: %v", len(calls), tc.want)
+			}
+			if len(calls) == 1 {
+				i := slices.IndexFunc(tc.targets, func(t WatchTarget) bool { return t.GVR == tc.gvr })
+				if calls[0] != tc.targets[i] {
+					t.Errorf("notified with %+v, want the target that matched, %+v", calls[0], tc.targets[i])
+				}
 			}
 			if len(*notified) != 0 {
 				t.Errorf("sets notified %v: a watch is no set", *notified)
@@ -58,8 +64,8 @@ func TestWatchNotifies(t *testing.T) {
 	t.Run("replaced and ended", func(t *testing.T) {
 		e, _, _ := newTestEngine(t)
 		var calls []string
-		e.Watch("k", []WatchTarget{{GVR: cmGVR, Namespace: "apps", Name: "a"}}, func() { calls = append(calls, "first") })
-		e.Watch("k", []WatchTarget{{GVR: cmGVR, Namespace: "apps", Name: "b"}}, func() { calls = append(calls, "second") })
+		e.Watch("k", []WatchTarget{{GVR: cmGVR, Namespace: "apps", Name: "a"}}, func(WatchTarget) { calls = append(calls, "first") })
+		e.Watch("k", []WatchTarget{{GVR: cmGVR, Namespace: "apps", Name: "b"}}, func(WatchTarget) { calls = append(calls, "second") })
 		e.onEvent(cmGVR, stub("apps", "a"))
 		e.onEvent(cmGVR, stub("apps", "b"))
 		e.Unwatch("k")
@@ -75,12 +81,12 @@ func TestWatchNotifies(t *testing.T) {
 func TestWatchHoldsInformers(t *testing.T) {
 	e, _, _ := newTestEngine(t)
 	refs := func(gvr schema.GroupVersionResource) int { return e.informers.Refs(gvr) }
-	e.Watch("a", []WatchTarget{{GVR: cmGVR, Namespace: "x", Name: "1"}, {GVR: cmGVR, Namespace: "x", Name: "2"}}, func() {})
-	e.Watch("b", []WatchTarget{{GVR: cmGVR, Namespace: "y"}}, func() {})
+	e.Watch("a", []WatchTarget{{GVR: cmGVR, Namespace: "x", Name: "1"}, {GVR: cmGVR, Namespace: "x", Name: "2"}}, func(WatchTarget) {})
+	e.Watch("b", []WatchTarget{{GVR: cmGVR, Namespace: "y"}}, func(WatchTarget) {})
 	if got := refs(cmGVR); got != 2 {
 		t.Errorf("configmaps acquired %d times by two watches, want 2 (once each)", got)
 	}
-	e.Watch("a", []WatchTarget{{GVR: roleGVR, Name: "view"}}, func() {})
+	e.Watch("a", []WatchTarget{{GVR: roleGVR, Name: "view"}}, func(WatchTarget) {})
 	if got := refs(cmGVR); got != 1 {
 		t.Errorf("configmaps acquired %d times after a's Watch moved on, want 1", got)
 	}
