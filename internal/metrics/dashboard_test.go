@@ -132,6 +132,7 @@ func exportedSeries(t *testing.T) map[string]map[string]bool {
 	m.Denied("apps", "web", "ConfigMap")
 	m.Reviewed(true)
 	m.EventDropped("QueueFull")
+	m.ObserveRender("apps", "web", "Stale", time.Millisecond)
 	q := m.WorkqueueProvider()
 	q.NewDepthMetric("q")
 	q.NewAddsMetric("q")

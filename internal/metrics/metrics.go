@@ -35,6 +35,7 @@ type Metrics struct {
 	workqueue      *workqueueProvider
 	client         *clientRequests
 	webhook        *webhookMetrics
+	render         *renderMetrics
 
 	mu       sync.Mutex
 	releases map[string]releaseFigures // by CR key
@@ -105,6 +106,7 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 	m.workqueue = newWorkqueueProvider(m.registry)
 	m.client = newClientRequests(m.registry)
 	m.webhook = newWebhookMetrics(m.registry)
+	m.render = newRenderMetrics(m.registry)
 	return m
 }
 
