@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -38,6 +39,8 @@ type Proxy struct {
 	paused map[schema.GroupResource]chan struct{}
 	// delays holds, by path, how long each GET of an object is held back.
 	delays map[string]time.Duration
+	// version, if set, is the gitVersion /version answers with.
+	version string
 }
 
 // blockedStatus is what a refused watch gets: the Status an API server sends
@@ -92,6 +95,10 @@ func (e *Env) StartProxy(t testing.TB) *Proxy {
 			if resource, ok := watchedResource(r.URL.Path); ok {
 				w = &pausableWriter{ResponseWriter: w, ctx: ctx, paused: func() <-chan struct{} { return p.pausedUntil(resource) }}
 			}
+		} else if v := p.servedVersion(); v != "" && r.URL.Path == "/version" {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = fmt.Fprintf(w, `{"major":%q,"minor":%q,"gitVersion":%q,"platform":"linux/amd64"}`, versionPart(v, 0), versionPart(v, 1), v)
+			return
 		} else if d := p.readDelay(r); d > 0 {
 			select {
 			case <-time.After(d):
@@ -118,6 +125,30 @@ func (e *Env) StartProxy(t testing.TB) *Proxy {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// AnswerVersion makes /version answer with gitVersion, such as "v1.37.0",
+// as an API server upgraded in place would; "" passes /version through
+// again.
+func (p *Proxy) AnswerVersion(gitVersion string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.version = gitVersion
+}
+
+func (p *Proxy) servedVersion() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.version
+}
+
+// versionPart is the i-th number of a version "v1.37.0": "1", "37".
+func versionPart(v string, i int) string {
+	parts := strings.Split(strings.TrimPrefix(v, "v"), ".")
+	if i < len(parts) {
+		return parts[i]
+	}
+	return ""
 }
 
 // Kubeconfig is the path of a cluster admin's kubeconfig that reaches the

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"bufio"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -237,4 +239,38 @@ func TestProxyPausesWatches(t *testing.T) {
 	next("secrets watched before the pause, after it", before, "second\n")
 	next("secrets watched during the pause, after it", during, "first\n")
 	next("secrets watched during the pause, after it", during, "second\n")
+}
+
+// TestProxyAnswersVersion: once told, /version answers with the version
+// given, as discovery reads it, and every other path still reaches the API
+// server; told "", /version reaches it again.
+func TestProxyAnswersVersion(t *testing.T) {
+	upstream := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"gitVersion":"upstream"}`)
+	}))
+	t.Cleanup(upstream.Close)
+	proxy, get := startTestProxy(t, upstream.URL)
+	read := func(path string) string {
+		t.Helper()
+		b, err := io.ReadAll(get(path).Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	proxy.AnswerVersion("v1.37.2")
+	var v version.Info
+	if err := json.Unmarshal([]byte(read("/version")), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.GitVersion != "v1.37.2" || v.Major != "1" || v.Minor != "37" {
+		t.Errorf("/version answered %+v, want v1.37.2, major 1, minor 37", v)
+	}
+	if got := read("/api"); got != `{"gitVersion":"upstream"}` {
+		t.Errorf("/api answered %q, want the API server's answer", got)
+	}
+	proxy.AnswerVersion("")
+	if got := read("/version"); got != `{"gitVersion":"upstream"}` {
+		t.Errorf("/version answered %q after AnswerVersion(\"\"), want the API server's answer", got)
+	}
 }

@@ -66,3 +66,21 @@ func (m *Map[K, V]) Delete(key K) (V, bool) {
 	delete(m.m, key)
 	return v, ok
 }
+
+// Range calls f with each key and value, from a copy taken under the lock:
+// f may use m, and does not see what changes while it runs.
+func (m *Map[K, V]) Range(f func(key K, v V)) {
+	m.mu.RLock()
+	type entry struct {
+		key K
+		v   V
+	}
+	entries := make([]entry, 0, len(m.m))
+	for k, v := range m.m {
+		entries = append(entries, entry{k, v})
+	}
+	m.mu.RUnlock()
+	for _, e := range entries {
+		f(e.key, e.v)
+	}
+}

@@ -97,3 +97,24 @@ func TestGetOrCreateOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestRange: Range visits every entry once, and f may change the map,
+// which the visit does not see.
+func TestRange(t *testing.T) {
+	var m Map[string, int]
+	m.Range(func(string, int) { t.Error("the zero value has entries") })
+	m.Set("a", 1)
+	m.Set("b", 2)
+	seen := map[string]int{}
+	m.Range(func(k string, v int) {
+		seen[k] += v
+		m.Delete("a")
+		m.Set("c", 3)
+	})
+	if len(seen) != 2 || seen["a"] != 1 || seen["b"] != 2 {
+		t.Errorf("Range saw %v, want a=1 and b=2 once each", seen)
+	}
+	if _, ok := m.Get("c"); !ok {
+		t.Error("a Set from within Range was lost")
+	}
+}
