@@ -224,7 +224,8 @@ type RenderStatus struct {
 
 // RenderChange is one object the chart renders differently now.
 type RenderChange struct {
-	// Object is kind/namespace/name, or kind/name when cluster-scoped.
+	// Object is "Kind namespace/name", or "Kind name" when
+	// cluster-scoped, as events name objects.
 	Object string `json:"object"`
 	// Paths are the JSON pointers that would change, at most
 	// MaxRenderPaths of them.

@@ -1,0 +1,202 @@
+package render
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/helm-locker/helm-locker/manifest"
+)
+
+// Change is how one object a chart renders now differs from the one Helm
+// stored. It never holds a value, only where values differ: a Secret's
+// data must not leak into events, conditions or logs.
+type Change struct {
+	// Object is "Kind namespace/name", or "Kind name" without a
+	// namespace.
+	Object string
+	// Paths are the RFC 6901 JSON pointers where the two differ: the
+	// leaves, a key on one side only, a list whose length changed.
+	Paths []string
+	// Added says the chart now renders an object the stored manifest
+	// lacks.
+	Added bool
+	// Removed says the stored manifest has an object the chart no longer
+	// renders.
+	Removed bool
+}
+
+// Compare says how the manifest a chart renders now differs from the one
+// Helm stored. Charts generate values (randAlphaNum, genCA, uuidv4, now)
+// that differ at every render, so again, a second render with the same
+// inputs as now, marks what the chart does not decide: every path (or
+// whole object) where now and again differ is left out. Objects whose
+// "# Source:" is under a subchart (<chart>/charts/...) are left out of
+// both sides, since Helm does not store subcharts and Render cannot
+// render them. Changes are in a fixed order: by group, kind, namespace
+// and name, with paths sorted.
+func Compare(stored, now, again string) ([]Change, error) {
+	s, err := objectsOf(stored)
+	if err != nil {
+		return nil, err
+	}
+	n, err := objectsOf(now)
+	if err != nil {
+		return nil, err
+	}
+	a, err := objectsOf(again)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]objectKey, 0, len(s)+len(n))
+	for k := range s {
+		keys = append(keys, k)
+	}
+	for k := range n {
+		if _, ok := s[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, objectKey.compare)
+
+	var changes []Change
+	for _, k := range keys {
+		was, stored := s[k]
+		is, renders := n[k]
+		then, rendersAgain := a[k]
+		switch {
+		case renders != rendersAgain:
+			// Whether the chart renders it at all is left to chance.
+		case !renders:
+			changes = append(changes, Change{Object: k.String(), Removed: true})
+		case !stored:
+			changes = append(changes, Change{Object: k.String(), Added: true})
+		default:
+			if paths := stablePaths(diff(was, is), diff(is, then)); len(paths) > 0 {
+				changes = append(changes, Change{Object: k.String(), Paths: paths})
+			}
+		}
+	}
+	return changes, nil
+}
+
+// objectKey identifies an object across renders: the version may change
+// with the chart, the group, kind, namespace (as written) and name may not.
+type objectKey struct{ group, kind, namespace, name string }
+
+func (k objectKey) compare(o objectKey) int {
+	return cmp.Or(cmp.Compare(k.group, o.group), cmp.Compare(k.kind, o.kind),
+		cmp.Compare(k.namespace, o.namespace), cmp.Compare(k.name, o.name))
+}
+
+func (k objectKey) String() string {
+	if k.namespace == "" {
+		return k.kind + " " + k.name
+	}
+	return k.kind + " " + k.namespace + "/" + k.name
+}
+
+// sourceLine starts every document of a manifest as Helm stores it.
+const sourceLine = "---\n# Source: "
+
+// objectsOf parses a manifest as Helm stores it into its objects, leaving
+// out those rendered from subcharts. manifest.ParseHelm does not say which
+// template an object came from, so the manifest is cut at Helm's Source
+// lines first and each document parsed on its own. Where two documents
+// declare the same object, the last is kept, as Helm's apply of both
+// would leave it.
+func objectsOf(m string) (map[objectKey]map[string]any, error) {
+	out := map[objectKey]map[string]any{}
+	for i, doc := range strings.Split("\n"+m, "\n"+sourceLine) {
+		source, _, _ := strings.Cut(doc, "\n")
+		if i == 0 {
+			source = "" // what comes before the first Source line
+		} else {
+			doc = sourceLine + doc
+		}
+		if _, under, _ := strings.Cut(source, "/"); strings.HasPrefix(under, "charts/") {
+			continue
+		}
+		objs, err := manifest.ParseHelm(doc)
+		if err != nil {
+			return nil, err
+		}
+		for _, obj := range objs {
+			out[keyOf(obj)] = obj.Object
+		}
+	}
+	return out, nil
+}
+
+func keyOf(obj *unstructured.Unstructured) objectKey {
+	gvk := obj.GroupVersionKind()
+	return objectKey{group: gvk.Group, kind: gvk.Kind, namespace: obj.GetNamespace(), name: obj.GetName()}
+}
+
+// diff returns the JSON pointers where a and b differ: leaves, keys on one
+// side only, lists of different lengths, values of different types.
+func diff(a, b any) []string {
+	var paths []string
+	var walk func(a, b any, path string)
+	walk = func(a, b any, path string) {
+		switch av := a.(type) {
+		case map[string]any:
+			bv, ok := b.(map[string]any)
+			if !ok {
+				paths = append(paths, path)
+				return
+			}
+			for k, ae := range av {
+				if be, ok := bv[k]; ok {
+					walk(ae, be, path+"/"+escape(k))
+				} else {
+					paths = append(paths, path+"/"+escape(k))
+				}
+			}
+			for k := range bv {
+				if _, ok := av[k]; !ok {
+					paths = append(paths, path+"/"+escape(k))
+				}
+			}
+		case []any:
+			bv, ok := b.([]any)
+			if !ok || len(av) != len(bv) {
+				paths = append(paths, path)
+				return
+			}
+			for i := range av {
+				walk(av[i], bv[i], path+"/"+strconv.Itoa(i))
+			}
+		default:
+			// a is a scalar here, so == cannot panic.
+			if a != b {
+				paths = append(paths, path)
+			}
+		}
+	}
+	walk(a, b, "")
+	return paths
+}
+
+// escape escapes a key for a JSON pointer (RFC 6901).
+func escape(key string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
+}
+
+// stablePaths is changed without the paths at, under or above one that
+// differs between two renders with the same inputs, sorted.
+func stablePaths(changed, unstable []string) []string {
+	var out []string
+	for _, p := range changed {
+		if !slices.ContainsFunc(unstable, func(u string) bool {
+			return p == u || strings.HasPrefix(p, u+"/") || strings.HasPrefix(u, p+"/")
+		}) {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
