@@ -1,0 +1,49 @@
+package upgrade
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	actionv3 "helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/release"
+)
+
+// upgradeClientSide upgrades rel with Helm 3's upgrade action, as `helm
+// upgrade --reuse-values` of Helm 3 does: a client-side three-way
+// strategic merge, written as manager "helm" with operation Update.
+func upgradeClientSide(ctx context.Context, getter *clientGetter, rel *release.Release, opts Options) (*release.Release, error) {
+	var cfg actionv3.Configuration
+	// Helm 3's actions log through this function alone; a library does
+	// not log, and the caller reports the error returned.
+	if err := cfg.Init(getter, rel.Namespace, "secret", func(string, ...any) {}); err != nil {
+		return nil, err
+	}
+	ch, err := copyChart[chart.Chart](rel.Chart)
+	if err != nil {
+		return nil, err
+	}
+	u := actionv3.NewUpgrade(&cfg)
+	u.Namespace = rel.Namespace
+	u.ReuseValues = true
+	u.DryRunOption = "none" // the CLI's value when --dry-run is not given
+	u.MaxHistory = opts.historyMax()
+	u.Timeout = opts.timeout()
+	return u.RunWithContext(ctx, rel.Name, ch, map[string]any{})
+}
+
+// copyChart returns a deep copy of ch as chart type T of either SDK, which
+// both encode as Helm stores them. Helm's upgrade sets the chart's values
+// to the release's (reuseValues), so it gets a copy, not the caller's.
+func copyChart[T any](ch *chart.Chart) (*T, error) {
+	raw, err := json.Marshal(ch)
+	if err != nil {
+		return nil, fmt.Errorf("copying the stored chart: %w", err)
+	}
+	out := new(T)
+	if err := json.Unmarshal(raw, out); err != nil {
+		return nil, fmt.Errorf("copying the stored chart: %w", err)
+	}
+	return out, nil
+}

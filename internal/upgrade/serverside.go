@@ -1,0 +1,78 @@
+package upgrade
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+
+	"helm.sh/helm/v3/pkg/release"
+	actionv4 "helm.sh/helm/v4/pkg/action"
+	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
+	kubev4 "helm.sh/helm/v4/pkg/kube"
+	releasev4 "helm.sh/helm/v4/pkg/release/v1"
+)
+
+// newHelm4Config returns Helm 4's action configuration over getter, with
+// release storage in Secrets of namespace. It does no I/O.
+func newHelm4Config(getter *clientGetter, namespace string) (*actionv4.Configuration, error) {
+	// A library does not log: Helm 4's actions, storage and kube client
+	// log through this handler. (A few of pkg/kube's messages go to
+	// slog's default logger whatever the configuration says.)
+	cfg := actionv4.NewConfiguration(actionv4.ConfigurationSetLogger(slog.DiscardHandler))
+	if err := cfg.Init(getter, namespace, "secret"); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// upgradeServerSide upgrades rel with Helm 4's upgrade action, as `helm
+// upgrade --reuse-values` of Helm 4 does: --server-side=auto applies
+// server-side a release Helm 4 applied server-side, as manager "helm" with
+// operation Apply, without forcing conflicts, and records apply_method
+// "ssa" in the new revision.
+//
+// Helm 3's SDK cannot stand in for it. Seen against kube-apiserver v1.36
+// with a release the Helm 4.3.1 CLI installed: Helm 3's upgrade wrote
+// revision 2 without apply_method, rewrote revision 1 without it as it
+// marked it superseded (its types have no such field), and left the
+// changed fields with a "helm" Update entry beside the install's "helm"
+// Apply. The next `helm upgrade` of Helm 4 (--server-side=auto) then
+// succeeded client-side and stored apply_method "csa": the release had
+// silently left server-side apply. e2e TestUpgradeThroughSDK holds this
+// path to keeping it.
+func upgradeServerSide(ctx context.Context, cfg *actionv4.Configuration, rel *release.Release, opts Options) (*release.Release, error) {
+	ch, err := copyChart[chartv2.Chart](rel.Chart)
+	if err != nil {
+		return nil, err
+	}
+	u := actionv4.NewUpgrade(cfg) // ServerSideApply "auto", as the CLI
+	u.Namespace = rel.Namespace
+	u.ReuseValues = true
+	u.WaitStrategy = kubev4.HookOnlyStrategy // the CLI's value when --wait is not given
+	u.MaxHistory = opts.historyMax()
+	u.Timeout = opts.timeout()
+	next, err := u.RunWithContext(ctx, rel.Name, ch, map[string]any{})
+	if err != nil {
+		return nil, err
+	}
+	return toV3(next)
+}
+
+// toV3 converts a release of Helm 4's types to Helm 3's, through the JSON
+// both store.
+func toV3(r any) (*release.Release, error) {
+	next, ok := r.(*releasev4.Release)
+	if !ok {
+		return nil, fmt.Errorf("helm's upgrade returned a %T", r)
+	}
+	raw, err := json.Marshal(next)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the new revision: %w", err)
+	}
+	var out release.Release
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, fmt.Errorf("decoding the new revision: %w", err)
+	}
+	return &out, nil
+}

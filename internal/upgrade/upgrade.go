@@ -1,0 +1,135 @@
+package upgrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"helm.sh/helm/v3/pkg/release"
+	"k8s.io/client-go/rest"
+)
+
+// Defaults of Options, those of `helm upgrade`.
+const (
+	// DefaultMaxHistory is `helm upgrade --history-max`'s default
+	// (HELM_MAX_HISTORY unset).
+	DefaultMaxHistory = 10
+	// DefaultTimeout is `helm upgrade --timeout`'s default.
+	DefaultTimeout = 5 * time.Minute
+)
+
+// Options tunes an upgrade as `helm upgrade`'s flags do. The zero value
+// gives DefaultOptions.
+type Options struct {
+	// MaxHistory is how many revisions of the release Helm keeps, as
+	// --history-max: 0 means DefaultMaxHistory, and a negative number no
+	// limit (--history-max 0).
+	MaxHistory int
+	// Timeout bounds each Kubernetes operation Helm waits for, such as a
+	// hook's Job, as --timeout; 0 or less means DefaultTimeout.
+	Timeout time.Duration
+}
+
+// DefaultOptions returns the options `helm upgrade` has when given no
+// flags.
+func DefaultOptions() Options {
+	return Options{MaxHistory: DefaultMaxHistory, Timeout: DefaultTimeout}
+}
+
+// historyMax is MaxHistory as Helm's actions take it: 0 for no limit.
+func (o Options) historyMax() int {
+	switch {
+	case o.MaxHistory == 0:
+		return DefaultMaxHistory
+	case o.MaxHistory < 0:
+		return 0
+	default:
+		return o.MaxHistory
+	}
+}
+
+func (o Options) timeout() time.Duration {
+	if o.Timeout <= 0 {
+		return DefaultTimeout
+	}
+	return o.Timeout
+}
+
+// Errors Upgrade returns before Helm is called, each wrapped with the
+// release's identity; test them with errors.Is. Helm's own errors, such as
+// a Forbidden from the API server, are returned wrapped as they are.
+var (
+	// ErrInvalidRelease is a release without a name, a namespace or a
+	// chart.
+	ErrInvalidRelease = errors.New("not a release Upgrade can upgrade")
+	// ErrIncompleteChart is a release whose stored chart lacks templates
+	// that rendered it, which an upgrade would delete (see
+	// checkChartComplete).
+	ErrIncompleteChart = errors.New("the stored chart lacks what rendered the release")
+	// ErrReleaseChanged is a release whose latest revision in storage is
+	// not the one given: Helm upgrades the latest, which nobody verified.
+	ErrReleaseChanged = errors.New("the release's latest stored revision is not the one given")
+	// ErrFieldManager means this process set Helm's field manager to
+	// another name than "helm" (see useHelmFieldManager).
+	ErrFieldManager = errors.New("helm's field manager is not \"helm\"")
+)
+
+// Upgrade upgrades release rel (the latest verified revision, decoded
+// whole: chart and values) to revision N+1 with its own stored chart and
+// user-supplied values, through Helm's SDK, writing with cfg (a rest.Config
+// that already impersonates the release's write identity). Helm writes N+1
+// as it writes any upgrade: pending-upgrade, then deployed, history limited
+// to MaxHistory (default 10, as --history-max).
+//
+// It is `helm upgrade --reuse-values` with the chart the release was
+// installed from, made as the CLI that applied the release would: with
+// Helm 3's SDK (client-side apply) for a release applied client-side (no
+// apply method stored, or "csa"), and with Helm 4's (server-side apply,
+// apply_method "ssa" kept in N+1) for one Helm 4 applied server-side. Every read and write, the storage's, the render's
+// `lookup`s and discovery included, goes through cfg; Helm writes as field
+// manager "helm". The release returned is N+1 as Helm's v3 types hold it,
+// without the apply method, which only its Secret records.
+func Upgrade(ctx context.Context, cfg *rest.Config, rel *release.Release, opts Options) (*release.Release, error) {
+	if err := checkRelease(rel); err != nil {
+		return nil, err
+	}
+	prefix := fmt.Sprintf("upgrading release %s/%s from revision %d", rel.Namespace, rel.Name, rel.Version)
+	if err := checkChartComplete(rel); err != nil {
+		return nil, fmt.Errorf("%s: %w", prefix, err)
+	}
+	if err := useHelmFieldManager(); err != nil {
+		return nil, fmt.Errorf("%s: %w", prefix, err)
+	}
+	getter := newClientGetter(cfg, rel.Namespace)
+	helm4, err := newHelm4Config(getter, rel.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", prefix, err)
+	}
+	serverSide, err := appliedServerSide(helm4, rel)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", prefix, err)
+	}
+	var next *release.Release
+	if serverSide {
+		next, err = upgradeServerSide(ctx, helm4, rel, opts)
+	} else {
+		next, err = upgradeClientSide(ctx, getter, rel, opts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", prefix, err)
+	}
+	return next, nil
+}
+
+func checkRelease(rel *release.Release) error {
+	switch {
+	case rel == nil:
+		return fmt.Errorf("%w: nil", ErrInvalidRelease)
+	case rel.Name == "" || rel.Namespace == "":
+		return fmt.Errorf("%w: release %q in namespace %q", ErrInvalidRelease, rel.Name, rel.Namespace)
+	case rel.Chart == nil || rel.Chart.Metadata == nil:
+		return fmt.Errorf("%w: release %s/%s revision %d has no chart; decode the whole release", ErrInvalidRelease, rel.Namespace, rel.Name, rel.Version)
+	}
+	return nil
+}
