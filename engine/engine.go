@@ -143,6 +143,10 @@ type Options struct {
 	// informers.Options.Config), so that objects no set holds are never
 	// decoded. Nil watches through the dynamic client.
 	Config *rest.Config
+	// OnTypesChanged, if set, is called when a CustomResourceDefinition
+	// is created, changed or deleted, after the engine has caught up: the
+	// API server serves other types now. It must be quick.
+	OnTypesChanged func()
 }
 
 // The defaults of Options: more than 5 reverts of one object within a

@@ -204,6 +204,9 @@ func (e *Engine) typesChanged() {
 	for _, key := range keys {
 		e.notify(key)
 	}
+	if e.opts.OnTypesChanged != nil {
+		e.opts.OnTypesChanged()
+	}
 }
 
 // healthChanged runs when gvr's informer stops or starts seeing its objects

@@ -152,6 +152,15 @@ type Controller struct {
 	// prefetched holds the page of deployed release Secrets declareAll
 	// listed, by namespace/name, for readRelease to take rather than GET.
 	prefetched sync.Map
+
+	// renders is the queue of releases to render again (see
+	// wantRender), renderStates what the renderer knows of each, and
+	// cluster the .Capabilities they render with, learned again on
+	// clusterCheck.
+	renders      workqueue.TypedRateLimitingInterface[lockKey]
+	renderStates registry.Map[lockKey, *renderState]
+	cluster      clusterInfo
+	clusterCheck chan struct{}
 }
 
 // bookkeepingDelay is how long drift events and status counts wait before
@@ -197,8 +206,10 @@ func New(cfg Config) *Controller {
 			),
 			workqueue.TypedRateLimitingQueueConfig[lockKey]{Name: "locks", MetricsProvider: cfg.Metrics.WorkqueueProvider()},
 		),
-		writers:     map[string]dynamic.Interface{},
-		sweep:       make(chan struct{}, 1),
+		writers:      map[string]dynamic.Interface{},
+		sweep:        make(chan struct{}, 1),
+		renders:      newRenderQueue(),
+		clusterCheck: make(chan struct{}, 1),
 		bookkeeping: rate.NewLimiter(bookkeepingRate, bookkeepingBurst),
 	}
 	if c.cfg.Recorder == nil {
@@ -211,7 +222,8 @@ func New(cfg Config) *Controller {
 			c.cfg.Readiness = probe
 		}
 	}
-	engineOpts := engine.Options{Config: cfg.REST, Readiness: c.cfg.Readiness}
+	// A CRD that comes or goes changes the APIs charts see.
+	engineOpts := engine.Options{Config: cfg.REST, Readiness: c.cfg.Readiness, OnTypesChanged: c.clusterMoved}
 	if cfg.REST != nil && cfg.Kube != nil {
 		// Merge rules are the API server's own, from its OpenAPI v3.
 		engineOpts.OpenAPI = openapi.ToClientWithContext(cfg.Kube.Discovery().OpenAPIV3())
@@ -219,7 +231,13 @@ func New(cfg Config) *Controller {
 	c.engine = engine.New(cfg.Dynamic, cfg.Mapper, c.enqueueSet, engineOpts)
 
 	// A change of either cache's health changes what every CR may claim.
-	c.crsHealth = informers.NewHealth(func(bool) { c.enqueueAll() })
+	// Watches that reconnect may do so to an upgraded API server.
+	c.crsHealth = informers.NewHealth(func(current bool) {
+		c.enqueueAll()
+		if current {
+			c.clusterMoved()
+		}
+	})
 	c.locksHealth = informers.NewHealth(func(bool) { c.enqueueAll() })
 	c.secretsHealth = informers.NewHealth(func(bool) { c.enqueueAll() })
 	watchDynamic, watchMetadata := cfg.Dynamic, cfg.Metadata
@@ -308,6 +326,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer func() {
 		cancel()
 		c.queue.ShutDown()
+		c.renders.ShutDown()
 		wg.Wait()
 	}()
 	start := func(run func(context.Context)) {
@@ -341,6 +360,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	if c.cfg.Admission != nil && !c.cfg.ReadOnly {
 		start(c.watchAdmission)
+	}
+	if !c.cfg.ReadOnly {
+		start(c.runRenders)
 	}
 	logger.Info("Starting workers", "count", c.cfg.Workers)
 	start(func(ctx context.Context) { worker.Run(ctx, c.queue, c.cfg.Workers, c.syncKey) })

@@ -258,6 +258,7 @@ func (c *Controller) report(ctx context.Context, req *releaseSync, status v1alph
 	if st.trust.verified != nil {
 		status.Verified = st.trust.verified
 	}
+	c.wantRender(key, hr, st, &status)
 	c.lockEvents(hr, req.before, st, status)
 	c.cfg.Metrics.ObserveRelease(key.ObjectName.String(), st.lock.Phase == lock.Locked, status.LockedObjects)
 	// While the lock awaits only its own corrections, the status it
@@ -539,6 +540,7 @@ func (c *Controller) state(key lockKey) *releaseState {
 // dropState forgets key's HelmRelease: its state, its last denial, and
 // its metrics, those of the release it held included (see forgetRelease).
 func (c *Controller) dropState(key lockKey) {
+	c.forgetRender(key)
 	st, ok := c.states.Delete(key)
 	c.cfg.Metrics.ForgetRelease(key.ObjectName.String())
 	if ok {

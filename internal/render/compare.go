@@ -18,6 +18,10 @@ type Change struct {
 	// Object is "Kind namespace/name", or "Kind name" without a
 	// namespace.
 	Object string
+	// Group, Kind, Namespace and Name are the object's, the namespace as
+	// the manifest writes it ("" for the release's, or for a
+	// cluster-scoped object): only the caller's RESTMapper tells which.
+	Group, Kind, Namespace, Name string
 	// Paths are the RFC 6901 JSON pointers where the two differ: the
 	// leaves, a key on one side only, a list whose length changed.
 	Paths []string
@@ -71,12 +75,12 @@ func Compare(stored, now, again string) ([]Change, error) {
 		case renders != rendersAgain:
 			// Whether the chart renders it at all is left to chance.
 		case !renders:
-			changes = append(changes, Change{Object: k.String(), Removed: true})
+			changes = append(changes, k.change(nil, false, true))
 		case !stored:
-			changes = append(changes, Change{Object: k.String(), Added: true})
+			changes = append(changes, k.change(nil, true, false))
 		default:
 			if paths := stablePaths(diff(was, is), diff(is, then)); len(paths) > 0 {
-				changes = append(changes, Change{Object: k.String(), Paths: paths})
+				changes = append(changes, k.change(paths, false, false))
 			}
 		}
 	}
@@ -90,6 +94,10 @@ type objectKey struct{ group, kind, namespace, name string }
 func (k objectKey) compare(o objectKey) int {
 	return cmp.Or(cmp.Compare(k.group, o.group), cmp.Compare(k.kind, o.kind),
 		cmp.Compare(k.namespace, o.namespace), cmp.Compare(k.name, o.name))
+}
+
+func (k objectKey) change(paths []string, added, removed bool) Change {
+	return Change{Object: k.String(), Group: k.group, Kind: k.kind, Namespace: k.namespace, Name: k.name, Paths: paths, Added: added, Removed: removed}
 }
 
 func (k objectKey) String() string {

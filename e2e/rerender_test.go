@@ -1,0 +1,319 @@
+package e2e
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/e2e/framework"
+)
+
+// twoWay installs the two-way chart as release "app" in a new namespace
+// with the helm CLI v and args, with a ServiceAccount "writer" bound to
+// edit there, and registers it with spec.rerender rerender, writing as
+// writer. It returns the namespace and the CR, once the lock holds
+// revision 1 and its first render is reported.
+func twoWay(t *testing.T, v framework.HelmVersion, rerender v1alpha1.Rerender, prepare func(ns string), args ...string) (ns, cr string) {
+	t.Helper()
+	ns = env.Namespace(t)
+	env.Kubectl(t, "-n", ns, "create", "serviceaccount", "writer")
+	env.Kubectl(t, "-n", ns, "create", "rolebinding", "writer", "--clusterrole=edit", "--serviceaccount="+ns+":writer")
+	if prepare != nil {
+		prepare(ns)
+	}
+	env.Helm(t, v, append([]string{"install", "app", framework.Chart(t, "two-way"), "-n", ns}, args...)...)
+	cr = env.RegisterWith(t, framework.RegistrationNamespace, ns, "app", map[string]any{"serviceAccountName": "writer", "rerender": string(rerender)})
+	env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)
+	return ns, cr
+}
+
+// waitRendered waits until the CR's Rendered condition has status and
+// reason, and its message has every one of contains.
+func waitRendered(t *testing.T, cr string, timeout time.Duration, status metav1.ConditionStatus, reason string, contains ...string) *v1alpha1.HelmRelease {
+	t.Helper()
+	var hr *v1alpha1.HelmRelease
+	env.Eventually(t, timeout, func() error {
+		hr = env.HelmRelease(t, cr)
+		c := findCondition(hr, v1alpha1.ConditionRendered)
+		if c == nil || c.Status != status || c.Reason != reason {
+			return fmt.Errorf("HelmRelease %s Rendered = %+v, want %s/%s", cr, c, status, reason)
+		}
+		for _, s := range contains {
+			if !strings.Contains(c.Message, s) {
+				return fmt.Errorf("HelmRelease %s Rendered message %q lacks %q", cr, c.Message, s)
+			}
+		}
+		return nil
+	})
+	return hr
+}
+
+// setGreeting writes data.greeting of ConfigMap ns/settings, creating it.
+func setGreeting(t *testing.T, ns, greeting string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"settings"},"data":{"greeting":%q}}`, greeting)
+	if _, err := env.Dynamic.Resource(configMaps).Namespace(ns).Patch(t.Context(), "settings", types.ApplyPatchType, []byte(patch), metav1.PatchOptions{FieldManager: "e2e-settings", Force: new(true)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// changedPaths are the paths status.rerender says object would change at.
+func changedPaths(hr *v1alpha1.HelmRelease, object string) []string {
+	if hr.Status.Rerender == nil {
+		return nil
+	}
+	for _, c := range hr.Status.Rerender.Changes {
+		if c.Object == object {
+			return c.Paths
+		}
+	}
+	return nil
+}
+
+// TestRerenderLookup: a chart copies a value from a lookup of another
+// ConfigMap. Editing that ConfigMap makes Report mode say the chart is
+// stale within 5 s, naming the lookup and the path; Upgrade mode writes
+// revision 2 with the new value within 10 s, and the CLI's own upgrade
+// after it needs no --force.
+func TestRerenderLookup(t *testing.T) {
+	t.Parallel()
+	for _, v := range framework.HelmVersions {
+		t.Run(v.String()+"/Report", func(t *testing.T) {
+			t.Parallel()
+			ns, cr := twoWay(t, v, v1alpha1.RerenderReport, func(ns string) { setGreeting(t, ns, "hello") })
+			hr := waitRendered(t, cr, 30*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
+			if got, want := hr.Status.Rerender.Lookups, "ConfigMap "+ns+"/settings"; !slices.Contains(got, want) {
+				t.Errorf("status.rerender.lookups = %v, want it to name %s", got, want)
+			}
+
+			setGreeting(t, ns, "bonjour")
+			hr = waitRendered(t, cr, 5*time.Second, metav1.ConditionFalse, v1alpha1.ReasonClusterChanged, "lookup of ConfigMap "+ns+"/settings changed")
+			object := "ConfigMap " + ns + "/app-two-way"
+			if paths := changedPaths(hr, object); !slices.Contains(paths, "/data/greeting") {
+				t.Errorf("status.rerender.changes of %s = %v, want /data/greeting among them: %+v", object, paths, hr.Status.Rerender)
+			}
+			if got, _ := keyValue(t, ns, "app-two-way", "greeting"); got != "hello" {
+				t.Errorf("Report mode changed the object: greeting = %q", got)
+			}
+			env.Eventually(t, 10*time.Second, func() error {
+				for _, e := range env.Events(t, framework.RegistrationNamespace, cr) {
+					if e.Reason == "RenderChanged" && strings.Contains(e.Message, "settings") {
+						return nil
+					}
+				}
+				return fmt.Errorf("no RenderChanged event on %s", cr)
+			})
+
+			// Back as it was, the chart renders as stored again.
+			setGreeting(t, ns, "hello")
+			waitRendered(t, cr, 5*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
+		})
+		t.Run(v.String()+"/Upgrade", func(t *testing.T) {
+			t.Parallel()
+			ns, cr := twoWay(t, v, v1alpha1.RerenderUpgrade, func(ns string) { setGreeting(t, ns, "hello") })
+			waitRendered(t, cr, 30*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
+
+			setGreeting(t, ns, "bonjour")
+			env.Eventually(t, 10*time.Second, func() error {
+				if got, _ := keyValue(t, ns, "app-two-way", "greeting"); got != "bonjour" {
+					return fmt.Errorf("ConfigMap app-two-way greeting = %q, want bonjour", got)
+				}
+				return nil
+			})
+			env.WaitForState(t, cr, v1alpha1.StateDeployed, 2)
+			waitRendered(t, cr, 30*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
+			history := env.Helm(t, v, "history", "app", "-n", ns, "-o", "json")
+			if !strings.Contains(history, `"revision":2`) || !strings.Contains(history, `"status":"deployed"`) || !strings.Contains(history, `"status":"superseded"`) {
+				t.Errorf("helm history after the locker's upgrade:\n%s", history)
+			}
+			if got, _ := keyValue(t, ns, "app-two-way", "app.ini"); !strings.Contains(got, "revision = 2") || strings.Contains(got, "first_run") {
+				t.Errorf("revision 2 was not rendered as an upgrade (.Release.Revision 2, not IsInstall): %s", got)
+			}
+
+			// The CLI's next upgrade takes over without --force.
+			env.Helm(t, v, "upgrade", "app", framework.Chart(t, "two-way"), "-n", ns, "--reuse-values", "--set", "settings.defaultGreeting=hi")
+			env.WaitForState(t, cr, v1alpha1.StateDeployed, 3)
+			setGreeting(t, ns, "hallo")
+			env.Eventually(t, 10*time.Second, func() error {
+				if got, _ := keyValue(t, ns, "app-two-way", "greeting"); got != "hallo" {
+					return fmt.Errorf("ConfigMap app-two-way greeting = %q after the CLI's upgrade, want hallo", got)
+				}
+				return nil
+			})
+			env.WaitForState(t, cr, v1alpha1.StateDeployed, 4)
+		})
+	}
+}
+
+// keyValue is data[key] of ConfigMap ns/name.
+func keyValue(t *testing.T, ns, name, key string) (string, bool) {
+	t.Helper()
+	cm := env.Get(t, "v1", "configmaps", ns, name)
+	if cm == nil {
+		return "", false
+	}
+	v, ok, _ := unstructured.NestedString(cm.Object, "data", key)
+	return v, ok
+}
+
+// TestRerenderCapabilities: a chart renders an object only while the
+// cluster serves a custom group-version; creating its CRD flips Rendered,
+// naming the API.
+func TestRerenderCapabilities(t *testing.T) {
+	t.Parallel()
+	for _, v := range framework.HelmVersions {
+		t.Run(v.String(), func(t *testing.T) {
+			t.Parallel()
+			group := strings.ToLower(randomHex(t)) + ".two-way.example.com"
+			_, cr := twoWay(t, v, v1alpha1.RerenderReport, nil, "--set", "monitoring.group="+group)
+			waitRendered(t, cr, 30*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
+			env.Helm(t, v, "install", "crd-"+group[:8], framework.Chart(t, "crds"), "-n", env.Namespace(t), "--set", "group="+group)
+			hr := waitRendered(t, cr, 30*time.Second, metav1.ConditionFalse, v1alpha1.ReasonClusterChanged, group+"/v1 is now served")
+			if rr := hr.Status.Rerender; rr == nil || len(rr.Changes) == 0 || !rr.Changes[0].Added {
+				t.Errorf("status.rerender = %+v, want the monitoring ConfigMap added", rr)
+			}
+		})
+	}
+}
+
+// TestRerenderKubeVersion: a chart labels its objects with the cluster's
+// minor version; once the API server answers with another version, and
+// the watches reconnect, the chart is reported stale, naming both.
+func TestRerenderKubeVersion(t *testing.T) {
+	t.Parallel()
+	registration := env.Namespace(t)
+	proxy := env.StartProxy(t)
+	locker, err := env.StartLockerWith("rerender-kube-version", proxy.Kubeconfig(), "--namespace", registration)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = locker.Stop(10 * time.Second) })
+	ns := env.Namespace(t)
+	env.Kubectl(t, "-n", ns, "create", "serviceaccount", "writer")
+	env.Kubectl(t, "-n", ns, "create", "rolebinding", "writer", "--clusterrole=edit", "--serviceaccount="+ns+":writer")
+	env.Helm(t, framework.Helm4, "install", "app", framework.Chart(t, "two-way"), "-n", ns, "--set", "kubeVersionLabel=true")
+	cr := env.RegisterWith(t, registration, ns, "app", map[string]any{"serviceAccountName": "writer", "rerender": "Report"})
+	rendered := func(status metav1.ConditionStatus, reason string, contains ...string) {
+		t.Helper()
+		env.Eventually(t, 30*time.Second, func() error {
+			c := findCondition(env.HelmReleaseIn(t, registration, cr), v1alpha1.ConditionRendered)
+			if c == nil || c.Status != status || c.Reason != reason {
+				return fmt.Errorf("Rendered = %+v, want %s/%s", c, status, reason)
+			}
+			for _, s := range contains {
+				if !strings.Contains(c.Message, s) {
+					return fmt.Errorf("Rendered message %q lacks %q", c.Message, s)
+				}
+			}
+			return nil
+		})
+	}
+	rendered(metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
+	was, err := env.Kube.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.AnswerVersion("v1.99.0")
+	proxy.BlockWatches(true)
+	time.Sleep(time.Second)
+	proxy.BlockWatches(false)
+	rendered(metav1.ConditionFalse, v1alpha1.ReasonClusterChanged, fmt.Sprintf("Kubernetes v1.99.0 (was %s)", was.GitVersion))
+}
+
+// TestRerenderGeneratedValues: a chart that generates a password and a CA
+// at install (randAlphaNum, genCA, uuidv4) is never reported stale while
+// unrelated ConfigMaps change around it.
+func TestRerenderGeneratedValues(t *testing.T) {
+	t.Parallel()
+	for _, v := range framework.HelmVersions {
+		t.Run(v.String(), func(t *testing.T) {
+			t.Parallel()
+			ns, cr := twoWay(t, v, v1alpha1.RerenderReport, nil, "--set", "credentials.enabled=true")
+			waitRendered(t, cr, 30*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					case <-time.After(500 * time.Millisecond):
+					}
+					// The settings it looks up, unchanged, and others.
+					setGreeting(t, ns, "hello")
+					patch := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"unrelated-%d"},"data":{"n":"%d"}}`, i%5, i)
+					_, _ = env.Dynamic.Resource(configMaps).Namespace(ns).Patch(t.Context(), fmt.Sprintf("unrelated-%d", i%5), types.ApplyPatchType, []byte(patch), metav1.PatchOptions{FieldManager: "e2e", Force: new(true)})
+				}
+			}()
+			env.Consistently(t, 60*time.Second, func() error {
+				c := findCondition(env.HelmRelease(t, cr), v1alpha1.ConditionRendered)
+				if c == nil || c.Status != metav1.ConditionTrue {
+					return fmt.Errorf("Rendered = %+v: generated values reported as staleness", c)
+				}
+				return nil
+			})
+			close(stop)
+			<-done
+		})
+	}
+}
+
+// TestRerenderTrust: a lookup the write identity may not make says
+// Forbidden, naming it, and reads nothing; a lock that writes as the
+// locker itself renders nothing; a revision the lock never verified is
+// never rendered.
+func TestRerenderTrust(t *testing.T) {
+	t.Parallel()
+	t.Run("Forbidden", func(t *testing.T) {
+		t.Parallel()
+		elsewhere := env.Namespace(t)
+		env.Kubectl(t, "-n", elsewhere, "create", "secret", "generic", "settings", "--from-literal=greeting=top-secret")
+		_, cr := twoWay(t, framework.Helm3, v1alpha1.RerenderReport, nil, "--set", "settings.kind=Secret,settings.namespace="+elsewhere)
+		hr := waitRendered(t, cr, 30*time.Second, metav1.ConditionFalse, v1alpha1.ReasonRenderForbidden, "lookup of Secret "+elsewhere+"/settings")
+		if strings.Contains(fmt.Sprint(hr.Status), "top-secret") {
+			t.Errorf("the status shows the Secret's value: %+v", hr.Status)
+		}
+	})
+	t.Run("NoWriteIdentity", func(t *testing.T) {
+		t.Parallel()
+		ns := env.Namespace(t)
+		env.Helm(t, framework.Helm3, "install", "app", framework.Chart(t, "two-way"), "-n", ns)
+		cr := env.RegisterWith(t, framework.RegistrationNamespace, ns, "app", map[string]any{"rerender": "Report"})
+		waitRendered(t, cr, 30*time.Second, metav1.ConditionFalse, v1alpha1.ReasonNoWriteIdentity, "serviceAccountName")
+	})
+	t.Run("ForgedRevision", func(t *testing.T) {
+		t.Parallel()
+		ns, cr := twoWay(t, framework.Helm3, v1alpha1.RerenderReport, func(ns string) { setGreeting(t, ns, "hello") })
+		waitRendered(t, cr, 30*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
+		// Revision 2, written by a Secret writer: it declares one more
+		// object, which Helm never applied, and its chart looks up
+		// another ConfigMap.
+		secrets := env.Kube.CoreV1().Secrets(ns)
+		src, err := secrets.Get(t.Context(), "sh.helm.release.v1.app.v1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel := decodeRelease(t, src.Data["release"])
+		rel["version"] = 2
+		rel["manifest"] = rel["manifest"].(string) + "\n---\n# Source: two-way/templates/forged.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: forged\ndata:\n  k: v\n"
+		rel["config"] = map[string]any{"settings": map[string]any{"name": "forged-lookup"}}
+		src.ObjectMeta = metav1.ObjectMeta{Name: "sh.helm.release.v1.app.v2", Labels: map[string]string{"owner": "helm", "name": "app", "status": "deployed", "version": "2"}}
+		src.Data = map[string][]byte{"release": encodeRelease(t, rel)}
+		if _, err := secrets.Create(t.Context(), src, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		setGreeting(t, ns, "bonjour")
+		hr := waitRendered(t, cr, 30*time.Second, metav1.ConditionFalse, v1alpha1.ReasonClusterChanged, "settings")
+		if rr := hr.Status.Rerender; rr.Revision != 1 || slices.ContainsFunc(rr.Lookups, func(l string) bool { return strings.Contains(l, "forged-lookup") }) {
+			t.Errorf("status.rerender = %+v: the forged revision 2 was rendered", rr)
+		}
+	})
+}

@@ -1,0 +1,191 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"helm.sh/helm/v3/pkg/release"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/internal/render"
+	"github.com/helm-locker/helm-locker/internal/storage"
+	"github.com/helm-locker/helm-locker/lock"
+)
+
+// TestServedChanges: only group-versions count, not their kinds, and
+// each change is named once, in order.
+func TestServedChanges(t *testing.T) {
+	tests := []struct {
+		name     string
+		was, now []string
+		want     []string
+	}{
+		{"same", []string{"v1", "v1/Pod", "apps/v1", "apps/v1/Deployment"}, []string{"apps/v1/Deployment", "apps/v1", "v1/Pod", "v1"}, nil},
+		{"a kind alone", []string{"v1", "v1/Pod"}, []string{"v1", "v1/Pod", "v1/Service"}, nil},
+		{"served", []string{"v1"}, []string{"v1", "a.example.com/v1", "a.example.com/v1/Widget"}, []string{"a.example.com/v1 is now served"}},
+		{"no longer served", []string{"v1", "policy/v1beta1", "policy/v1beta1/PodSecurityPolicy"}, []string{"v1"}, []string{"policy/v1beta1 is no longer served"}},
+		{"both", []string{"b/v1", "a/v1"}, []string{"c/v1", "b/v2"}, []string{"a/v1 is no longer served", "b/v1 is no longer served", "b/v2 is now served", "c/v1 is now served"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := servedChanges(tt.was, tt.now)
+			slices.Sort(got)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestRenderCause: what happened since the last render is the cause; a
+// stale render with nothing new keeps the last cause; the first render
+// says the revision renders differently now; a lookup of the release's
+// own object is named as such.
+func TestRenderCause(t *testing.T) {
+	stale := &renderResult{stale: true, status: v1alpha1.RenderStatus{Cause: "lookup of ConfigMap apps/settings changed"}}
+	tests := []struct {
+		name   string
+		causes []string
+		prev   *renderResult
+		own    []string
+		want   string
+	}{
+		{"a lookup", []string{"lookup of ConfigMap apps/settings changed"}, nil, nil, "lookup of ConfigMap apps/settings changed"},
+		{"two causes", []string{"Kubernetes v1.37.0 (was v1.36.3)", "policy/v1beta1 is no longer served"}, nil, nil, "Kubernetes v1.37.0 (was v1.36.3); policy/v1beta1 is no longer served"},
+		{"the first render", nil, nil, nil, "revision 3 renders differently now than when Helm rendered it"},
+		{"a new revision", []string{"revision 3 was deployed"}, nil, nil, "revision 3 renders differently now than when Helm rendered it"},
+		{"nothing new, still stale", nil, stale, nil, "lookup of ConfigMap apps/settings changed"},
+		{"its own object", nil, nil, []string{"Secret apps/grafana"}, "revision 3 renders differently now than when Helm rendered it (it looks up Secret apps/grafana, which the release itself declares)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := renderCause(3, tt.causes, tt.prev, tt.own); got != tt.want {
+				t.Errorf("renderCause = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRenderChangesBounded: status.rerender holds at most
+// MaxRenderChanges objects of at most MaxRenderPaths paths each, and
+// counts the rest.
+func TestRenderChangesBounded(t *testing.T) {
+	var changes []render.Change
+	for i := range v1alpha1.MaxRenderChanges + 5 {
+		var paths []string
+		for j := range v1alpha1.MaxRenderPaths + 3 {
+			paths = append(paths, fmt.Sprintf("/data/k%d", j))
+		}
+		changes = append(changes, render.Change{Object: fmt.Sprintf("ConfigMap apps/c%d", i), Paths: paths})
+	}
+	got, more := renderChanges(changes)
+	if len(got) != v1alpha1.MaxRenderChanges || more != 5 {
+		t.Errorf("%d changes and %d more, want %d and 5", len(got), more, v1alpha1.MaxRenderChanges)
+	}
+	for _, c := range got {
+		if len(c.Paths) != v1alpha1.MaxRenderPaths {
+			t.Errorf("%s has %d paths, want %d", c.Object, len(c.Paths), v1alpha1.MaxRenderPaths)
+		}
+	}
+	if msg := describeChanges(got[:1], more); msg != "ConfigMap apps/c0 at "+strings.Join(got[0].Paths, ", ")+"; 5 more objects" {
+		t.Errorf("describeChanges = %q", msg)
+	}
+}
+
+// TestDeclaredLookups: a lookup of an object the manifest declares, in
+// the release namespace when the manifest names none, is the release's
+// own; lists and other objects are not.
+func TestDeclaredLookups(t *testing.T) {
+	rel := &release.Release{Namespace: "apps", Manifest: `---
+# Source: c/templates/secret.yaml
+apiVersion: v1
+kind: Secret
+metadata:
+  name: grafana
+---
+# Source: c/templates/cm.yaml
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: other
+  namespace: elsewhere
+`}
+	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	lookups := []render.Lookup{
+		{GVR: secrets, Kind: "Secret", Namespace: "apps", Name: "grafana"},
+		{GVR: secrets, Kind: "Secret", Namespace: "other", Name: "grafana"},
+		{GVR: cms, Kind: "ConfigMap", Namespace: "elsewhere", Name: "other"},
+		{GVR: cms, Kind: "ConfigMap", Namespace: "apps", Name: "other"},
+		{GVR: secrets, Kind: "Secret", Namespace: "apps"},
+	}
+	want := []string{"Secret apps/grafana", "ConfigMap elsewhere/other"}
+	if diff := cmp.Diff(want, declaredLookups(rel, lookups)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestWantRender: Off reports nothing and forgets; a lock that holds a
+// verified revision asks for its render, once per revision; until then
+// Rendered is Unknown; a render of the target is reported as found.
+func TestWantRender(t *testing.T) {
+	c, _ := newTestController(t, helmRelease(nil), nil, nil)
+	key := helmReleaseKey("cattle-helm-system", "web")
+	hr := &v1alpha1.HelmRelease{Spec: v1alpha1.HelmReleaseSpec{Release: v1alpha1.ReleaseKey{Name: "web", Namespace: "apps"}, ServiceAccountName: "writer", Rerender: v1alpha1.RerenderReport}}
+	st := &releaseState{}
+
+	status := v1alpha1.HelmReleaseStatus{}
+	c.wantRender(key, hr, st, &status)
+	if got := findCond(status.Conditions); got == nil || got.Status != metav1.ConditionUnknown || got.Reason != v1alpha1.ReasonNotRendered {
+		t.Errorf("before the lock holds a verified revision, Rendered = %+v, want Unknown/NotRendered", got)
+	}
+	if n := c.renders.Len(); n != 0 {
+		t.Errorf("%d renders queued before the lock holds anything", n)
+	}
+
+	st.lock = lock.Lock{Phase: lock.Locked}
+	st.trust.verified = &v1alpha1.VerifiedRevision{Release: v1alpha1.ReleaseKey{Name: "other", Namespace: "apps"}, Revision: 2, ManifestDigest: "d2"}
+	c.wantRender(key, hr, st, &status)
+	rs, ok := c.renderStates.Get(key)
+	if !ok || rs.target.revision != 0 {
+		t.Fatalf("render state %+v: another release's verified revision was to be rendered", rs)
+	}
+
+	// The lock holds revision 3, which Helm was not seen to apply:
+	// revision 2, the verified one, is rendered.
+	st.trust.verified.Release = hr.Spec.Release
+	st.rel = &storage.Release{Version: 3}
+	c.wantRender(key, hr, st, &status)
+	if rs.target.revision != 2 || rs.target.writer != "writer" || !slices.Contains(rs.causes, "revision 2 was deployed") {
+		t.Errorf("target %+v, causes %v: want revision 2 as writer, caused by its deployment", rs.target, rs.causes)
+	}
+	rs.rendered = rs.target
+	rs.result = &renderResult{cond: condition(v1alpha1.ConditionRendered, true, v1alpha1.ReasonRendersAsStored, "as stored"), status: v1alpha1.RenderStatus{Revision: 2}}
+	c.wantRender(key, hr, st, &status)
+	if got := findCond(status.Conditions); got == nil || got.Reason != v1alpha1.ReasonRendersAsStored || status.Rerender == nil || status.Rerender.Revision != 2 {
+		t.Errorf("after the render, Rendered = %+v and status.rerender = %+v", got, status.Rerender)
+	}
+
+	hr.Spec.Rerender = v1alpha1.RerenderOff
+	c.wantRender(key, hr, st, &status)
+	if findCond(status.Conditions) != nil || status.Rerender != nil {
+		t.Errorf("Off left Rendered %+v and status.rerender %+v", findCond(status.Conditions), status.Rerender)
+	}
+	if _, ok := c.renderStates.Get(key); ok {
+		t.Error("Off kept the render state")
+	}
+}
+
+func findCond(conds []metav1.Condition) *metav1.Condition {
+	for i := range conds {
+		if conds[i].Type == v1alpha1.ConditionRendered {
+			return &conds[i]
+		}
+	}
+	return nil
+}
