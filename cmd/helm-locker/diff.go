@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
@@ -26,33 +27,19 @@ import (
 	"github.com/helm-locker/helm-locker/manifest"
 )
 
-// exitError ends the process with code, printing err if it is not nil.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string {
-	if e.err == nil {
-		return fmt.Sprintf("exit status %d", e.code)
-	}
-	return e.err.Error()
-}
-
-func (e *exitError) Unwrap() error { return e.err }
-
 // newDiffCommand shows drift as kubectl diff shows changes, with the
-// authors of each.
+// authors of each, and how a release's chart renders now.
 func newDiffCommand() *cobra.Command {
 	var (
 		client        clientFlags
 		files         []string
 		lockNamespace string
 		color         string
+		rerender      bool
 	)
 	cmd := &cobra.Command{
-		Use:   "diff (helmrelease/NAME | manifestlock/NAME | -f FILE)",
-		Short: "Show how live objects differ from what a lock declares",
+		Use:   "diff (helmrelease/NAME | manifestlock/NAME | -f FILE | --rerender [-n NAMESPACE] RELEASE)",
+		Short: "Show how live objects differ from what a lock declares, or a chart from what it renders now",
 		Long: `diff compares live objects with what a lock declares and prints a unified diff
 per object that differs (- live, + declared), naming the field managers that
 changed it. It writes nothing.
@@ -65,26 +52,43 @@ changed it. It writes nothing.
                     would hold them; -n is the namespace of objects that name
                     none
 
-Exit status: 0 when every object is as declared, 1 when some differ, 2 on an
-error, as kubectl diff.`,
+With --rerender, diff renders the chart of a Helm release again and prints
+how the render differs from the manifest Helm stored for the release's latest
+deployed revision (- stored, + rendered now), as "helm upgrade --reuse-values"
+of the same chart would render it against the cluster as it is now:
+
+  --rerender RELEASE            the release RELEASE in -n NAMESPACE (as helm -n)
+  --rerender helmrelease/NAME   the release a HelmRelease CR names
+
+The chart's lookups read with your own credentials, and .Capabilities are
+the cluster's. The chart is rendered twice, and what differs between the two
+renders (randAlphaNum, genCA, now) is generated, not decided by the cluster,
+and is left out. The values of a Secret show only if you may get that Secret;
+otherwise they read "` + hiddenValue + `". A lookup you may not make is an
+error that names it.
+
+Exit status: 0 when nothing differs, 1 when something does, 2 on an error or
+a wrong call, as kubectl diff.`,
 		Example: `  helm-locker diff helmrelease/web
-  helm-locker diff -f app.yaml -n apps`,
+  helm-locker diff -f app.yaml -n apps
+  helm-locker diff --rerender -n apps web`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if (len(args) == 0) == (len(files) == 0) {
-				return &exitError{2, errors.New("name either helmrelease/NAME, manifestlock/NAME or -f FILE")}
+			target, err := parseDiffTarget(args, files, rerender)
+			if err != nil {
+				return usageError(cmd, err)
 			}
 			if !slices.Contains([]string{"auto", "always", "never"}, color) {
-				return &exitError{2, fmt.Errorf("--color %s: want auto, always or never", color)}
+				return usageError(cmd, fmt.Errorf("--color %s: want auto, always or never", color))
 			}
-			diffs, err := runDiff(cmd, &client, args, files, lockNamespace)
+			diffs, err := runDiff(cmd, &client, target, lockNamespace)
 			if err != nil {
-				return &exitError{2, err}
+				return &exitError{exitDiffFailed, err}
 			}
 			out := cmd.OutOrStdout()
 			printDiffs(out, diffs, color == "always" || (color == "auto" && isTerminal(out)))
 			if len(diffs) > 0 {
-				return &exitError{code: 1}
+				return &exitError{code: exitDiffers}
 			}
 			return nil
 		},
@@ -93,48 +97,120 @@ error, as kubectl diff.`,
 	cmd.Flags().StringSliceVarP(&files, "filename", "f", nil, "YAML or JSON file, folder of them, or - for standard input")
 	cmd.Flags().StringVar(&lockNamespace, "lock-namespace", "cattle-helm-system", "namespace of the HelmRelease or ManifestLock")
 	cmd.Flags().StringVar(&color, "color", "auto", "colour the diff: auto (on a terminal, unless NO_COLOR is set), always or never")
+	cmd.Flags().BoolVar(&rerender, "rerender", false, "render the release's chart again, as you, against the cluster as it is now, and diff the render with the manifest Helm stored")
 	return cmd
 }
 
-// runDiff reads the declaration args or files name and diffs it.
-func runDiff(cmd *cobra.Command, client *clientFlags, args, files []string, lockNamespace string) ([]engine.ObjectDiff, error) {
+// targetKind is what diff compares.
+type targetKind int
+
+const (
+	targetFiles targetKind = iota
+	targetHelmRelease
+	targetManifestLock
+	// targetRelease is a Helm release by name, in -n, for --rerender.
+	targetRelease
+)
+
+// diffTarget is what diff's arguments name.
+type diffTarget struct {
+	kind  targetKind
+	name  string
+	files []string
+	// rerender renders the release's chart again rather than diffing
+	// its live objects.
+	rerender bool
+}
+
+// parseDiffTarget reads what diff is asked to compare, before anything
+// is read from the cluster: every error is one in how diff was called.
+func parseDiffTarget(args, files []string, rerender bool) (diffTarget, error) {
+	if rerender {
+		switch {
+		case len(files) > 0:
+			return diffTarget{}, errors.New("--rerender renders a Helm release's chart; it takes no -f: name the release, --rerender -n NAMESPACE RELEASE")
+		case len(args) == 0:
+			return diffTarget{}, errors.New("--rerender needs a release: --rerender -n NAMESPACE RELEASE, or --rerender helmrelease/NAME")
+		}
+	} else if (len(args) == 0) == (len(files) == 0) {
+		return diffTarget{}, errors.New("name either helmrelease/NAME, manifestlock/NAME or -f FILE, or --rerender RELEASE")
+	}
+	if len(files) > 0 {
+		return diffTarget{kind: targetFiles, files: files}, nil
+	}
+	kind, name, ok := strings.Cut(args[0], "/")
+	switch {
+	case !ok && rerender:
+		// Helm release names have no "/".
+		return diffTarget{kind: targetRelease, name: args[0], rerender: true}, nil
+	case ok && name != "" && slices.Contains([]string{"helmrelease", "helmreleases", "helmrelease.helm.cattle.io"}, kind):
+		return diffTarget{kind: targetHelmRelease, name: name, rerender: rerender}, nil
+	case ok && name != "" && slices.Contains([]string{"manifestlock", "manifestlocks", "manifestlock.helm-locker.io"}, kind):
+		if rerender {
+			return diffTarget{}, fmt.Errorf("%s: a ManifestLock has no chart to render again; --rerender takes a Helm release or helmrelease/NAME", args[0])
+		}
+		return diffTarget{kind: targetManifestLock, name: name}, nil
+	case rerender:
+		return diffTarget{}, fmt.Errorf("%s: want a Helm release name or helmrelease/NAME", args[0])
+	case !ok:
+		return diffTarget{}, fmt.Errorf("%s: want helmrelease/NAME or manifestlock/NAME; to render the Helm release %s again, --rerender %s", args[0], args[0], args[0])
+	}
+	return diffTarget{}, fmt.Errorf("%s: want helmrelease/NAME or manifestlock/NAME", args[0])
+}
+
+// runDiff reads what target names and diffs it.
+func runDiff(cmd *cobra.Command, client *clientFlags, target diffTarget, lockNamespace string) ([]shownDiff, error) {
 	cfg, namespace, err := client.load()
 	if err != nil {
 		return nil, err
 	}
+	ctx := cmd.Context()
+	if target.rerender {
+		rk := v1alpha1.ReleaseKey{Namespace: namespace, Name: target.name}
+		if target.kind == targetHelmRelease {
+			dyn, err := dynamic.NewForConfig(cfg)
+			if err != nil {
+				return nil, err
+			}
+			hr, err := readHelmRelease(cmd, dyn, lockNamespace, target.name)
+			if err != nil {
+				return nil, err
+			}
+			rk = hr.Spec.Release
+		}
+		return rerenderDiffs(ctx, cfg, rk)
+	}
+	diffs, err := lockDiff(cmd, cfg, namespace, target, lockNamespace)
+	return lockDiffs(diffs), err
+}
+
+// lockDiff diffs the live objects of target with what it declares.
+func lockDiff(cmd *cobra.Command, cfg *rest.Config, namespace string, target diffTarget, lockNamespace string) ([]engine.ObjectDiff, error) {
 	l, err := engine.NewLocker(cfg, engine.Options{})
 	if err != nil {
 		return nil, err
 	}
-	if len(files) > 0 {
-		objs, err := readFiles(files, cmd.InOrStdin())
+	if target.kind == targetFiles {
+		objs, err := readFiles(target.files, cmd.InOrStdin())
 		if err != nil {
 			return nil, err
 		}
 		return l.Diff(cmd.Context(), objs, engine.DefaultNamespace(namespace))
 	}
-	kind, name, ok := strings.Cut(args[0], "/")
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case ok && slices.Contains([]string{"manifestlock", "manifestlocks", "manifestlock.helm-locker.io"}, kind):
-		return diffManifestLock(cmd, l, dyn, lockNamespace, name)
-	case !ok || !slices.Contains([]string{"helmrelease", "helmreleases", "helmrelease.helm.cattle.io"}, kind):
-		return nil, fmt.Errorf("%s: want helmrelease/NAME or manifestlock/NAME", args[0])
+	if target.kind == targetManifestLock {
+		return diffManifestLock(cmd, l, dyn, lockNamespace, target.name)
 	}
-	u, err := dyn.Resource(v1alpha1.Resource).Namespace(lockNamespace).Get(cmd.Context(), name, metav1.GetOptions{})
+	hr, err := readHelmRelease(cmd, dyn, lockNamespace, target.name)
 	if err != nil {
-		return nil, fmt.Errorf("reading HelmRelease %s/%s: %w", lockNamespace, name, err)
-	}
-	hr := &v1alpha1.HelmRelease{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, hr); err != nil {
-		return nil, fmt.Errorf("HelmRelease %s/%s: %w", lockNamespace, name, err)
+		return nil, err
 	}
 	ignore, err := declare.Ignore(hr.Spec.Ignore)
 	if err != nil {
-		return nil, fmt.Errorf("HelmRelease %s/%s: %w", lockNamespace, name, err)
+		return nil, fmt.Errorf("HelmRelease %s/%s: %w", lockNamespace, target.name, err)
 	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -159,6 +235,19 @@ func runDiff(cmd *cobra.Command, client *clientFlags, args, files []string, lock
 		opts = append(opts, engine.ServerSideApply(m))
 	}
 	return l.Diff(cmd.Context(), objs, opts...)
+}
+
+// readHelmRelease reads the HelmRelease CR namespace/name.
+func readHelmRelease(cmd *cobra.Command, dyn dynamic.Interface, namespace, name string) (*v1alpha1.HelmRelease, error) {
+	u, err := dyn.Resource(v1alpha1.Resource).Namespace(namespace).Get(cmd.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading HelmRelease %s/%s: %w", namespace, name, err)
+	}
+	hr := &v1alpha1.HelmRelease{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, hr); err != nil {
+		return nil, fmt.Errorf("HelmRelease %s/%s: %w", namespace, name, err)
+	}
+	return hr, nil
 }
 
 // diffManifestLock diffs the objects a ManifestLock declares, as it holds
@@ -269,15 +358,17 @@ const (
 	reset = "\x1b[0m"
 )
 
-// printDiffs writes each object's diff under a line naming it, where it
-// differs and who changed it.
-func printDiffs(w io.Writer, diffs []engine.ObjectDiff, colored bool) {
-	paint := func(code, line string) string {
-		if !colored {
-			return line
-		}
-		return code + line + reset
-	}
+// shownDiff is one object's diff as diff prints it: a line naming the
+// object and where it differs, and a unified diff.
+type shownDiff struct {
+	head string
+	text string
+}
+
+// lockDiffs are the diffs of objects with what a lock declares, each
+// headed by where it differs and who changed it.
+func lockDiffs(diffs []engine.ObjectDiff) []shownDiff {
+	var out []shownDiff
 	for _, d := range diffs {
 		head := fmt.Sprintf("# %s %s", d.Kind, objectName(d.Ref))
 		switch {
@@ -293,8 +384,22 @@ func printDiffs(w io.Writer, diffs []engine.ObjectDiff, colored bool) {
 				head += "; changed by " + strings.Join(names, ", ")
 			}
 		}
-		fmt.Fprintln(w, paint(bold, head))
-		for line := range strings.Lines(d.Text) {
+		out = append(out, shownDiff{head: head, text: d.Text})
+	}
+	return out
+}
+
+// printDiffs writes each object's diff under its head line.
+func printDiffs(w io.Writer, diffs []shownDiff, colored bool) {
+	paint := func(code, line string) string {
+		if !colored {
+			return line
+		}
+		return code + line + reset
+	}
+	for _, d := range diffs {
+		fmt.Fprintln(w, paint(bold, d.head))
+		for line := range strings.Lines(d.text) {
 			line = strings.TrimSuffix(line, "\n")
 			switch {
 			case strings.HasPrefix(line, "+++"), strings.HasPrefix(line, "---"):

@@ -40,7 +40,7 @@ func TestPrintDiffs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var b strings.Builder
-		printDiffs(&b, diffs, tt.colored)
+		printDiffs(&b, lockDiffs(diffs), tt.colored)
 		if diff := cmp.Diff(tt.want, b.String()); diff != "" {
 			t.Errorf("colored=%v (-want +got):\n%s", tt.colored, diff)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -42,7 +43,7 @@ YAML or JSON, or its rendered manifest alone.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !slices.Contains([]string{"yaml", "json", "manifest"}, output) {
-				return fmt.Errorf("-o %s: want yaml, json or manifest", output)
+				return usageError(cmd, fmt.Errorf("-o %s: want yaml, json or manifest", output))
 			}
 			cfg, namespace, err := client.load()
 			if err != nil {
@@ -75,18 +76,12 @@ YAML or JSON, or its rendered manifest alone.`,
 // releaseSecret finds the Secret of one revision of a release, the latest
 // for revision 0.
 func releaseSecret(cmd *cobra.Command, kube kubernetes.Interface, namespace, name string, revision int) (*corev1.Secret, error) {
-	list, err := kube.CoreV1().Secrets(namespace).List(cmd.Context(), metav1.ListOptions{LabelSelector: storage.Selector(name)})
+	secrets, err := releaseSecrets(cmd.Context(), kube, namespace, name)
 	if err != nil {
-		return nil, fmt.Errorf("listing the revisions of release %s/%s: %w", namespace, name, err)
+		return nil, err
 	}
-	if len(list.Items) == 0 {
-		return nil, fmt.Errorf("release %s/%s not found: no Secret in %s is labelled %s", namespace, name, namespace, storage.Selector(name))
-	}
-	var secrets []*corev1.Secret
 	var revisions []string
-	for i := range list.Items {
-		s := &list.Items[i]
-		secrets = append(secrets, s)
+	for _, s := range secrets {
 		if v, ok := storage.Revision(s); ok {
 			if v == revision {
 				return s, nil
@@ -103,6 +98,23 @@ func releaseSecret(cmd *cobra.Command, kube kubernetes.Interface, namespace, nam
 		return nil, fmt.Errorf("release %s/%s: no Secret labelled %s has a %s label and the name Helm gives that revision", namespace, name, storage.Selector(name), storage.LabelVersion)
 	}
 	return latest, nil
+}
+
+// releaseSecrets lists the Secrets of every stored revision of a release;
+// a release with none is not found.
+func releaseSecrets(ctx context.Context, kube kubernetes.Interface, namespace, name string) ([]*corev1.Secret, error) {
+	list, err := kube.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{LabelSelector: storage.Selector(name)})
+	if err != nil {
+		return nil, fmt.Errorf("listing the revisions of release %s/%s: %w", namespace, name, err)
+	}
+	if len(list.Items) == 0 {
+		return nil, fmt.Errorf("release %s/%s not found: no Secret in %s is labelled %s", namespace, name, namespace, storage.Selector(name))
+	}
+	secrets := make([]*corev1.Secret, len(list.Items))
+	for i := range list.Items {
+		secrets[i] = &list.Items[i]
+	}
+	return secrets, nil
 }
 
 // printRelease writes a decoded release as output says.

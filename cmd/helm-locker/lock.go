@@ -54,16 +54,19 @@ its status.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
-				return errors.New("name the files to lock with -f")
+				return usageError(cmd, errors.New("name the files to lock with -f"))
 			}
 			if output != "" && output != "yaml" && output != "json" {
-				return fmt.Errorf("-o %s: want yaml or json", output)
+				return usageError(cmd, fmt.Errorf("-o %s: want yaml or json", output))
+			}
+			if warn && prevent {
+				return usageError(cmd, errors.New("--warn and --prevent ask for opposite modes: choose one"))
 			}
 			if name == "" {
 				name = lockName(files[0])
 			}
 			if name == "" {
-				return errors.New("name the lock with --name: it cannot be derived from standard input")
+				return usageError(cmd, errors.New("name the lock with --name: it cannot be derived from standard input"))
 			}
 			cfg, namespace, err := client.load()
 			if err != nil {
@@ -86,8 +89,6 @@ its status.`,
 			}
 			spec := map[string]any{"manifest": strings.Join(docs, "---\n"), "namespace": namespace, "prune": prune}
 			switch {
-			case warn && prevent:
-				return errors.New("--warn and --prevent ask for opposite modes: choose one")
 			case warn:
 				spec["mode"] = string(v1alpha1.ModeWarn)
 			case prevent:

@@ -2,6 +2,8 @@ package main
 
 import (
 	"flag"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -65,12 +67,20 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			// Both set flags: from the environment and --config, and
+			// --log-format and --v.
 			if err := bindConfig(cmd, opts.config); err != nil {
-				return err
+				return usageError(cmd, err)
 			}
-			return setupLogging(opts.logFormat, klogFlags.Lookup("v").Value.String())
+			if err := setupLogging(opts.logFormat, klogFlags.Lookup("v").Value.String()); err != nil {
+				return usageError(cmd, err)
+			}
+			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := opts.validate(); err != nil {
+				return usageError(cmd, err)
+			}
 			return runOperator(cmd.Context(), opts)
 		},
 	}
@@ -106,5 +116,23 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.StringSliceVar(&opts.exemptGroups, "prevent-exempt-groups", nil, "groups whose writes to objects Prevent locks hold pass admission (break glass; the revert still applies unless the lock is suspended); Kubernetes' garbage collector and namespace controller always pass")
 	f.AddGoFlag(klogFlags.Lookup("v"))
 	root.AddCommand(newVersionCommand(), newInspectCommand(), newDiffCommand(), newLockCommand())
+	exitUsageOnBadCalls(root)
 	return root
+}
+
+// validate checks the flag values that need no cluster to check, so that
+// a wrong one is a usage error rather than a failure after startup.
+func (o *options) validate() error {
+	if _, err := o.served(); err != nil {
+		return err
+	}
+	if !slices.Contains([]v1alpha1.Rerender{v1alpha1.RerenderOff, v1alpha1.RerenderReport, v1alpha1.RerenderUpgrade}, v1alpha1.Rerender(o.rerender)) {
+		return fmt.Errorf("--default-rerender %q: want Off, Report or Upgrade", o.rerender)
+	}
+	if o.webhookURL != "" {
+		if _, err := parseWebhookURL(o.webhookURL); err != nil {
+			return err
+		}
+	}
+	return nil
 }

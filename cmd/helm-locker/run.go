@@ -8,7 +8,6 @@ import (
 	"net/http/pprof"
 	"net/url"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,9 +50,6 @@ func runOperator(ctx context.Context, opts *options) error {
 	selector, err := opts.served()
 	if err != nil {
 		return err
-	}
-	if !slices.Contains([]v1alpha1.Rerender{v1alpha1.RerenderOff, v1alpha1.RerenderReport, v1alpha1.RerenderUpgrade}, v1alpha1.Rerender(opts.rerender)) {
-		return fmt.Errorf("--default-rerender %q: want Off, Report or Upgrade", opts.rerender)
 	}
 	klog.FromContext(ctx).Info("Starting helm-locker", "version", versionString(), "namespace", opts.namespace, "lease", opts.lease(), "selector", selector.String(), "heapLimitBytes", limitHeap())
 
@@ -355,13 +351,22 @@ func webhookCerts(kube kubernetes.Interface, opts *options) (webhook.CertSource,
 	}
 	hosts := []string{opts.webhookService + "." + opts.namespace + ".svc", opts.webhookService + "." + opts.namespace + ".svc.cluster.local"}
 	if opts.webhookURL != "" {
-		u, err := url.Parse(opts.webhookURL)
-		if err != nil || u.Scheme != "https" || u.Hostname() == "" {
-			return nil, fmt.Errorf("--webhook-url %q: want an https URL, such as https://127.0.0.1:9443%s", opts.webhookURL, webhook.Path)
+		u, err := parseWebhookURL(opts.webhookURL)
+		if err != nil {
+			return nil, err
 		}
 		hosts = append([]string{u.Hostname()}, hosts...)
 	}
 	return &webhook.SecretCerts{Kube: kube, Namespace: opts.namespace, Name: opts.lease() + "-webhook", Hosts: hosts}, nil
+}
+
+// parseWebhookURL parses --webhook-url.
+func parseWebhookURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "https" || u.Hostname() == "" {
+		return nil, fmt.Errorf("--webhook-url %q: want an https URL, such as https://127.0.0.1:9443%s", raw, webhook.Path)
+	}
+	return u, nil
 }
 
 // webhookConfiguration keeps the ValidatingWebhookConfiguration named
