@@ -14,9 +14,9 @@ import (
 )
 
 // TestDiffRerender runs `helm-locker diff --rerender` as a user types it,
-// on a release of the lookup-settings chart installed by each helm CLI:
-// its ConfigMap copies the greeting of a settings ConfigMap it looks up,
-// and its Secret holds a password generated at every render.
+// on a release of the two-way chart installed by each helm CLI: its
+// ConfigMap copies the greeting of a settings ConfigMap it looks up, and
+// its Secrets hold a CA generated at every render.
 func TestDiffRerender(t *testing.T) {
 	t.Parallel()
 	for _, v := range framework.HelmVersions {
@@ -24,8 +24,8 @@ func TestDiffRerender(t *testing.T) {
 			t.Parallel()
 			ns := env.Namespace(t)
 			release := "greeter"
-			writeSettings(t, ns, "hello")
-			env.Helm(t, v, "install", release, framework.Chart(t, "lookup-settings"), "-n", ns)
+			setGreeting(t, ns, "hello")
+			env.Helm(t, v, "install", release, framework.Chart(t, "two-way"), "-n", ns, "--set", "credentials.enabled=true")
 
 			// Just installed, the chart renders as stored: the
 			// password it generates anew is no change.
@@ -35,11 +35,11 @@ func TestDiffRerender(t *testing.T) {
 
 			// The settings it looks up change: the render differs
 			// where the greeting goes, and nowhere else.
-			writeSettings(t, ns, "bonjour")
+			setGreeting(t, ns, "bonjour")
 			res := env.CLI(t, "", "diff", "--rerender", "-n", ns, release)
-			app := release + "-lookup-settings-app"
-			head := "# ConfigMap " + ns + "/" + app + ": renders differently at /data/app.properties, /data/greeting\n"
-			want := []string{head, "--- " + app + " (stored)\n", "+++ " + app + " (rendered now)\n", "-  greeting: hello\n", "+  greeting: bonjour\n", "-    greeting=hello\n", "+    greeting=bonjour\n"}
+			app := release + "-two-way"
+			head := "# ConfigMap " + ns + "/" + app + ": renders differently at /data/app.ini, /data/greeting\n"
+			want := []string{head, "--- " + app + " (stored)\n", "+++ " + app + " (rendered now)\n", "-  greeting: hello\n", "+  greeting: bonjour\n", "-    greeting = hello\n", "+    greeting = bonjour\n"}
 			if res.Code != 1 || !containsAll(res.Stdout, want) || strings.Count(res.Stdout, "\n# ") != 0 || strings.Contains(res.Stdout, "Secret") || res.Stderr != "" {
 				t.Errorf("diff --rerender after the settings changed: exit %d, want 1 and one ConfigMap with %q\nstdout:\n%s\nstderr:\n%s", res.Code, want, res.Stdout, res.Stderr)
 			}
@@ -70,8 +70,8 @@ func TestDiffRerender(t *testing.T) {
 	t.Run("forbidden lookup", func(t *testing.T) {
 		t.Parallel()
 		ns := env.Namespace(t)
-		writeSettings(t, ns, "hello")
-		env.Helm(t, framework.Helm4, "install", "greeter", framework.Chart(t, "lookup-settings"), "-n", ns)
+		setGreeting(t, ns, "hello")
+		env.Helm(t, framework.Helm4, "install", "greeter", framework.Chart(t, "two-way"), "-n", ns, "--set", "credentials.enabled=true")
 		kubeconfig := releaseReaderKubeconfig(t, ns)
 		var res framework.CLIResult
 		env.Eventually(t, 30*time.Second, func() error {
@@ -88,19 +88,6 @@ func TestDiffRerender(t *testing.T) {
 	})
 }
 
-// writeSettings creates or updates the settings ConfigMap the
-// lookup-settings chart looks up, as a user would with kubectl apply.
-func writeSettings(t *testing.T, ns, greeting string) {
-	t.Helper()
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"greeting": greeting}}
-	_, err := env.Kube.CoreV1().ConfigMaps(ns).Update(t.Context(), cm, metav1.UpdateOptions{})
-	if err != nil {
-		_, err = env.Kube.CoreV1().ConfigMaps(ns).Create(t.Context(), cm, metav1.CreateOptions{})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-}
 
 // releaseReaderKubeconfig is a kubeconfig of a ServiceAccount of ns that
 // may read Secrets there, and so the release, but no ConfigMap.

@@ -22,14 +22,14 @@ import (
 	"github.com/helm-locker/helm-locker/internal/upgrade"
 )
 
-// The settings-lookup chart copies data.region of the ConfigMap "settings"
-// in the release namespace into its own ConfigMap, <release>-settings-lookup.
+// The two-way chart copies data.greeting of the ConfigMap "settings" in
+// the release namespace into its own ConfigMap, <release>-two-way.
 const (
 	upgradeRelease   = "app"
-	upgradeConfigMap = upgradeRelease + "-settings-lookup"
+	upgradeConfigMap = upgradeRelease + "-two-way"
 )
 
-// TestUpgradeThroughSDK installs the settings-lookup chart with each helm
+// TestUpgradeThroughSDK installs the two-way chart with each helm
 // CLI, changes the ConfigMap its `lookup` reads, and upgrades the release
 // with upgrade.Upgrade as a ServiceAccount bound to the ClusterRole edit:
 // revision 2 is deployed and 1 superseded, the ConfigMap takes the new
@@ -58,14 +58,14 @@ func TestUpgradeThroughSDK(t *testing.T) {
 }
 
 func testUpgradeThroughSDK(t *testing.T, v framework.HelmVersion) {
-	ns, chart := installSettingsLookup(t, v, "eu-west-1")
+	ns, chart := installTwoWay(t, v, "eu-west-1")
 	// edit (aggregated from system:aggregate-to-edit) already allows
 	// every write on Secrets, the release Secrets included: no Role of
 	// our own is needed.
 	cfg := writeIdentity(t, ns, "release-writer", rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "edit"})
 	waitAllowed(t, ns, "release-writer", "secrets", "create", "update", "delete")
 
-	setRegion(t, ns, "us-east-2")
+	setGreeting(t, ns, "us-east-2")
 	start := time.Now()
 	next, err := upgrade.Upgrade(t.Context(), cfg, latestRelease(t, ns), upgrade.DefaultOptions())
 	if err != nil {
@@ -78,8 +78,8 @@ func testUpgradeThroughSDK(t *testing.T, v framework.HelmVersion) {
 	if diff := cmp.Diff(map[int]string{1: "superseded", 2: "deployed"}, revisionStatuses(t, ns)); diff != "" {
 		t.Errorf("revisions (-want +got):\n%s", diff)
 	}
-	if got := configMapData(t, ns, upgradeConfigMap, "region"); got != "us-east-2" {
-		t.Errorf("data.region = %q after Upgrade, want the looked-up %q", got, "us-east-2")
+	if got := configMapData(t, ns, upgradeConfigMap, "greeting"); got != "us-east-2" {
+		t.Errorf("data.greeting = %q after Upgrade, want the looked-up %q", got, "us-east-2")
 	}
 	// Helm 3 writes client-side (Update), Helm 4 applies server-side
 	// (Apply); either way as "helm" alone: no "helm-locker", no binary
@@ -110,15 +110,14 @@ func testUpgradeThroughSDK(t *testing.T, v framework.HelmVersion) {
 	}
 
 	// The user's next upgrade, with the same CLI and no --force.
-	env.Helm(t, v, "upgrade", upgradeRelease, chart, "-n", ns, "--set", "greeting=hola")
+	// It looks up settings that do not exist, so the greeting is the
+	// default it sets.
+	env.Helm(t, v, "upgrade", upgradeRelease, chart, "-n", ns, "--set", "settings.name=missing,settings.defaultGreeting=hola")
 	if diff := cmp.Diff(map[int]string{1: "superseded", 2: "superseded", 3: "deployed"}, revisionStatuses(t, ns)); diff != "" {
 		t.Errorf("revisions after helm upgrade (-want +got):\n%s", diff)
 	}
 	if got := configMapData(t, ns, upgradeConfigMap, "greeting"); got != "hola" {
-		t.Errorf("data.greeting = %q after helm upgrade --set greeting=hola", got)
-	}
-	if got := configMapData(t, ns, upgradeConfigMap, "region"); got != "us-east-2" {
-		t.Errorf("data.region = %q after helm upgrade, want %q", got, "us-east-2")
+		t.Errorf("data.greeting = %q after helm upgrade --set settings.defaultGreeting=hola, want hola", got)
 	}
 	if got := applyMethod(t, ns, 3); got != wantMethod {
 		t.Errorf("revision 3 (helm upgrade) apply_method = %q, want %q", got, wantMethod)
@@ -129,7 +128,7 @@ func testUpgradeThroughSDK(t *testing.T, v framework.HelmVersion) {
 }
 
 func testUpgradeWithoutSecretWrites(t *testing.T, v framework.HelmVersion) {
-	ns, _ := installSettingsLookup(t, v, "eu-west-1")
+	ns, _ := installTwoWay(t, v, "eu-west-1")
 	// What the release's objects need, and only reads of Secrets: edit
 	// would allow writing them.
 	role := &rbacv1.Role{
@@ -145,7 +144,7 @@ func testUpgradeWithoutSecretWrites(t *testing.T, v framework.HelmVersion) {
 	cfg := writeIdentity(t, ns, "reader", rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name})
 	waitAllowed(t, ns, "reader", "secrets", "list")
 
-	setRegion(t, ns, "us-east-2")
+	setGreeting(t, ns, "us-east-2")
 	_, err := upgrade.Upgrade(t.Context(), cfg, latestRelease(t, ns), upgrade.DefaultOptions())
 	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "forbidden") {
 		t.Fatalf("Upgrade as an identity that may not write Secrets returned %v, want Forbidden", err)
@@ -154,13 +153,13 @@ func testUpgradeWithoutSecretWrites(t *testing.T, v framework.HelmVersion) {
 	if diff := cmp.Diff(map[int]string{1: "deployed"}, revisionStatuses(t, ns)); diff != "" {
 		t.Errorf("revisions after the refused Upgrade (-want +got):\n%s", diff)
 	}
-	if got := configMapData(t, ns, upgradeConfigMap, "region"); got != "eu-west-1" {
-		t.Errorf("data.region = %q after the refused Upgrade, want it untouched: %q", got, "eu-west-1")
+	if got := configMapData(t, ns, upgradeConfigMap, "greeting"); got != "eu-west-1" {
+		t.Errorf("data.greeting = %q after the refused Upgrade, want it untouched: %q", got, "eu-west-1")
 	}
 }
 
 func testUpgradeLooksUpAsIdentity(t *testing.T, v framework.HelmVersion) {
-	ns, _ := installSettingsLookup(t, v, "eu-west-1")
+	ns, _ := installTwoWay(t, v, "eu-west-1")
 	// Everything the upgrade writes, but no read of the ConfigMap the
 	// chart looks up, which the admin config the test started from
 	// could read.
@@ -177,7 +176,7 @@ func testUpgradeLooksUpAsIdentity(t *testing.T, v framework.HelmVersion) {
 	cfg := writeIdentity(t, ns, "no-settings", rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name})
 	waitAllowed(t, ns, "no-settings", "secrets", "create")
 
-	setRegion(t, ns, "us-east-2")
+	setGreeting(t, ns, "us-east-2")
 	_, err := upgrade.Upgrade(t.Context(), cfg, latestRelease(t, ns), upgrade.DefaultOptions())
 	if err == nil || !strings.Contains(err.Error(), `configmaps "settings" is forbidden`) {
 		t.Fatalf("Upgrade as an identity that may not read the looked-up ConfigMap returned %v, want Forbidden on it", err)
@@ -185,25 +184,25 @@ func testUpgradeLooksUpAsIdentity(t *testing.T, v framework.HelmVersion) {
 	if diff := cmp.Diff(map[int]string{1: "deployed"}, revisionStatuses(t, ns)); diff != "" {
 		t.Errorf("revisions after the refused Upgrade (-want +got):\n%s", diff)
 	}
-	if got := configMapData(t, ns, upgradeConfigMap, "region"); got != "eu-west-1" {
-		t.Errorf("data.region = %q after the refused Upgrade, want it untouched: %q", got, "eu-west-1")
+	if got := configMapData(t, ns, upgradeConfigMap, "greeting"); got != "eu-west-1" {
+		t.Errorf("data.greeting = %q after the refused Upgrade, want it untouched: %q", got, "eu-west-1")
 	}
 }
 
-// installSettingsLookup creates a namespace with the ConfigMap "settings"
-// (data.region = region) and installs the settings-lookup chart there as
+// installTwoWay creates a namespace with the ConfigMap "settings"
+// (data.greeting = greeting) and installs the two-way chart there as
 // release "app" with CLI v. It returns the namespace and the chart's path.
-func installSettingsLookup(t *testing.T, v framework.HelmVersion, region string) (ns, chart string) {
+func installTwoWay(t *testing.T, v framework.HelmVersion, greeting string) (ns, chart string) {
 	t.Helper()
 	ns = env.Namespace(t)
-	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"region": region}}
+	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"greeting": greeting}}
 	if _, err := env.Kube.CoreV1().ConfigMaps(ns).Create(t.Context(), settings, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	chart = framework.Chart(t, "settings-lookup")
+	chart = framework.Chart(t, "two-way")
 	env.Helm(t, v, "install", upgradeRelease, chart, "-n", ns)
-	if got := configMapData(t, ns, upgradeConfigMap, "region"); got != region {
-		t.Fatalf("data.region = %q after install, want the looked-up %q", got, region)
+	if got := configMapData(t, ns, upgradeConfigMap, "greeting"); got != greeting {
+		t.Fatalf("data.greeting = %q after install, want the looked-up %q", got, greeting)
 	}
 	return ns, chart
 }
@@ -255,19 +254,6 @@ func waitAllowed(t *testing.T, ns, name, resource string, verbs ...string) {
 	})
 }
 
-// setRegion changes the settings ConfigMap's data.region, as a user would
-// with kubectl edit.
-func setRegion(t *testing.T, ns, region string) {
-	t.Helper()
-	cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "settings", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cm.Data["region"] = region
-	if _, err := env.Kube.CoreV1().ConfigMaps(ns).Update(t.Context(), cm, metav1.UpdateOptions{FieldManager: "kubectl-edit"}); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func configMapData(t *testing.T, ns, name, key string) string {
 	t.Helper()
