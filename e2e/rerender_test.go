@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -316,4 +317,67 @@ func TestRerenderTrust(t *testing.T) {
 			t.Errorf("status.rerender = %+v: the forged revision 2 was rendered", rr)
 		}
 	})
+}
+
+// TestRerenderCorpus: Report mode reports nothing when nothing changed, on
+// every chart of the suite written as real charts are, installed by each
+// helm CLI and rendered again for as long as a few of the locker's
+// renders take. The write identity may write anything in the release
+// namespace, custom resources included, so that every lock settles.
+func TestRerenderCorpus(t *testing.T) {
+	t.Parallel()
+	charts := []struct {
+		chart string
+		args  func(ns string) []string
+	}{
+		{"webstack", nil},
+		{"configmaps", func(string) []string { return []string{"--set", "count=3,unlocked={1}"} }},
+		{"crds", func(ns string) []string { return []string{"--set", "group=" + ns + ".example.com"} }},
+		{"two-way", func(ns string) []string {
+			return []string{"--set", "credentials.enabled=true,kubeVersionLabel=true,monitoring.group=apps"}
+		}},
+	}
+	for _, v := range framework.HelmVersions {
+		for _, c := range charts {
+			t.Run(v.String()+"/"+c.chart, func(t *testing.T) {
+				t.Parallel()
+				ns := env.Namespace(t)
+				namespaceAdmin(t, ns, "writer")
+				// Cluster-scoped objects are named after the release.
+				release := "corpus-" + randomHex(t)
+				args := []string{"install", release, framework.Chart(t, c.chart), "-n", ns}
+				if c.args != nil {
+					args = append(args, c.args(ns)...)
+				}
+				env.Helm(t, v, args...)
+				cr := env.RegisterWith(t, framework.RegistrationNamespace, ns, release, map[string]any{"serviceAccountName": "writer", "rerender": "Report"})
+				env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)
+				waitRendered(t, cr, 30*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
+				env.Consistently(t, 5*time.Second, func() error {
+					hr := env.HelmRelease(t, cr)
+					if c := findCondition(hr, v1alpha1.ConditionRendered); c == nil || c.Status != metav1.ConditionTrue {
+						return fmt.Errorf("Rendered = %+v, status.rerender = %+v", c, hr.Status.Rerender)
+					}
+					return nil
+				})
+				for _, e := range env.Events(t, framework.RegistrationNamespace, cr) {
+					if e.Reason == "RenderChanged" {
+						t.Errorf("event %s: %s", e.Reason, e.Message)
+					}
+				}
+			})
+		}
+	}
+}
+
+// namespaceAdmin creates ServiceAccount name in ns, which may do anything
+// in ns.
+func namespaceAdmin(t *testing.T, ns, name string) {
+	t.Helper()
+	env.Kubectl(t, "-n", ns, "create", "serviceaccount", name)
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}}}}
+	if _, err := env.Kube.RbacV1().Roles(ns).Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	env.Kubectl(t, "-n", ns, "create", "rolebinding", name, "--role="+name, "--serviceaccount="+ns+":"+name)
 }

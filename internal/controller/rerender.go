@@ -87,8 +87,6 @@ type renderResult struct {
 	digest string
 	// reads say which of the cluster's capabilities the chart reads.
 	readsAPIVersions, readsKubeVersion bool
-	// rel is the revision rendered, kept for Upgrade mode.
-	rel *release.Release
 }
 
 // rerenderOf is the rerender policy of hr.
@@ -219,7 +217,7 @@ func (c *Controller) renderKey(ctx context.Context, key lockKey) (time.Duration,
 	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("helmRelease", key.ObjectName.String(), "release", target.release.Namespace+"/"+target.release.Name, "revision", target.revision))
 	start := time.Now()
-	res, lookups, err := c.render(ctx, target, causes, prev)
+	res, rel, lookups, err := c.render(ctx, target, causes, prev)
 	if err != nil {
 		// The API server failed a read: try again, causes and all.
 		rs.mu.Lock()
@@ -246,7 +244,7 @@ func (c *Controller) renderKey(ctx context.Context, key lockKey) (time.Duration,
 		c.recordRenderChanged(key, res)
 	}
 	if tryUpgrade {
-		c.upgrade(ctx, key, rs, target, res)
+		c.upgrade(ctx, key, rs, target, res, rel)
 	}
 	// The lock's sync writes what was found.
 	c.queue.Add(key)
@@ -269,18 +267,15 @@ func renderOutcome(res *renderResult) string {
 }
 
 // render renders target's revision against the cluster as it is now, and
-// compares it with what the revision stores. It returns an error only
-// when a read failed and a retry may succeed; what the chart or its
-// revision make impossible is the result.
-func (c *Controller) render(ctx context.Context, target renderTarget, causes []string, prev *renderResult) (*renderResult, []render.Lookup, error) {
+// compares it with what the revision stores; it returns the revision read
+// whole, for Upgrade mode, and what the chart looked up. It returns an
+// error only when a read failed and a retry may succeed; what the chart or
+// its revision make impossible is the result.
+func (c *Controller) render(ctx context.Context, target renderTarget, causes []string, prev *renderResult) (*renderResult, *release.Release, []render.Lookup, error) {
 	res := &renderResult{status: v1alpha1.RenderStatus{Revision: target.revision, Time: metav1.Now()}}
-	failed := func(reason, message string) (*renderResult, []render.Lookup, error) {
+	failed := func(reason, message string) (*renderResult, *release.Release, []render.Lookup, error) {
 		res.cond = condition(v1alpha1.ConditionRendered, false, reason, limit(message))
-		if prev != nil && prev.stale {
-			// Nothing new is known of what would change.
-			res.stale, res.digest = false, ""
-		}
-		return res, nil, nil
+		return res, nil, nil, nil
 	}
 	rk := target.release
 	if target.writer == "" {
@@ -292,7 +287,7 @@ func (c *Controller) render(ctx context.Context, target renderTarget, causes []s
 		return failed(v1alpha1.ReasonRenderFailed, fmt.Sprintf("the Secret %s/%s of revision %d is gone", rk.Namespace, name, target.revision))
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	rel, err := render.Decode(secret, rk.Namespace, rk.Name)
 	if err != nil {
@@ -303,7 +298,6 @@ func (c *Controller) render(ctx context.Context, target renderTarget, causes []s
 		// is rendered.
 		return failed(v1alpha1.ReasonRenderFailed, fmt.Sprintf("the Secret %s/%s was rewritten since revision %d was verified; it is not rendered", rk.Namespace, name, target.revision))
 	}
-	res.rel = rel
 	client, err := c.writerFor(rk.Namespace, target.writer)
 	if err != nil {
 		return failed(v1alpha1.ReasonRenderFailed, err.Error())
@@ -341,7 +335,7 @@ func (c *Controller) render(ctx context.Context, target renderTarget, causes []s
 	if len(changes) == 0 {
 		res.cond = condition(v1alpha1.ConditionRendered, true, v1alpha1.ReasonRendersAsStored,
 			fmt.Sprintf("revision %d renders as stored against the cluster as it is now", target.revision))
-		return res, out.Lookups, nil
+		return res, rel, out.Lookups, nil
 	}
 	res.stale = true
 	res.status.Changes, res.status.MoreChanges = renderChanges(c.placed(changes, rk.Namespace))
@@ -349,7 +343,7 @@ func (c *Controller) render(ctx context.Context, target renderTarget, causes []s
 	res.status.Cause = limit(renderCause(target.revision, causes, prev, declaredLookups(rel, out.Lookups)))
 	res.cond = condition(v1alpha1.ConditionRendered, false, v1alpha1.ReasonClusterChanged,
 		limit(fmt.Sprintf("%s: %s would change (helm-locker diff --rerender -n %s %s)", res.status.Cause, describeChanges(res.status.Changes, res.status.MoreChanges), rk.Namespace, rk.Name)))
-	return res, out.Lookups, nil
+	return res, rel, out.Lookups, nil
 }
 
 func digestOf(s string) string {
@@ -491,13 +485,13 @@ func (c *Controller) recordRenderChanged(key lockKey, res *renderResult) {
 // upgrade upgrades the release with its chart rendered now, through Helm,
 // as the lock's write identity. It is tried once per render that differs;
 // a failure is reported and leaves the last deployed revision held.
-func (c *Controller) upgrade(ctx context.Context, key lockKey, rs *renderState, target renderTarget, res *renderResult) {
+func (c *Controller) upgrade(ctx context.Context, key lockKey, rs *renderState, target renderTarget, res *renderResult, rel *release.Release) {
 	logger := klog.FromContext(ctx)
 	rk := target.release
 	start := time.Now()
 	cfg := rest.CopyConfig(c.cfg.REST)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: impersonated(rk.Namespace, target.writer)}
-	upgraded, err := upgrade.Upgrade(ctx, cfg, res.rel, upgrade.Options{})
+	upgraded, err := upgrade.Upgrade(ctx, cfg, rel, upgrade.Options{})
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.result != res {

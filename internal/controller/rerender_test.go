@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"helm.sh/helm/v3/pkg/release"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -188,4 +189,26 @@ func findCond(conds []metav1.Condition) *metav1.Condition {
 		}
 	}
 	return nil
+}
+
+// TestPlaced: a namespaced object whose manifest names no namespace is
+// named in the release's, as Helm applies it; a cluster-scoped one, or one
+// of a kind the mapper does not know, keeps no namespace.
+func TestPlaced(t *testing.T) {
+	// As a discovery mapper does, it maps a kind without a version.
+	mapper := meta.NewDefaultRESTMapper([]schema.GroupVersion{{Version: "v1"}})
+	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
+	c, _ := newTestControllerWith(t, func(cfg *Config) { cfg.Mapper = resettable{mapper} }, helmRelease(nil), nil, nil)
+	got := c.placed([]render.Change{
+		{Object: "ConfigMap app", Kind: "ConfigMap", Name: "app"},
+		{Object: "ConfigMap other/app", Kind: "ConfigMap", Namespace: "other", Name: "app"},
+		{Object: "Widget w", Group: "example.com", Kind: "Widget", Name: "w"},
+	}, "apps")
+	var names []string
+	for _, ch := range got {
+		names = append(names, ch.Object)
+	}
+	if diff := cmp.Diff([]string{"ConfigMap apps/app", "ConfigMap other/app", "Widget w"}, names); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
 }
