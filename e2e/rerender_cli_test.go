@@ -88,7 +88,6 @@ func TestDiffRerender(t *testing.T) {
 	})
 }
 
-
 // releaseReaderKubeconfig is a kubeconfig of a ServiceAccount of ns that
 // may read Secrets there, and so the release, but no ConfigMap.
 func releaseReaderKubeconfig(t *testing.T, ns string) string {

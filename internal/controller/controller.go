@@ -210,7 +210,7 @@ func New(cfg Config) *Controller {
 		sweep:        make(chan struct{}, 1),
 		renders:      newRenderQueue(),
 		clusterCheck: make(chan struct{}, 1),
-		bookkeeping: rate.NewLimiter(bookkeepingRate, bookkeepingBurst),
+		bookkeeping:  rate.NewLimiter(bookkeepingRate, bookkeepingBurst),
 	}
 	if c.cfg.Recorder == nil {
 		c.cfg.Recorder = noEvents{}
