@@ -122,12 +122,7 @@ func TestRerenderLookup(t *testing.T) {
 			waitRendered(t, cr, 30*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
 
 			setGreeting(t, ns, "bonjour")
-			env.Eventually(t, 10*time.Second, func() error {
-				if got, _ := keyValue(t, ns, "app-two-way", "greeting"); got != "bonjour" {
-					return fmt.Errorf("ConfigMap app-two-way greeting = %q, want bonjour", got)
-				}
-				return nil
-			})
+			waitGreeting(t, ns, "bonjour", 10*time.Second)
 			env.WaitForState(t, cr, v1alpha1.StateDeployed, 2)
 			waitRendered(t, cr, 30*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
 			history := env.Helm(t, v, "history", "app", "-n", ns, "-o", "json")
@@ -142,15 +137,22 @@ func TestRerenderLookup(t *testing.T) {
 			env.Helm(t, v, "upgrade", "app", framework.Chart(t, "two-way"), "-n", ns, "--reuse-values", "--set", "settings.defaultGreeting=hi")
 			env.WaitForState(t, cr, v1alpha1.StateDeployed, 3)
 			setGreeting(t, ns, "hallo")
-			env.Eventually(t, 10*time.Second, func() error {
-				if got, _ := keyValue(t, ns, "app-two-way", "greeting"); got != "hallo" {
-					return fmt.Errorf("ConfigMap app-two-way greeting = %q after the CLI's upgrade, want hallo", got)
-				}
-				return nil
-			})
+			waitGreeting(t, ns, "hallo", 10*time.Second)
 			env.WaitForState(t, cr, v1alpha1.StateDeployed, 4)
 		})
 	}
+}
+
+// waitGreeting waits until the two-way chart's ConfigMap of release "app"
+// in ns greets with want.
+func waitGreeting(t *testing.T, ns, want string, timeout time.Duration) {
+	t.Helper()
+	env.Eventually(t, timeout, func() error {
+		if got, _ := keyValue(t, ns, "app-two-way", "greeting"); got != want {
+			return fmt.Errorf("ConfigMap %s/app-two-way greeting = %q, want %q", ns, got, want)
+		}
+		return nil
+	})
 }
 
 // keyValue is data[key] of ConfigMap ns/name.
