@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -10,11 +11,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"helm.sh/helm/v3/pkg/release"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/helm-locker/helm-locker/e2e/framework"
@@ -39,6 +43,8 @@ const (
 // identity that may not write Secrets gets Forbidden, and so does one
 // that may not read what the chart looks up: the render's `lookup` is the
 // identity's too. Either way the release stays at revision 1, deployed.
+// An upgrade that fails after Helm stored revision 2 is rolled back to 1
+// as revision 3 (testUpgradeRollsBackForbidden, testUpgradeRollsBackDenied).
 func TestUpgradeThroughSDK(t *testing.T) {
 	t.Parallel()
 	for _, v := range framework.HelmVersions {
@@ -53,6 +59,14 @@ func TestUpgradeThroughSDK(t *testing.T) {
 		t.Run(v.String()+"-lookup-as-identity", func(t *testing.T) {
 			t.Parallel()
 			testUpgradeLooksUpAsIdentity(t, v)
+		})
+		t.Run(v.String()+"-rolls-back-forbidden", func(t *testing.T) {
+			t.Parallel()
+			testUpgradeRollsBackForbidden(t, v)
+		})
+		t.Run(v.String()+"-rolls-back-denied", func(t *testing.T) {
+			t.Parallel()
+			testUpgradeRollsBackDenied(t, v)
 		})
 	}
 }
@@ -189,6 +203,167 @@ func testUpgradeLooksUpAsIdentity(t *testing.T, v framework.HelmVersion) {
 	}
 }
 
+// testUpgradeRollsBackForbidden upgrades as an identity RBAC lets
+// store revision 2 but not write the ConfigMap, which must change. Helm 3
+// rolls back: its rollback does not write the ConfigMap, whose three-way
+// patch from revision 2's manifest to 1's is empty. Helm 4's applies every
+// object of revision 1 server-side, and is refused the ConfigMap as the
+// upgrade was: revision 3 is failed too.
+func testUpgradeRollsBackForbidden(t *testing.T, v framework.HelmVersion) {
+	ns, _ := installTwoWay(t, v, "eu-west-1")
+	// Enough for Helm to store revision 2 and apply it: it reads the
+	// looked-up settings and its own ConfigMap, writes its Secrets and
+	// the Deployment, and fails on the one write left, the ConfigMap's.
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-configmap-writes"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"*"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"*"}},
+		},
+	}
+	if _, err := env.Kube.RbacV1().Roles(ns).Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeIdentity(t, ns, role.Name, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name})
+	waitAllowed(t, ns, role.Name, "secrets", "create", "update")
+
+	wantErr := "; rolled back to revision 1 as revision 3"
+	wantStatuses := map[int]string{1: "superseded", 2: "failed", 3: "deployed"}
+	if v == framework.Helm4 {
+		wantErr = "; rolling back failed too: "
+		wantStatuses = map[int]string{1: "deployed", 2: "superseded", 3: "failed"}
+	}
+	err := upgradeToFailure(t, ns, cfg, wantStatuses)
+	if msg := err.Error(); !strings.Contains(msg, "forbidden") || !strings.Contains(msg, wantErr) {
+		t.Errorf("Upgrade's error does not say forbidden and %q", wantErr)
+	}
+	if v == framework.Helm4 && strings.Count(err.Error(), `configmaps "app-two-way" is forbidden`) != 2 {
+		t.Errorf("Upgrade's error does not give both the upgrade's and the rollback's Forbidden")
+	}
+}
+
+// testUpgradeRollsBackDenied upgrades as an identity that may write
+// everything the release holds, but whose writes of the new greeting an
+// admission policy denies: both CLIs roll back, Helm 4 applying revision
+// 1's objects server-side again.
+func testUpgradeRollsBackDenied(t *testing.T, v framework.HelmVersion) {
+	ns, _ := installTwoWay(t, v, "eu-west-1")
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "writer"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"", "apps"}, Resources: []string{"secrets", "configmaps", "deployments"}, Verbs: []string{"*"}},
+		},
+	}
+	if _, err := env.Kube.RbacV1().Roles(ns).Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeIdentity(t, ns, role.Name, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name})
+	waitAllowed(t, ns, role.Name, "configmaps", "patch")
+	denyGreeting(t, ns, cfg, "us-east-2")
+
+	err := upgradeToFailure(t, ns, cfg, map[int]string{1: "superseded", 2: "failed", 3: "deployed"})
+	if want := "; rolled back to revision 1 as revision 3"; !strings.Contains(err.Error(), "denied request") || !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("Upgrade's error does not give the denial and end with %q", want)
+	}
+	operation := "Update"
+	if v == framework.Helm4 {
+		operation = "Apply"
+	}
+	if diff := cmp.Diff([]string{"helm/" + operation}, fieldOwners(t, "configmaps", ns, upgradeConfigMap)); diff != "" {
+		t.Errorf("managers of ConfigMap %s after the rollback (-want +got):\n%s", upgradeConfigMap, diff)
+	}
+}
+
+// upgradeToFailure sets the looked-up greeting to us-east-2, so that the
+// ConfigMap must change, and upgrades the release as cfg, which may not
+// write the change. It returns Upgrade's error, checked to wrap a failure
+// of revision 2, after checking the revisions' statuses against want,
+// that the latest has revision 1's manifest and apply method, and that the
+// ConfigMap is as revision 1 left it.
+func upgradeToFailure(t *testing.T, ns string, cfg *rest.Config, want map[int]string) error {
+	t.Helper()
+	installed := latestRelease(t, ns)
+	setGreeting(t, ns, "us-east-2")
+	start := time.Now()
+	_, err := upgrade.Upgrade(t.Context(), cfg, installed, upgrade.DefaultOptions())
+	t.Logf("Upgrade took %s: %v", time.Since(start).Round(time.Millisecond), err)
+	if err == nil {
+		t.Fatal("Upgrade succeeded; want it to fail on the ConfigMap")
+	}
+	if diff := cmp.Diff(want, revisionStatuses(t, ns)); diff != "" {
+		t.Errorf("revisions after the failed Upgrade (-want +got):\n%s", diff)
+	}
+	if got := latestRelease(t, ns); got.Version != 3 || got.Manifest != installed.Manifest {
+		t.Errorf("latest revision %d, manifest (-revision 1 +latest):\n%s", got.Version, cmp.Diff(installed.Manifest, got.Manifest))
+	}
+	if got, want := applyMethod(t, ns, 3), applyMethod(t, ns, 1); got != want {
+		t.Errorf("revision 3 (the rollback) apply_method = %q, revision 1's %q", got, want)
+	}
+	if got := configMapData(t, ns, upgradeConfigMap, "greeting"); got != "eu-west-1" {
+		t.Errorf("data.greeting = %q after the failed Upgrade, want revision 1's %q", got, "eu-west-1")
+	}
+	return err
+}
+
+// denyGreeting makes the API server deny cfg's writes of ConfigMaps in ns
+// whose data.greeting is greeting, through a ValidatingAdmissionPolicy,
+// and waits until it does.
+func denyGreeting(t *testing.T, ns string, cfg *rest.Config, greeting string) {
+	t.Helper()
+	name := ns + "-deny-greeting"
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: new(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+				}}},
+			},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "identity", Expression: fmt.Sprintf("request.userInfo.username == %q", cfg.Impersonate.UserName)}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: fmt.Sprintf("!has(object.data) || !('greeting' in object.data) || object.data.greeting != %q", greeting),
+				Message:    "greeting " + greeting + " is not allowed",
+			}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources: &admissionregistrationv1.MatchResources{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
+			},
+		},
+	}
+	policies := env.Kube.AdmissionregistrationV1()
+	if _, err := policies.ValidatingAdmissionPolicies().Create(t.Context(), policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = policies.ValidatingAdmissionPolicyBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = policies.ValidatingAdmissionPolicies().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	if _, err := policies.ValidatingAdmissionPolicyBindings().Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	identity, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := fmt.Sprintf(`{"data":{"greeting":%q}}`, greeting)
+	env.Eventually(t, 30*time.Second, func() error {
+		_, err := identity.CoreV1().ConfigMaps(ns).Patch(t.Context(), upgradeConfigMap, types.MergePatchType, []byte(patch), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil || !strings.Contains(err.Error(), "denied request") {
+			return fmt.Errorf("a dry-run write of greeting %s as %s returned %v, want denied", greeting, cfg.Impersonate.UserName, err)
+		}
+		return nil
+	})
+}
+
 // installTwoWay creates a namespace with the ConfigMap "settings"
 // (data.greeting = greeting) and installs the two-way chart there as
 // release "app" with CLI v. It returns the namespace and the chart's path.
@@ -253,7 +428,6 @@ func waitAllowed(t *testing.T, ns, name, resource string, verbs ...string) {
 		return nil
 	})
 }
-
 
 func configMapData(t *testing.T, ns, name, key string) string {
 	t.Helper()

@@ -10,27 +10,38 @@ import (
 	"helm.sh/helm/v3/pkg/release"
 )
 
-// upgradeClientSide upgrades rel with Helm 3's upgrade action, as `helm
-// upgrade --reuse-values` of Helm 3 does: a client-side three-way
-// strategic merge, written as manager "helm" with operation Update.
-func upgradeClientSide(ctx context.Context, getter *clientGetter, rel *release.Release, opts Options) (*release.Release, error) {
-	var cfg actionv3.Configuration
+// newHelm3Config returns Helm 3's action configuration over getter, with
+// release storage in Secrets of namespace. It does no I/O.
+func newHelm3Config(getter *clientGetter, namespace string) (*actionv3.Configuration, error) {
+	cfg := new(actionv3.Configuration)
 	// Helm 3's actions log through this function alone; a library does
 	// not log, and the caller reports the error returned.
-	if err := cfg.Init(getter, rel.Namespace, "secret", func(string, ...any) {}); err != nil {
+	if err := cfg.Init(getter, namespace, "secret", func(string, ...any) {}); err != nil {
 		return nil, err
 	}
+	return cfg, nil
+}
+
+// upgradeClientSide upgrades rel with Helm 3's upgrade action, as `helm
+// upgrade --reuse-values` of Helm 3 does: a client-side three-way
+// strategic merge, written as manager "helm" with operation Update. A
+// revision that fails once stored is rolled back (rollBackFailed).
+func upgradeClientSide(ctx context.Context, cfg *actionv3.Configuration, rel *release.Release, opts Options) (*release.Release, error) {
 	ch, err := copyChart[chart.Chart](rel.Chart)
 	if err != nil {
 		return nil, err
 	}
-	u := actionv3.NewUpgrade(&cfg)
+	u := actionv3.NewUpgrade(cfg)
 	u.Namespace = rel.Namespace
 	u.ReuseValues = true
 	u.DryRunOption = "none" // the CLI's value when --dry-run is not given
 	u.MaxHistory = opts.historyMax()
 	u.Timeout = opts.timeout()
-	return u.RunWithContext(ctx, rel.Name, ch, map[string]any{})
+	next, err := u.RunWithContext(ctx, rel.Name, ch, map[string]any{})
+	if err != nil {
+		return nil, rollBackFailed(helm3Rollback{cfg: cfg, opts: opts}, rel, err)
+	}
+	return next, nil
 }
 
 // copyChart returns a deep copy of ch as chart type T of either SDK, which

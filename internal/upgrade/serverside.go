@@ -30,7 +30,8 @@ func newHelm4Config(getter *clientGetter, namespace string) (*actionv4.Configura
 // upgrade --reuse-values` of Helm 4 does: --server-side=auto applies
 // server-side a release Helm 4 applied server-side, as manager "helm" with
 // operation Apply, without forcing conflicts, and records apply_method
-// "ssa" in the new revision.
+// "ssa" in the new revision. A revision that fails once stored is rolled
+// back (rollBackFailed).
 //
 // Helm 3's SDK cannot stand in for it. Seen against kube-apiserver v1.36
 // with a release the Helm 4.3.1 CLI installed: Helm 3's upgrade wrote
@@ -54,7 +55,7 @@ func upgradeServerSide(ctx context.Context, cfg *actionv4.Configuration, rel *re
 	u.Timeout = opts.timeout()
 	next, err := u.RunWithContext(ctx, rel.Name, ch, map[string]any{})
 	if err != nil {
-		return nil, err
+		return nil, rollBackFailed(helm4Rollback{cfg: cfg, opts: opts}, rel, err)
 	}
 	return toV3(next)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	actionv3 "helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/client-go/rest"
 )
@@ -90,6 +91,15 @@ var (
 // `lookup`s and discovery included, goes through cfg; Helm writes as field
 // manager "helm". The release returned is N+1 as Helm's v3 types hold it,
 // without the apply method, which only its Secret records.
+//
+// An upgrade that fails after Helm stored N+1 leaves N+1 failed, which
+// would leave the release unlocked; Upgrade then rolls it back to N with
+// the same SDK's rollback, without waiting, and the error it returns wraps
+// Helm's upgrade error (errors.Is finds it) and says how the rollback went:
+// "...; rolled back to revision N as revision N+2", or "...; rolling back
+// failed too: ...". A failure before N+1 was stored is not rolled back.
+// Helm 4's rollback applies every object of N server-side, so an object
+// the identity may not write fails it too, and leaves N+2 failed.
 func Upgrade(ctx context.Context, cfg *rest.Config, rel *release.Release, opts Options) (*release.Release, error) {
 	if err := checkRelease(rel); err != nil {
 		return nil, err
@@ -114,7 +124,10 @@ func Upgrade(ctx context.Context, cfg *rest.Config, rel *release.Release, opts O
 	if serverSide {
 		next, err = upgradeServerSide(ctx, helm4, rel, opts)
 	} else {
-		next, err = upgradeClientSide(ctx, getter, rel, opts)
+		var helm3 *actionv3.Configuration
+		if helm3, err = newHelm3Config(getter, rel.Namespace); err == nil {
+			next, err = upgradeClientSide(ctx, helm3, rel, opts)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
