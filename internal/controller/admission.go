@@ -98,9 +98,9 @@ func (c *Controller) Confirm(ctx context.Context, setKey string) (bool, error) {
 			// revision Helm wrote (see storage.Revision).
 			continue
 		}
-		latest = latestRevision{revision: revision, status: m.Labels[storage.LabelStatus], lastWrite: storage.LastWrite(m)}
+		latest = latestRevision{revision: revision, status: m.Labels[storage.LabelStatus], lastWrite: storage.LastWrite(m), uid: m.UID}
 	}
-	return c.mayHold(latest, held, time.Now()), nil
+	return c.mayHold(rk, latest, held, time.Now()), nil
 }
 
 // Describe names the lock of key and how to change what it holds.

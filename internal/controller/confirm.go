@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
@@ -46,7 +47,7 @@ func (c *Controller) confirmLocked(rk v1alpha1.ReleaseKey, revision int, engaged
 		if err != nil {
 			return fmt.Errorf("confirming release %s/%s is still deployed: %w", rk.Namespace, rk.Name, err)
 		}
-		if !c.mayHold(latest, revision, time.Now()) {
+		if !c.mayHold(rk, latest, revision, time.Now()) {
 			return &LockOpenError{Release: rk, Revision: revision, Latest: latest.revision, Status: latest.status}
 		}
 		return nil
@@ -58,6 +59,7 @@ type latestRevision struct {
 	revision  int
 	status    string
 	lastWrite time.Time
+	uid       types.UID
 }
 
 // readLatest lists the release's Secrets afresh, one request by label.
@@ -72,18 +74,22 @@ func (c *Controller) readLatest(ctx context.Context, rk v1alpha1.ReleaseKey) (la
 	for i := range list.Items {
 		m := &list.Items[i]
 		if v, ok := storage.Revision(m); ok && v > l.revision {
-			l = latestRevision{revision: v, status: m.Labels[storage.LabelStatus], lastWrite: storage.LastWrite(m)}
+			l = latestRevision{revision: v, status: m.Labels[storage.LabelStatus], lastWrite: storage.LastWrite(m), uid: m.UID}
 		}
 	}
 	return l, nil
 }
 
-// mayHold reports whether the lock may hold revision while latest is the
-// release's highest: it is that revision, deployed; or latest is a Helm
-// operation stuck past the timeout (an upgrade's new revision, or the held
-// one marked uninstalling; see stuckOn).
-func (c *Controller) mayHold(latest latestRevision, revision int, now time.Time) bool {
+// mayHold reports whether the lock may hold revision of rk while latest is
+// the release's highest: it is that revision, deployed; or latest is a
+// Helm operation stuck past the timeout (an upgrade's new revision, or the
+// held one marked uninstalling; see stuckOn), or Upgrade mode's failed
+// upgrade (see failedUpgrade).
+func (c *Controller) mayHold(rk v1alpha1.ReleaseKey, latest latestRevision, revision int, now time.Time) bool {
 	if latest.revision == revision && storage.Deployed(latest.status) {
+		return true
+	}
+	if revision < latest.revision && c.failedByUpgrade(rk, latest.revision, latest.uid) {
 		return true
 	}
 	return revision <= latest.revision && storage.Decide(latest.status).Reason == storage.ReasonHelmWorking &&

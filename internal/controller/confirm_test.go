@@ -45,10 +45,13 @@ func TestConfirmLockedBeforeRestoring(t *testing.T) {
 
 // TestMayHold: the lock holds a revision while it is the latest and
 // deployed, and the last verified one once a Helm operation has outlasted
-// the timeout; never while Helm may still be working.
+// the timeout, or while Upgrade mode's own failed upgrade, by its
+// Secret's UID, is the latest; never while Helm may still be working.
 func TestMayHold(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	c := &Controller{cfg: Config{HelmOperationTimeout: 15 * time.Minute}}
+	rk := v1alpha1.ReleaseKey{Name: "web", Namespace: "apps"}
+	c.failedUpgrades.Set(rk, failedUpgrade{revision: 5, uid: "upgrade-5"})
 	tests := []struct {
 		name     string
 		latest   latestRevision
@@ -64,10 +67,13 @@ func TestMayHold(t *testing.T) {
 		{name: "an older revision", latest: latestRevision{revision: 3, status: "pending-rollback", lastWrite: now.Add(-16 * time.Minute)}, revision: 4},
 		{name: "no write time", latest: latestRevision{revision: 4, status: "pending-upgrade"}, revision: 3},
 		{name: "failed", latest: latestRevision{revision: 4, status: "failed", lastWrite: now.Add(-time.Hour)}, revision: 3},
+		{name: "Upgrade mode's failed upgrade", latest: latestRevision{revision: 5, status: "failed", lastWrite: now, uid: "upgrade-5"}, revision: 4, want: true},
+		{name: "another Secret of that revision", latest: latestRevision{revision: 5, status: "failed", lastWrite: now, uid: "forged"}, revision: 4},
+		{name: "a revision after it", latest: latestRevision{revision: 6, status: "failed", lastWrite: now, uid: "upgrade-5"}, revision: 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := c.mayHold(tt.latest, tt.revision, now); got != tt.want {
+			if got := c.mayHold(rk, tt.latest, tt.revision, now); got != tt.want {
 				t.Errorf("mayHold(%+v, %d) = %v, want %v", tt.latest, tt.revision, got, tt.want)
 			}
 		})

@@ -159,8 +159,11 @@ type Controller struct {
 	// clusterCheck.
 	renders      workqueue.TypedRateLimitingInterface[lockKey]
 	renderStates registry.Map[lockKey, *renderState]
-	cluster      clusterInfo
-	clusterCheck chan struct{}
+	// failedUpgrades are the revisions Upgrade mode's upgrades left
+	// failed, by release.
+	failedUpgrades registry.Map[v1alpha1.ReleaseKey, failedUpgrade]
+	cluster        clusterInfo
+	clusterCheck   chan struct{}
 }
 
 // bookkeepingDelay is how long drift events and status counts wait before

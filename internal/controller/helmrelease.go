@@ -371,6 +371,10 @@ func (c *Controller) decide(ctx context.Context, req *releaseSync) (status v1alp
 	st.stuck = nil
 	if !decision.Engage {
 		verified := c.stuckOn(st, latest, time.Now(), req.result)
+		upgradeFailed := verified == nil && c.failedByUpgrade(rk, revision, latest.GetUID())
+		if upgradeFailed {
+			verified = c.verifiedSecret(st)
+		}
 		if verified == nil {
 			if st.lock.Phase != lock.Unlocked && st.lock.Phase != "" {
 				logger.V(2).Info("Lock opened", "release", rk.Namespace+"/"+rk.Name, "revision", revision, "reason", decision.Reason)
@@ -382,7 +386,7 @@ func (c *Controller) decide(ctx context.Context, req *releaseSync) (status v1alp
 			}
 			return openStatus(hr, decision.State, revision, decision.Reason, decision.Message), true, nil
 		}
-		st.stuck = &stuckRevision{revision: revision, status: latest.GetLabels()[storage.LabelStatus], since: storage.LastWrite(latest)}
+		st.stuck = &stuckRevision{revision: revision, status: latest.GetLabels()[storage.LabelStatus], since: storage.LastWrite(latest), upgradeFailed: upgradeFailed}
 		latest, revision = verified, st.trust.verified.Revision
 	}
 
@@ -444,7 +448,7 @@ func (c *Controller) act(ctx context.Context, req *releaseSync) (status v1alpha1
 		c.reportUnverified(hr, st, res)
 		status = lockedStatus(hr, st, res, syncErr)
 		if s := st.stuck; s != nil {
-			setConditions(&status.LockStatus, hr.Generation, condition(v1alpha1.ConditionReady, false, v1alpha1.ReasonHelmOperationStuck, s.message(c.cfg.HelmOperationTimeout, st.rel.Version)))
+			setConditions(&status.LockStatus, hr.Generation, condition(v1alpha1.ConditionReady, false, s.reason(), s.message(c.cfg.HelmOperationTimeout, st.rel.Version)))
 		}
 		// awaitingOwnWrites holds only with nothing Unresolved, so
 		// syncErr stands for the error returned.

@@ -73,8 +73,8 @@ type renderState struct {
 	rendered renderTarget
 	result   *renderResult
 	// upgraded is the render (by its digest) last upgraded to: one try
-	// per cause.
-	upgraded string
+	// per cause; upgradeFailure is Helm's error if that try failed.
+	upgraded, upgradeFailure string
 }
 
 // renderResult is what a render found.
@@ -236,8 +236,13 @@ func (c *Controller) renderKey(ctx context.Context, key lockKey) (time.Duration,
 	}
 	rs.rendered, rs.result = target, res
 	tryUpgrade := target.mode == v1alpha1.RerenderUpgrade && res.stale && upgraded != res.digest
-	if tryUpgrade {
-		rs.upgraded = res.digest
+	switch {
+	case tryUpgrade:
+		rs.upgraded, rs.upgradeFailure = res.digest, ""
+	case res.stale && res.digest == upgraded && rs.upgradeFailure != "":
+		// The render the upgrade failed with, again (as after Helm
+		// rolled the failure back): it is not tried again.
+		res.cond = upgradeFailedCondition(res.status.Cause, rs.upgradeFailure)
 	}
 	rs.mu.Unlock()
 	if res.stale && (prev == nil || prev.digest != res.digest) {
@@ -492,16 +497,25 @@ func (c *Controller) upgrade(ctx context.Context, key lockKey, rs *renderState, 
 	cfg := rest.CopyConfig(c.cfg.REST)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: impersonated(rk.Namespace, target.writer)}
 	upgraded, err := upgrade.Upgrade(ctx, cfg, rel, upgrade.Options{})
+	if err != nil {
+		// A revision Helm left failed (the upgrade's, or the rollback's
+		// after it) would open the lock; the lock holds the verified
+		// one instead.
+		if latest, readErr := c.readLatest(ctx, rk); readErr == nil && latest.revision > rel.Version && latest.status == string(release.StatusFailed) {
+			c.failedUpgrades.Set(rk, failedUpgrade{revision: latest.revision, uid: latest.uid})
+			c.queue.Add(key)
+		}
+	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.result != res {
 		return
 	}
 	if err != nil {
+		rs.upgradeFailure = err.Error()
 		logger.Error(err, "Upgrade mode's upgrade failed; the last deployed revision stays held")
 		c.cfg.Metrics.ObserveRender(rk.Namespace, rk.Name, "UpgradeFailed", time.Since(start))
-		res.cond = condition(v1alpha1.ConditionRendered, false, v1alpha1.ReasonUpgradeFailed,
-			limit(fmt.Sprintf("%s; upgrading the release to the new render failed, and is not tried again for this cause: %v", res.status.Cause, err)))
+		res.cond = upgradeFailedCondition(res.status.Cause, rs.upgradeFailure)
 		c.cfg.Recorder.Event(&corev1.ObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind, Namespace: key.Namespace, Name: key.Name},
 			corev1.EventTypeWarning, v1alpha1.ReasonUpgradeFailed, truncate(res.cond.Message, maxEventMessage))
 		return
@@ -510,6 +524,13 @@ func (c *Controller) upgrade(ctx context.Context, key lockKey, rs *renderState, 
 	c.cfg.Metrics.ObserveRender(rk.Namespace, rk.Name, "Upgraded", time.Since(start))
 	res.cond = condition(v1alpha1.ConditionRendered, false, v1alpha1.ReasonUpgraded,
 		limit(fmt.Sprintf("%s; upgraded the release to revision %d with the new render", res.status.Cause, upgraded.Version)))
+}
+
+// upgradeFailedCondition says that Upgrade mode's upgrade for cause failed
+// with Helm's error failure.
+func upgradeFailedCondition(cause, failure string) metav1.Condition {
+	return condition(v1alpha1.ConditionRendered, false, v1alpha1.ReasonUpgradeFailed,
+		limit(fmt.Sprintf("%s; upgrading the release to the new render failed, and is not tried again for this cause: %s", cause, failure)))
 }
 
 // clusterInfo is what the chart's .Capabilities say of the cluster: its

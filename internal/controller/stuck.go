@@ -5,7 +5,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/internal/storage"
 )
 
@@ -16,14 +18,28 @@ import (
 // pending one.
 const DefaultHelmOperationTimeout = 15 * time.Minute
 
-// stuckRevision is a Helm operation that outlasted the timeout.
+// stuckRevision is a Helm operation that outlasted the timeout, or an
+// upgrade of Upgrade mode that Helm left failed.
 type stuckRevision struct {
 	revision int
 	status   string
 	since    time.Time
+	// upgradeFailed says Upgrade mode's upgrade wrote the revision and
+	// failed (see failedUpgrade).
+	upgradeFailed bool
+}
+
+func (s *stuckRevision) reason() string {
+	if s.upgradeFailed {
+		return v1alpha1.ReasonUpgradeFailed
+	}
+	return v1alpha1.ReasonHelmOperationStuck
 }
 
 func (s *stuckRevision) message(timeout time.Duration, held int) string {
+	if s.upgradeFailed {
+		return fmt.Sprintf("revision %d, which the locker's Upgrade mode wrote, failed and could not be rolled back: revision %d, the last verified, stays held; a newer revision opens the lock as usual", s.revision, held)
+	}
 	return fmt.Sprintf("revision %d has been %s since %s, longer than the Helm operation timeout (%s): Helm was killed mid-way, or the revision was not written by Helm. Revision %d, the last verified, is held again; a newer revision opens the lock as usual",
 		s.revision, s.status, s.since.UTC().Format(time.RFC3339), timeout, held)
 }
@@ -41,7 +57,16 @@ func (c *Controller) stuckOn(st *releaseState, latest *metav1.PartialObjectMetad
 		r.requeueBy(left)
 		return nil
 	}
+	return c.verifiedSecret(st)
+}
+
+// verifiedSecret returns the Secret of the last verified revision, if the
+// cache has it.
+func (c *Controller) verifiedSecret(st *releaseState) *metav1.PartialObjectMetadata {
 	v := st.trust.verified
+	if v == nil {
+		return nil
+	}
 	objs, err := c.secrets.GetIndexer().ByIndex(byRelease, v.Release.Namespace+"/"+v.Release.Name)
 	if err != nil {
 		return nil
@@ -54,4 +79,20 @@ func (c *Controller) stuckOn(st *releaseState, latest *metav1.PartialObjectMetad
 		}
 	}
 	return nil
+}
+
+// failedUpgrade is a revision that Upgrade mode's upgrade left failed, by
+// its Secret's UID: the lock keeps holding the last verified revision
+// while it is the latest. The locker caused it, so no retry or rollback of
+// the user's is awaited; a Secret written by anyone else has another UID.
+type failedUpgrade struct {
+	revision int
+	uid      types.UID
+}
+
+// failedByUpgrade reports whether revision of rk, stored in the Secret
+// with uid, is one Upgrade mode's upgrade left failed.
+func (c *Controller) failedByUpgrade(rk v1alpha1.ReleaseKey, revision int, uid types.UID) bool {
+	f, ok := c.failedUpgrades.Get(rk)
+	return ok && f.revision == revision && f.uid == uid && uid != ""
 }
