@@ -138,10 +138,8 @@ func (e *Engine) compare(ctx context.Context, spec ObjectSet, obj *lockedObject,
 	// object's is, by the dry run its verification makes.
 	if c.patch != nil && fresh && !obj.canonical && obj.proof == nil {
 		obj.canonical = true
-		canon, err := e.canonicalize(ctx, spec, obj, rules, declared, c.patch)
-		if permanentReason(err) != "" {
-			c.refused = err
-		}
+		canon, refused, err := e.canonicalize(ctx, spec, obj, rules, declared, c.patch)
+		c.refused = refused
 		if err == nil {
 			if c.desired, err = obj.desired(rules, live.Object, canon.Object); err != nil {
 				return c, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"reflect"
 	"sync"
 
@@ -324,13 +325,29 @@ func computePatch(live, desired map[string]any) (*mergePatch, error) {
 // likely the server's form rather than drift; a mismatch that is drift is
 // taken in stored form all the same, since the dry run applies the
 // declaration over it.
-func (e *Engine) canonicalize(ctx context.Context, spec ObjectSet, obj *lockedObject, rules mergeRules, declared *unstructured.Unstructured, patch *mergePatch) (*unstructured.Unstructured, error) {
-	out, err := e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data,
-		metav1.PatchOptions{FieldManager: e.fieldManager, DryRun: []string{metav1.DryRunAll}})
-	if err != nil {
-		return nil, err
+//
+// refused is the API server's refusal of the dry run as the set's writer:
+// the correction would get it too. A writer that may not write the object
+// at all (a namespaced ServiceAccount, a cluster-scoped webhook
+// configuration) still needs its stored form, or a value the server
+// defaults inside an atomic list (a webhook rule's scope) is drift it
+// could never correct: the dry run is then made again as the engine,
+// which writes nothing, and whose stored form is the same.
+func (e *Engine) canonicalize(ctx context.Context, spec ObjectSet, obj *lockedObject, rules mergeRules, declared *unstructured.Unstructured, patch *mergePatch) (canon *unstructured.Unstructured, refused, err error) {
+	opts := metav1.PatchOptions{FieldManager: e.fieldManager, DryRun: []string{metav1.DryRunAll}}
+	out, err := e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data, opts)
+	if apierrors.IsForbidden(err) && spec.Writer != nil {
+		refused = err
+		out, err = e.resource(obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data, opts)
 	}
-	return obj.storedDeclaration(rules, declared, out)
+	if err != nil {
+		if refused == nil && permanentReason(err) != "" {
+			refused = err
+		}
+		return nil, refused, err
+	}
+	canon, err = obj.storedDeclaration(rules, declared, out)
+	return canon, refused, err
 }
 
 // declaredIn returns the fields declared sets, as out has them: by the
