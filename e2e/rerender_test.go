@@ -383,3 +383,71 @@ func namespaceAdmin(t *testing.T, ns, name string) {
 	}
 	env.Kubectl(t, "-n", ns, "create", "rolebinding", name, "--role="+name, "--serviceaccount="+ns+":"+name)
 }
+
+// TestRerenderUpgradeFailed: in Upgrade mode, an upgrade Helm fails (the
+// write identity may not write the ConfigMap that must change) is reported
+// with Helm's error, is not tried again, and leaves the release locked:
+// Helm 3 rolls it back to a deployed revision 3, and with Helm 4, whose
+// rollback fails too, the lock holds revision 1 past the failed one. An
+// edit is still reverted.
+func TestRerenderUpgradeFailed(t *testing.T) {
+	t.Parallel()
+	for _, v := range framework.HelmVersions {
+		t.Run(v.String(), func(t *testing.T) {
+			t.Parallel()
+			ns := env.Namespace(t)
+			setGreeting(t, ns, "hello")
+			env.Kubectl(t, "-n", ns, "create", "serviceaccount", "writer")
+			role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "writer"}, Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"*"}},
+				{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"*"}},
+			}}
+			if _, err := env.Kube.RbacV1().Roles(ns).Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			env.Kubectl(t, "-n", ns, "create", "rolebinding", "writer", "--role=writer", "--serviceaccount="+ns+":writer")
+			env.Helm(t, v, "install", "app", framework.Chart(t, "two-way"), "-n", ns)
+			cr := env.RegisterWith(t, framework.RegistrationNamespace, ns, "app", map[string]any{"serviceAccountName": "writer", "rerender": "Upgrade"})
+			env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)
+			waitRendered(t, cr, 30*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
+
+			setGreeting(t, ns, "bonjour")
+			waitRendered(t, cr, 30*time.Second, metav1.ConditionFalse, v1alpha1.ReasonUpgradeFailed, "lookup of ConfigMap "+ns+"/settings changed", "is forbidden")
+			held := 3 // Helm 3's rollback, deployed
+			if v == framework.Helm4 {
+				held = 1 // the last verified, past the failed rollback
+			}
+			env.WaitForState(t, cr, v1alpha1.StateDeployed, held)
+			secrets := func() int {
+				list, err := env.Kube.CoreV1().Secrets(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "owner=helm,name=app"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return len(list.Items)
+			}
+			revisions := secrets()
+			env.Consistently(t, 10*time.Second, func() error {
+				hr := env.HelmRelease(t, cr)
+				if c := findCondition(hr, v1alpha1.ConditionLocked); c == nil || c.Status != metav1.ConditionTrue {
+					return fmt.Errorf("Locked = %+v after the failed upgrade, want True", c)
+				}
+				if n := secrets(); n != revisions {
+					return fmt.Errorf("%d revisions, then %d: the failed upgrade was tried again", revisions, n)
+				}
+				return nil
+			})
+			if got, _ := keyValue(t, ns, "app-two-way", "greeting"); got != "hello" {
+				t.Errorf("greeting = %q after the failed upgrade, want hello", got)
+			}
+			env.Kubectl(t, "-n", ns, "scale", "deployment", "app-two-way", "--replicas=4")
+			env.Eventually(t, 30*time.Second, func() error {
+				d := env.Get(t, "apps/v1", "deployments", ns, "app-two-way")
+				if n, _, _ := unstructured.NestedInt64(d.Object, "spec", "replicas"); n != 1 {
+					return fmt.Errorf("replicas = %d, want 1 back", n)
+				}
+				return nil
+			})
+		})
+	}
+}

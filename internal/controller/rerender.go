@@ -73,8 +73,9 @@ type renderState struct {
 	rendered renderTarget
 	result   *renderResult
 	// upgraded is the render (by its digest) last upgraded to: one try
-	// per cause; upgradeFailure is Helm's error if that try failed.
-	upgraded, upgradeFailure string
+	// per cause; upgradeFailure is Helm's error if that try failed, and
+	// upgradeCause the cause it was tried for.
+	upgraded, upgradeFailure, upgradeCause string
 }
 
 // renderResult is what a render found.
@@ -242,7 +243,8 @@ func (c *Controller) renderKey(ctx context.Context, key lockKey) (time.Duration,
 	case res.stale && res.digest == upgraded && rs.upgradeFailure != "":
 		// The render the upgrade failed with, again (as after Helm
 		// rolled the failure back): it is not tried again.
-		res.cond = upgradeFailedCondition(res.status.Cause, rs.upgradeFailure)
+		res.status.Cause = rs.upgradeCause
+		res.cond = upgradeFailedCondition(rs.upgradeCause, rs.upgradeFailure)
 	}
 	rs.mu.Unlock()
 	if res.stale && (prev == nil || prev.digest != res.digest) {
@@ -512,7 +514,7 @@ func (c *Controller) upgrade(ctx context.Context, key lockKey, rs *renderState, 
 		return
 	}
 	if err != nil {
-		rs.upgradeFailure = err.Error()
+		rs.upgradeFailure, rs.upgradeCause = err.Error(), res.status.Cause
 		logger.Error(err, "Upgrade mode's upgrade failed; the last deployed revision stays held")
 		c.cfg.Metrics.ObserveRender(rk.Namespace, rk.Name, "UpgradeFailed", time.Since(start))
 		res.cond = upgradeFailedCondition(res.status.Cause, rs.upgradeFailure)
