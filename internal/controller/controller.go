@@ -211,7 +211,7 @@ func New(cfg Config) *Controller {
 		),
 		writers:      map[string]dynamic.Interface{},
 		sweep:        make(chan struct{}, 1),
-		renders:      newRenderQueue(),
+		renders:      newRenderQueue(cfg.Metrics.WorkqueueProvider()),
 		clusterCheck: make(chan struct{}, 1),
 		bookkeeping:  rate.NewLimiter(bookkeepingRate, bookkeepingBurst),
 	}

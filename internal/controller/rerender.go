@@ -688,8 +688,8 @@ func servedChanges(was, now []string) []string {
 
 // newRenderQueue is the renderer's queue: its own, so that a render never
 // waits in front of a revert.
-func newRenderQueue() workqueue.TypedRateLimitingInterface[lockKey] {
+func newRenderQueue(metrics workqueue.MetricsProvider) workqueue.TypedRateLimitingInterface[lockKey] {
 	return workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[lockKey](time.Second, 5*time.Minute),
-		workqueue.TypedRateLimitingQueueConfig[lockKey]{Name: "renders"})
+		workqueue.TypedRateLimitingQueueConfig[lockKey]{Name: "renders", MetricsProvider: metrics})
 }
