@@ -292,33 +292,48 @@ func TestRerenderTrust(t *testing.T) {
 		cr := env.RegisterWith(t, framework.RegistrationNamespace, ns, "app", map[string]any{"rerender": "Report"})
 		waitRendered(t, cr, 30*time.Second, metav1.ConditionFalse, v1alpha1.ReasonNoWriteIdentity, "serviceAccountName")
 	})
-	t.Run("ForgedRevision", func(t *testing.T) {
-		t.Parallel()
-		ns, cr := twoWay(t, framework.Helm3, v1alpha1.RerenderReport, func(ns string) { setGreeting(t, ns, "hello") })
-		waitRendered(t, cr, 30*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
-		// Revision 2, written by a Secret writer: it declares one more
-		// object, which Helm never applied, and its chart looks up
-		// another ConfigMap.
-		secrets := env.Kube.CoreV1().Secrets(ns)
-		src, err := secrets.Get(t.Context(), "sh.helm.release.v1.app.v1", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel := decodeRelease(t, src.Data["release"])
-		rel["version"] = 2
-		rel["manifest"] = rel["manifest"].(string) + "\n---\n# Source: two-way/templates/forged.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: forged\ndata:\n  k: v\n"
-		rel["config"] = map[string]any{"settings": map[string]any{"name": "forged-lookup"}}
-		src.ObjectMeta = metav1.ObjectMeta{Name: "sh.helm.release.v1.app.v2", Labels: map[string]string{"owner": "helm", "name": "app", "status": "deployed", "version": "2"}}
-		src.Data = map[string][]byte{"release": encodeRelease(t, rel)}
-		if _, err := secrets.Create(t.Context(), src, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		setGreeting(t, ns, "bonjour")
-		hr := waitRendered(t, cr, 30*time.Second, metav1.ConditionFalse, v1alpha1.ReasonClusterChanged, "settings")
-		if rr := hr.Status.Rerender; rr.Revision != 1 || slices.ContainsFunc(rr.Lookups, func(l string) bool { return strings.Contains(l, "forged-lookup") }) {
-			t.Errorf("status.rerender = %+v: the forged revision 2 was rendered", rr)
-		}
-	})
+	// Revision 2, written by a Secret writer, with a chart whose values
+	// look up another ConfigMap: one declares an object more, which
+	// Helm never applied, so it is never verified; the other changes no
+	// object, so it is verified, but Helm was never seen to apply its
+	// chart.
+	for name, extra := range map[string]string{
+		"ForgedRevision": "\n---\n# Source: two-way/templates/forged.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: forged\ndata:\n  k: v\n",
+		"ForgedChart":    "",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ns, cr := twoWay(t, framework.Helm3, v1alpha1.RerenderReport, func(ns string) { setGreeting(t, ns, "hello") })
+			waitRendered(t, cr, 30*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
+			secrets := env.Kube.CoreV1().Secrets(ns)
+			src, err := secrets.Get(t.Context(), "sh.helm.release.v1.app.v1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rel := decodeRelease(t, src.Data["release"])
+			rel["version"] = 2
+			rel["manifest"] = rel["manifest"].(string) + extra
+			rel["config"] = map[string]any{"settings": map[string]any{"name": "forged-lookup"}}
+			src.ObjectMeta = metav1.ObjectMeta{Name: "sh.helm.release.v1.app.v2", Labels: map[string]string{"owner": "helm", "name": "app", "status": "deployed", "version": "2"}}
+			src.Data = map[string][]byte{"release": encodeRelease(t, rel)}
+			if _, err := secrets.Create(t.Context(), src, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if extra == "" {
+				env.Eventually(t, 30*time.Second, func() error {
+					if v := env.HelmRelease(t, cr).Status.Verified; v == nil || v.Revision != 2 {
+						return fmt.Errorf("status.verified = %+v, want revision 2, whose objects are all revision 1's", v)
+					}
+					return nil
+				})
+			}
+			setGreeting(t, ns, "bonjour")
+			hr := waitRendered(t, cr, 30*time.Second, metav1.ConditionFalse, v1alpha1.ReasonClusterChanged, "settings")
+			if rr := hr.Status.Rerender; rr.Revision != 1 || slices.ContainsFunc(rr.Lookups, func(l string) bool { return strings.Contains(l, "forged-lookup") }) {
+				t.Errorf("status.rerender = %+v: the forged chart of revision 2 was rendered", rr)
+			}
+		})
+	}
 }
 
 // TestRerenderCorpus: Report mode reports nothing when nothing changed, on

@@ -16,6 +16,10 @@ func (s *HelmReleaseStatus) DeepCopy() *HelmReleaseStatus {
 	out.LockStatus = s.LockStatus.DeepCopy()
 	if s.Verified != nil {
 		v := *s.Verified
+		if v.Chart != nil {
+			chart := *v.Chart
+			v.Chart = &chart
+		}
 		out.Verified = &v
 	}
 	out.Rerender = s.Rerender.DeepCopy()

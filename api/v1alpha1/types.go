@@ -294,6 +294,19 @@ type VerifiedRevision struct {
 	// ManifestDigest is the sha256 of the revision's manifest, so that a
 	// revision rewritten in place after it was verified is not trusted.
 	ManifestDigest string `json:"manifestDigest"`
+	// Chart, if set, is the older revision whose chart and values are
+	// trusted in this one's place: this revision changed no object, so
+	// Helm was never seen to apply it, and its Secret's chart, which a
+	// Secret writer may have forged, is never rendered. Unset, the
+	// revision's own chart is trusted.
+	Chart *ChartRevision `json:"chart,omitempty"`
+}
+
+// ChartRevision names a revision whose chart and values the locker trusts
+// to render again (see VerifiedRevision.Chart).
+type ChartRevision struct {
+	Revision       int    `json:"revision"`
+	ManifestDigest string `json:"manifestDigest"`
 }
 
 // MaxNotLocked bounds status.notLocked, so a broken release cannot make its

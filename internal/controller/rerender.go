@@ -115,17 +115,22 @@ func (c *Controller) wantRender(key lockKey, hr *v1alpha1.HelmRelease, st *relea
 	}
 	rs := c.renderStates.GetOrCreate(key, func() *renderState { return &renderState{} })
 	target := renderTarget{release: hr.Spec.Release, writer: c.serviceAccount(hr), mode: mode}
-	// The verified revision is rendered, even while the lock holds a
-	// newer one that Helm was not seen to apply: only what was verified
-	// is trusted to say what to look up, and as whom. It is rendered
-	// once the lock has first settled, and for as long as the lock is
-	// not open.
+	// The verified revision's chart is rendered (the chart of the older
+	// one it names, if Helm was never seen to apply it), even while the
+	// lock holds a newer one that Helm was not seen to apply: only what
+	// was verified is trusted to say what to look up, and as whom. It is
+	// rendered once the lock has first settled, and for as long as the
+	// lock is not open.
 	v := st.trust.verified
+	var chart *v1alpha1.ChartRevision
+	if v != nil && v.Release == hr.Spec.Release {
+		chart = chartOf(v)
+	}
 	rs.mu.Lock()
-	held := v != nil && v.Release == hr.Spec.Release &&
-		(st.lock.Holding() || st.lock.Phase == lock.Reconciling && rs.target.revision == v.Revision && rs.target.digest == v.ManifestDigest)
+	held := chart != nil &&
+		(st.lock.Holding() || st.lock.Phase == lock.Reconciling && rs.target.revision == chart.Revision && rs.target.digest == chart.ManifestDigest)
 	if held {
-		target.revision, target.digest = v.Revision, v.ManifestDigest
+		target.revision, target.digest = chart.Revision, chart.ManifestDigest
 	}
 	changed := rs.target != target
 	if changed && held && rs.target.revision != target.revision {

@@ -115,7 +115,7 @@ func (c *Controller) verification(ctx context.Context, st *releaseState, latest 
 		st.trust = trust{verified: &record, objects: digests}
 		st.candidate = nil
 		return nil
-	case *v == record:
+	case v.Release == record.Release && v.Revision == record.Revision && v.ManifestDigest == record.ManifestDigest:
 		if st.trust.objects == nil {
 			st.trust.objects = digests
 		}
@@ -128,6 +128,12 @@ func (c *Controller) verification(ctx context.Context, st *releaseState, latest 
 	verifiedObjs := c.verifiedObjects(ctx, latest.Namespace, *v)
 	if st.trust.objects == nil && verifiedObjs != nil {
 		st.trust.objects = digestsOf(verifiedObjs)
+	}
+	if !slices.ContainsFunc(objs, func(obj *unstructured.Unstructured) bool { return !st.trust.objects.has(obj) }) {
+		// Every object is carried over: Helm will never be seen to
+		// apply this revision, so its chart, which a Secret writer
+		// may have forged, is not trusted; the verified one's is.
+		record.Chart = chartOf(v)
 	}
 	st.candidate = &candidate{record: record, objects: digests}
 	since := latest.CreationTimestamp.Time
@@ -154,6 +160,16 @@ func (c *Controller) verification(ctx context.Context, st *releaseState, latest 
 		Needed:   needed,
 		Fallback: func(obj *unstructured.Unstructured) *unstructured.Unstructured { return changed[objectID(obj)] },
 	}
+}
+
+// chartOf is the revision whose chart v trusts: v's own, or the one v
+// names.
+func chartOf(v *v1alpha1.VerifiedRevision) *v1alpha1.ChartRevision {
+	if v.Chart != nil {
+		chart := *v.Chart
+		return &chart
+	}
+	return &v1alpha1.ChartRevision{Revision: v.Revision, ManifestDigest: v.ManifestDigest}
 }
 
 // verified records that the candidate revision was verified: Helm was seen

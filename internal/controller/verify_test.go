@@ -1,9 +1,15 @@
 package controller
 
 import (
+	"context"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/internal/storage"
 )
 
 // TestObjectDigests: a revision's digests trust an object of a newer one
@@ -55,5 +61,55 @@ func BenchmarkObjectDigest(b *testing.B) {
 	}}
 	for b.Loop() {
 		objectDigest(obj)
+	}
+}
+
+// TestChartTrust: a revision that changes no object is never seen applied
+// by Helm, so its chart, which a Secret writer may have forged, is not
+// trusted: it names the verified revision's chart, or the one that names;
+// a revision that changes an object is proved by Helm's writes, its own
+// chart with it.
+func TestChartTrust(t *testing.T) {
+	cm := func(name, value string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": name, "namespace": "ns"},
+			"data":     map[string]any{"key": value},
+		}}
+	}
+	rk := v1alpha1.ReleaseKey{Name: "web", Namespace: "ns"}
+	verifiedObjs := []*unstructured.Unstructured{cm("a", "1"), cm("b", "2")}
+	tests := []struct {
+		name     string
+		verified v1alpha1.VerifiedRevision
+		objs     []*unstructured.Unstructured
+		want     *v1alpha1.ChartRevision
+	}{
+		{"every object carried over", v1alpha1.VerifiedRevision{Release: rk, Revision: 1, ManifestDigest: "d1"},
+			[]*unstructured.Unstructured{cm("a", "1"), cm("b", "2")}, &v1alpha1.ChartRevision{Revision: 1, ManifestDigest: "d1"}},
+		{"fewer objects, all carried over", v1alpha1.VerifiedRevision{Release: rk, Revision: 1, ManifestDigest: "d1"},
+			[]*unstructured.Unstructured{cm("a", "1")}, &v1alpha1.ChartRevision{Revision: 1, ManifestDigest: "d1"}},
+		{"the verified one names another's chart", v1alpha1.VerifiedRevision{Release: rk, Revision: 2, ManifestDigest: "d2", Chart: &v1alpha1.ChartRevision{Revision: 1, ManifestDigest: "d1"}},
+			[]*unstructured.Unstructured{cm("a", "1"), cm("b", "2")}, &v1alpha1.ChartRevision{Revision: 1, ManifestDigest: "d1"}},
+		{"an object changed", v1alpha1.VerifiedRevision{Release: rk, Revision: 1, ManifestDigest: "d1"},
+			[]*unstructured.Unstructured{cm("a", "1"), cm("b", "changed")}, nil},
+		{"an object added", v1alpha1.VerifiedRevision{Release: rk, Revision: 1, ManifestDigest: "d1"},
+			[]*unstructured.Unstructured{cm("a", "1"), cm("b", "2"), cm("c", "3")}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, _ := newTestController(t, helmRelease(nil), nil, nil)
+			verified := tt.verified
+			st := &releaseState{release: rk}
+			st.trust = trust{verified: &verified, objects: digestsOf(verifiedObjs)}
+			rel := &storage.Release{Name: rk.Name, Namespace: rk.Namespace, Version: verified.Revision + 1, Manifest: "next"}
+			c.verification(context.Background(), st, &metav1.PartialObjectMetadata{}, rel, tt.objs)
+			if st.candidate == nil {
+				t.Fatal("no candidate revision")
+			}
+			if diff := cmp.Diff(tt.want, st.candidate.record.Chart); diff != "" {
+				t.Errorf("candidate's chart (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
