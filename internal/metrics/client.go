@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,15 +51,20 @@ func (c *clientLatency) Observe(_ context.Context, verb string, u url.URL, laten
 }
 
 // ReportClientRequests makes client-go's REST clients report their
-// requests into m. client-go holds one set of these hooks per process, set
-// once: the first call wins and later calls, from this or any other
-// Metrics, change nothing.
+// requests into m. client-go holds one set of these hooks per process: the
+// first call wins and later calls, from this or any other Metrics, change
+// nothing. The hooks are set, not Registered: client-go's Register takes
+// only the first registration, and a library linked in (controller-runtime,
+// through Helm 4's SDK) registers its own from an init function, which
+// left the locker's requests uncounted.
 func (m *Metrics) ReportClientRequests() {
 	if m == nil {
 		return
 	}
-	clientmetrics.Register(clientmetrics.RegisterOpts{
-		RequestResult:  m.client,
-		RequestLatency: (*clientLatency)(m.client),
+	reportOnce.Do(func() {
+		clientmetrics.RequestResult = m.client
+		clientmetrics.RequestLatency = (*clientLatency)(m.client)
 	})
 }
+
+var reportOnce sync.Once
