@@ -42,6 +42,10 @@ const EventRenderChanged = "RenderChanged"
 // a render never waits in front of a revert.
 const renderWorkers = 2
 
+// renderStartLimit is how long after its start the locker renders
+// at the latest, even if a cold start's syncs never go quiet.
+const renderStartLimit = time.Minute
+
 // renderDelay gathers the causes of a render that come together, such as
 // every lookup target a `helm upgrade` of another release rewrites.
 const renderDelay = 500 * time.Millisecond
@@ -192,17 +196,26 @@ func (c *Controller) renderAgain(key lockKey, cause string) {
 
 // runRenders renders releases again until ctx is done. It first learns
 // the cluster's version and served APIs, then learns them again whenever
-// a CRD changes or the watches reconnect (see clusterMoved).
+// a CRD changes or the watches reconnect (see clusterMoved). It starts
+// rendering once a cold start's first syncs are done.
 func (c *Controller) runRenders(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	known := make(chan struct{})
 	wg.Go(func() { c.watchCluster(ctx, known) })
-	// Nothing renders before the cluster is known.
+	// Nothing renders before the cluster is known, nor before every lock
+	// has had its first sync, or a minute has passed: a queue that is
+	// never quiet must not keep renders off for good.
 	select {
 	case <-ctx.Done():
 		return
 	case <-known:
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-c.initialSyncs:
+	case <-time.After(renderStartLimit):
 	}
 	worker.Run(ctx, c.renders, renderWorkers, c.renderKey)
 }

@@ -28,13 +28,14 @@ const (
 	rateWindow     = 10 * time.Second
 )
 
-// recording scrapes the locker's /metrics every scrapeInterval until
-// stopped. A nil *recording records nothing.
+// recording scrapes the locker's /metrics every interval (scrapeInterval
+// if zero) until stopped. A nil *recording records nothing.
 type recording struct {
-	start   time.Time
-	cancel  context.CancelFunc
-	done    chan struct{}
-	scrapes []scrape
+	interval time.Duration
+	start    time.Time
+	cancel   context.CancelFunc
+	done     chan struct{}
+	scrapes  []scrape
 }
 
 // scrape is one read of /metrics: each series' value, keyed by its name
@@ -53,7 +54,7 @@ func (r *recording) record(ctx context.Context, l *locker) {
 	r.start, r.done = l.start, make(chan struct{})
 	go func() {
 		defer close(r.done)
-		tick := time.NewTicker(scrapeInterval)
+		tick := time.NewTicker(cmp.Or(r.interval, scrapeInterval))
 		defer tick.Stop()
 		for {
 			// The first scrapes fail until the locker serves.

@@ -38,6 +38,10 @@ type params struct {
 	Releases  int `json:"releases"`
 	Objects   int `json:"objectsPerRelease"`
 	Untracked int `json:"untrackedObjects"`
+	// TwoWay releases store a chart that renders their manifest as
+	// stored, and their CRs name a write identity, as two-way locking
+	// needs to render them (see measureTwoWay).
+	TwoWay bool `json:"twoWay,omitempty"`
 }
 
 // scaled is p with dimension N, M or B multiplied by factor.
@@ -173,6 +177,8 @@ func main() {
 	series := flag.String("series", "", "also run the scale series: comma-separated counts of locked objects, each with as many untracked, in releases of 50 objects (make bench: 25000,50000,100000)")
 	seriesOnly := flag.Bool("series-only", false, "run the scale series alone, and add it to the report already in -out")
 	watchFloor := flag.String("watch-floor", "", "be the bare watcher the churn measurements start, against this kubeconfig, and do nothing else")
+	twoWayRounds := flag.Int("two-way-rounds", 5, "cold locks of the base scenario's releases with --default-rerender Off and Report, each this many times in turns on a control plane of their own, with charts to render and write identities (0: none)")
+	twoWayOnly := flag.Bool("two-way-only", false, "measure only the two-way cold locks (-two-way-rounds of each mode), print them and write no report: for two-way locking work")
 	flag.Parse()
 	if *watchFloor != "" {
 		if err := runWatchFloor(*watchFloor); err != nil {
@@ -216,6 +222,13 @@ func main() {
 		}
 		return
 	}
+	if *twoWayOnly {
+		if err := runTwoWay(ctx, base, lockerBinary, max(1, *twoWayRounds)); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *memoryOnly || *startOnly {
 		if err := measureMemory(ctx, base, lockerBinary, *startOnly); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -235,7 +248,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(ctx, base, &fullMeasure{edits: edits, concurrency: concurrency, idle: idle, churnDuring: churnDuring}, scale, out, lockerBinary); err != nil {
+	if err := run(ctx, base, &fullMeasure{edits: edits, concurrency: concurrency, idle: idle, churnDuring: churnDuring, twoWayRounds: *twoWayRounds}, scale, out, lockerBinary); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -304,8 +317,11 @@ type report struct {
 	// measures it again into an older report.
 	Series     []*scenarioResult `json:"series,omitempty"`
 	SeriesDate string            `json:"seriesDate,omitempty"`
-	Derived    derived           `json:"derived"`
-	Settings   map[string]any    `json:"settings"`
+	// TwoWay is the base scenario's cold lock with two-way locking's
+	// Report mode on and off.
+	TwoWay   *twoWayResult  `json:"twoWay,omitempty"`
+	Derived  derived        `json:"derived"`
+	Settings map[string]any `json:"settings"`
 }
 
 type growthRow struct {
@@ -358,6 +374,12 @@ func run(ctx context.Context, base params, full *fullMeasure, scale bool, out, l
 	rep.Derived.SingleP99xFloor = rep.Base.Single.P99 / rep.Base.Floor.P99
 	rep.Derived.ConcurrentP50xFloor = rep.Base.Concurrent.P50 / rep.Base.ConcurrentFloor.P50
 	rep.Derived.ConcurrentP99xFloor = rep.Base.Concurrent.P99 / rep.Base.ConcurrentFloor.P99
+	if full.twoWayRounds > 0 {
+		fmt.Fprintf(os.Stderr, "bench: two-way %+v\n", base)
+		if rep.TwoWay, err = measureTwoWay(ctx, tools, lockerBinary, base, full.twoWayRounds); err != nil {
+			return err
+		}
+	}
 	if scale {
 		rep.Growth = append(rep.Growth, growthRow{Dimension: "base", Factor: 1, Params: base, RSSMiB: rep.Base.RSSMiB, HeapMiB: rep.Base.HeapMiB, ColdLockS: rep.Base.ColdLockS})
 		for _, dim := range []string{"N", "M"} {
@@ -531,6 +553,9 @@ type fullMeasure struct {
 	// massDriftRounds, if set, is how many times the mass drift is
 	// measured, and nothing else is.
 	massDriftRounds int
+	// twoWayRounds is how many cold locks of each mode measureTwoWay
+	// takes, after the base scenario; 0 skips it.
+	twoWayRounds int
 }
 
 // benchEnv is one scenario's control plane and clients.

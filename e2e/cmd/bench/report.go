@@ -64,6 +64,9 @@ func markdown(rep *report) string {
 	}
 	b.WriteString("\n")
 	startRequestsTable(b, r)
+	if t := rep.TwoWay; t != nil && len(t.Off) > 0 && len(t.Report) > 0 {
+		twoWayMarkdown(b, t)
+	}
 	if c := r.Churn; c != nil {
 		fmt.Fprintf(b, "## Churn\n\nAnother field manager touched each of the %d locked objects once with a label, as other controllers and people do. What the locker did in answer must be nothing.\n\n| figure | value |\n|---|---|\n| the locker's writes (POST, PATCH, DELETE) | **%.0f** |\n| drifts counted | **%d** |\n\n", c.Touched, c.LockerWrites, c.Drifts)
 		if d := r.ChurnDuring; d != nil {
@@ -361,6 +364,10 @@ func targets(b *strings.Builder, rep *report) {
 		{"cold lock, objects/s", r.ObjectsPerS, 1000, 2000, false, "%.0f"},
 		{"RSS per locked object, the larger slope, bytes", d.BytesPerLockedObject, 4096, 1536, true, "%.0f"},
 		{"RSS per untracked object, bytes", d.BytesPerUntrackedObject, 200, 100, true, "%.0f"},
+	}
+	if t := rep.TwoWay; t != nil && len(t.Off) > 0 && len(t.Report) > 0 {
+		median, _, _ := t.ratio()
+		goals = append(goals, goal{"cold lock with Report on every release / Off (see Two-way locking)", median, 0.9, 0.9, false, "%.2f×"})
 	}
 	if c := r.Churn; c != nil {
 		goals = append(goals, goal{"the locker's writes in answer to churn", c.LockerWrites, 0, 0, true, "%.0f"})

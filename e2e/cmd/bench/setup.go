@@ -13,6 +13,7 @@ import (
 	"helm.sh/helm/v3/pkg/storage/driver"
 	helmtime "helm.sh/helm/v3/pkg/time"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -140,6 +141,47 @@ func manifestOf(objs []*unstructured.Unstructured) (string, error) {
 	return b.String(), nil
 }
 
+// templatesOf is a chart's templates that render objects as manifestOf
+// stores them: one template each, holding the object as it is, so that a
+// render of the release is its manifest. Nothing in the objects reads as
+// a template action.
+func templatesOf(objs []*unstructured.Unstructured) ([]*chart.File, error) {
+	var files []*chart.File
+	for _, o := range objs {
+		y, err := yaml.Marshal(o.Object)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, &chart.File{Name: "templates/" + o.GetName() + ".yaml", Data: y})
+	}
+	return files, nil
+}
+
+// writerServiceAccount is the write identity of TwoWay releases: a
+// ServiceAccount in each release namespace, bound to the ClusterRole edit
+// there, as a tenant's deployer is.
+const writerServiceAccount = "writer"
+
+// createWriters makes writerServiceAccount and its RoleBinding in each of
+// namespaces.
+func createWriters(ctx context.Context, kube kubernetes.Interface, namespaces []string) error {
+	for _, ns := range namespaces {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: writerServiceAccount, Namespace: ns}}
+		if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		binding := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: writerServiceAccount, Namespace: ns},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: writerServiceAccount, Namespace: ns}},
+		}
+		if _, err := kube.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return nil
+}
+
 // setup creates the releases (objects, Helm's release Secret written by
 // Helm's own storage driver, and a HelmRelease CR each) and the untracked
 // objects. It returns the locked ConfigMaps, by release, for edits.
@@ -157,10 +199,14 @@ func createCRs(ctx context.Context, dyn dynamic.Interface, p params) error {
 	for i := range p.Releases {
 		name, ns := fmt.Sprintf("r%04d", i), fmt.Sprintf("rel-%d", i%p.namespaces())
 		work.send(func() error {
+			spec := map[string]any{"release": map[string]any{"name": name, "namespace": ns}}
+			if p.TwoWay {
+				spec["serviceAccountName"] = writerServiceAccount
+			}
 			hr := &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": v1alpha1.Kind,
 				"metadata": map[string]any{"name": name, "namespace": v1alpha1Namespace},
-				"spec":     map[string]any{"release": map[string]any{"name": name, "namespace": ns}},
+				"spec":     spec,
 			}}
 			_, err := dyn.Resource(v1alpha1.Resource).Namespace(v1alpha1Namespace).Create(ctx, hr, metav1.CreateOptions{})
 			return err
@@ -188,6 +234,12 @@ func setupReleases(ctx context.Context, kube kubernetes.Interface, dyn dynamic.I
 			return nil, err
 		}
 	}
+	if p.TwoWay {
+		// The release namespaces: all but the registration namespace.
+		if err := createWriters(ctx, kube, namespaces[:len(namespaces)-1]); err != nil {
+			return nil, err
+		}
+	}
 
 	locked := map[string][]ref{}
 	for i := range p.Releases {
@@ -212,11 +264,17 @@ func setupReleases(ctx context.Context, kube kubernetes.Interface, dyn dynamic.I
 			if err != nil {
 				return err
 			}
+			ch := &chart.Chart{Metadata: &chart.Metadata{Name: "bench", Version: "0.1.0", APIVersion: "v2"}}
+			if p.TwoWay {
+				if ch.Templates, err = templatesOf(objs); err != nil {
+					return err
+				}
+			}
 			now := helmtime.Now()
 			rel := &release.Release{
 				Name: name, Namespace: ns, Version: 1, Manifest: manifest,
 				Info:  &release.Info{FirstDeployed: now, LastDeployed: now, Status: release.StatusDeployed, Description: "Install complete"},
-				Chart: &chart.Chart{Metadata: &chart.Metadata{Name: "bench", Version: "0.1.0", APIVersion: "v2"}},
+				Chart: ch,
 			}
 			return driver.NewSecrets(kube.CoreV1().Secrets(ns)).Create(fmt.Sprintf("sh.helm.release.v1.%s.v1", name), rel)
 		})
