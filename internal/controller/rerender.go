@@ -163,6 +163,11 @@ func (c *Controller) wantRender(key lockKey, hr *v1alpha1.HelmRelease, st *relea
 
 // forgetRender stops rendering key's release.
 func (c *Controller) forgetRender(key lockKey) {
+	// Every sync of a lock that renders nothing comes here: a read lock
+	// answers it.
+	if _, ok := c.renderStates.Get(key); !ok {
+		return
+	}
 	rs, ok := c.renderStates.Delete(key)
 	if !ok {
 		return
