@@ -164,10 +164,10 @@ type Controller struct {
 	failedUpgrades registry.Map[v1alpha1.ReleaseKey, failedUpgrade]
 	cluster        clusterInfo
 	clusterCheck   chan struct{}
-	// initialSyncs is closed once every lock has had its first sync
-	// (see runEngine): renders wait for it, so that they take no CPU
-	// from a cold start's locks.
-	initialSyncs chan struct{}
+	// unsettled counts the HelmReleases whose lock has not yet reported
+	// a state other than Transitioning: renders wait until none is, so
+	// that they take no CPU from a cold start's locks.
+	unsettled atomic.Int64
 }
 
 // bookkeepingDelay is how long drift events and status counts wait before
@@ -217,7 +217,6 @@ func New(cfg Config) *Controller {
 		sweep:        make(chan struct{}, 1),
 		renders:      newRenderQueue(cfg.Metrics.WorkqueueProvider()),
 		clusterCheck: make(chan struct{}, 1),
-		initialSyncs: make(chan struct{}),
 		bookkeeping:  rate.NewLimiter(bookkeepingRate, bookkeepingBurst),
 	}
 	if c.cfg.Recorder == nil {
@@ -411,7 +410,6 @@ func (c *Controller) runEngine(ctx context.Context, start func(func(context.Cont
 		}
 		debug.FreeOSMemory()
 		logger.V(2).Info("Initial syncs done")
-		close(c.initialSyncs)
 	})
 }
 

@@ -37,6 +37,9 @@ type releaseState struct {
 	own ownWrites
 	// rejected is the last release Secret found invalid.
 	rejected rejectedSecret
+	// settled is set once the lock reported a state other than
+	// Transitioning (see Controller.unsettled).
+	settled bool
 }
 
 // held is what the lock holds: its state, and the revision declared to the
@@ -231,7 +234,7 @@ func (c *Controller) observe(ctx context.Context, key lockKey) (*v1alpha1.HelmRe
 		// The series of the release it held before name a lock that is
 		// gone.
 		c.forgetRelease(st)
-		*st = releaseState{release: hr.Spec.Release}
+		*st = releaseState{release: hr.Spec.Release, settled: st.settled}
 	}
 	st.own.apply(hr)
 	if !st.counted {
@@ -257,6 +260,10 @@ func (c *Controller) report(ctx context.Context, req *releaseSync, status v1alph
 	status.LastDenied = c.lastDenied(key, hr.Status.LastDenied)
 	if st.trust.verified != nil {
 		status.Verified = st.trust.verified
+	}
+	if !st.settled && status.State != v1alpha1.StateTransitioning {
+		st.settled = true
+		c.unsettled.Add(-1)
 	}
 	c.wantRender(key, hr, st, &status)
 	c.lockEvents(hr, req.before, st, status)
@@ -538,7 +545,10 @@ func (st *releaseState) opened() {
 // state returns what the controller remembers of key's HelmRelease,
 // nothing at first.
 func (c *Controller) state(key lockKey) *releaseState {
-	return c.states.GetOrCreate(key, func() *releaseState { return &releaseState{} })
+	return c.states.GetOrCreate(key, func() *releaseState {
+		c.unsettled.Add(1)
+		return &releaseState{}
+	})
 }
 
 // dropState forgets key's HelmRelease: its state, its last denial, and
@@ -548,6 +558,9 @@ func (c *Controller) dropState(key lockKey) {
 	st, ok := c.states.Delete(key)
 	c.cfg.Metrics.ForgetRelease(key.ObjectName.String())
 	if ok {
+		if !st.settled {
+			c.unsettled.Add(-1)
+		}
 		c.forgetRelease(st)
 	}
 	c.denials.Delete(key)

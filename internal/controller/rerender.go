@@ -42,8 +42,8 @@ const EventRenderChanged = "RenderChanged"
 // a render never waits in front of a revert.
 const renderWorkers = 2
 
-// renderStartLimit is how long after its start the locker renders
-// at the latest, even if a cold start's syncs never go quiet.
+// renderStartLimit is how long after the cluster is known the locker
+// renders at the latest, even if some lock never settles.
 const renderStartLimit = time.Minute
 
 // renderDelay gathers the causes of a render that come together, such as
@@ -202,25 +202,31 @@ func (c *Controller) renderAgain(key lockKey, cause string) {
 // runRenders renders releases again until ctx is done. It first learns
 // the cluster's version and served APIs, then learns them again whenever
 // a CRD changes or the watches reconnect (see clusterMoved). It starts
-// rendering once a cold start's first syncs are done.
+// rendering once a cold start's locks have settled.
 func (c *Controller) runRenders(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	known := make(chan struct{})
 	wg.Go(func() { c.watchCluster(ctx, known) })
-	// Nothing renders before the cluster is known, nor before every lock
-	// has had its first sync, or a minute has passed: a queue that is
-	// never quiet must not keep renders off for good.
+	// Nothing renders before the cluster is known, nor before every
+	// HelmRelease's lock has settled (see unsettled) and the queue is
+	// empty, or a minute has passed: locks that never settle, or a queue
+	// that is never empty, must not keep renders off for good.
 	select {
 	case <-ctx.Done():
 		return
 	case <-known:
 	}
-	select {
-	case <-ctx.Done():
-		return
-	case <-c.initialSyncs:
-	case <-time.After(renderStartLimit):
+	limit := time.Now().Add(renderStartLimit)
+	for c.unsettled.Load() > 0 || c.queue.Len() > 0 {
+		if time.Now().After(limit) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	worker.Run(ctx, c.renders, renderWorkers, c.renderKey)
 }

@@ -212,3 +212,24 @@ func TestPlaced(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+// TestUnsettledCount: each HelmRelease's lock counts as unsettled from its
+// first sync until it settles or is forgotten, once.
+func TestUnsettledCount(t *testing.T) {
+	c, _ := newTestController(t, helmRelease(nil), nil, nil)
+	a, b := helmReleaseKey("r", "a"), helmReleaseKey("r", "b")
+	c.state(a)
+	c.state(a)
+	st := c.state(b)
+	if n := c.unsettled.Load(); n != 2 {
+		t.Fatalf("unsettled = %d with two locks syncing, want 2", n)
+	}
+	st.settled = true
+	c.unsettled.Add(-1)
+	c.dropState(b)
+	c.dropState(a)
+	c.dropState(a)
+	if n := c.unsettled.Load(); n != 0 {
+		t.Errorf("unsettled = %d once both are forgotten, want 0", n)
+	}
+}
