@@ -188,7 +188,8 @@ func TestRerenderCapabilities(t *testing.T) {
 
 // TestRerenderKubeVersion: a chart labels its objects with the cluster's
 // minor version; once the API server answers with another version, and
-// the watches reconnect, the chart is reported stale, naming both.
+// the watches reconnect, the chart is reported stale, naming both, for a
+// release installed by each helm CLI.
 func TestRerenderKubeVersion(t *testing.T) {
 	t.Parallel()
 	registration := env.Namespace(t)
@@ -198,25 +199,31 @@ func TestRerenderKubeVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = locker.Stop(10 * time.Second) })
-	ns := env.Namespace(t)
-	env.Kubectl(t, "-n", ns, "create", "serviceaccount", "writer")
-	env.Kubectl(t, "-n", ns, "create", "rolebinding", "writer", "--clusterrole=edit", "--serviceaccount="+ns+":writer")
-	env.Helm(t, framework.Helm4, "install", "app", framework.Chart(t, "two-way"), "-n", ns, "--set", "kubeVersionLabel=true")
-	cr := env.RegisterWith(t, registration, ns, "app", map[string]any{"serviceAccountName": "writer", "rerender": "Report"})
+	// A release installed by each CLI, locked by the one locker.
+	crs := map[framework.HelmVersion]string{}
+	for _, v := range framework.HelmVersions {
+		ns := env.Namespace(t)
+		env.Kubectl(t, "-n", ns, "create", "serviceaccount", "writer")
+		env.Kubectl(t, "-n", ns, "create", "rolebinding", "writer", "--clusterrole=edit", "--serviceaccount="+ns+":writer")
+		env.Helm(t, v, "install", "app", framework.Chart(t, "two-way"), "-n", ns, "--set", "kubeVersionLabel=true")
+		crs[v] = env.RegisterWith(t, registration, ns, "app", map[string]any{"serviceAccountName": "writer", "rerender": "Report"})
+	}
 	rendered := func(status metav1.ConditionStatus, reason string, contains ...string) {
 		t.Helper()
-		env.Eventually(t, 30*time.Second, func() error {
-			c := findCondition(env.HelmReleaseIn(t, registration, cr), v1alpha1.ConditionRendered)
-			if c == nil || c.Status != status || c.Reason != reason {
-				return fmt.Errorf("Rendered = %+v, want %s/%s", c, status, reason)
-			}
-			for _, s := range contains {
-				if !strings.Contains(c.Message, s) {
-					return fmt.Errorf("Rendered message %q lacks %q", c.Message, s)
+		for v, cr := range crs {
+			env.Eventually(t, 30*time.Second, func() error {
+				c := findCondition(env.HelmReleaseIn(t, registration, cr), v1alpha1.ConditionRendered)
+				if c == nil || c.Status != status || c.Reason != reason {
+					return fmt.Errorf("%s: Rendered = %+v, want %s/%s", v, c, status, reason)
 				}
-			}
-			return nil
-		})
+				for _, s := range contains {
+					if !strings.Contains(c.Message, s) {
+						return fmt.Errorf("%s: Rendered message %q lacks %q", v, c.Message, s)
+					}
+				}
+				return nil
+			})
+		}
 	}
 	rendered(metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
 	was, err := env.Kube.Discovery().ServerVersion()
@@ -270,21 +277,23 @@ func TestRerenderGeneratedValues(t *testing.T) {
 }
 
 // TestRerenderTrust: a lookup the write identity may not make says
-// Forbidden, naming it, and reads nothing; a lock that writes as the
+// Forbidden, naming it, and reads nothing (a release of each helm CLI); a lock that writes as the
 // locker itself renders nothing; a revision the lock never verified is
 // never rendered.
 func TestRerenderTrust(t *testing.T) {
 	t.Parallel()
-	t.Run("Forbidden", func(t *testing.T) {
-		t.Parallel()
-		elsewhere := env.Namespace(t)
-		env.Kubectl(t, "-n", elsewhere, "create", "secret", "generic", "settings", "--from-literal=greeting=top-secret")
-		_, cr := twoWay(t, framework.Helm3, v1alpha1.RerenderReport, nil, "--set", "settings.kind=Secret,settings.namespace="+elsewhere)
-		hr := waitRendered(t, cr, 30*time.Second, metav1.ConditionFalse, v1alpha1.ReasonRenderForbidden, "lookup of Secret "+elsewhere+"/settings")
-		if strings.Contains(fmt.Sprint(hr.Status), "top-secret") {
-			t.Errorf("the status shows the Secret's value: %+v", hr.Status)
-		}
-	})
+	for _, v := range framework.HelmVersions {
+		t.Run("Forbidden/"+v.String(), func(t *testing.T) {
+			t.Parallel()
+			elsewhere := env.Namespace(t)
+			env.Kubectl(t, "-n", elsewhere, "create", "secret", "generic", "settings", "--from-literal=greeting=top-secret")
+			_, cr := twoWay(t, v, v1alpha1.RerenderReport, nil, "--set", "settings.kind=Secret,settings.namespace="+elsewhere)
+			hr := waitRendered(t, cr, 30*time.Second, metav1.ConditionFalse, v1alpha1.ReasonRenderForbidden, "lookup of Secret "+elsewhere+"/settings")
+			if strings.Contains(fmt.Sprint(hr.Status), "top-secret") {
+				t.Errorf("the status shows the Secret's value: %+v", hr.Status)
+			}
+		})
+	}
 	t.Run("NoWriteIdentity", func(t *testing.T) {
 		t.Parallel()
 		ns := env.Namespace(t)
