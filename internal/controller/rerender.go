@@ -199,24 +199,18 @@ func (c *Controller) renderAgain(key lockKey, cause string) {
 	c.renders.AddAfter(key, renderDelay)
 }
 
-// runRenders renders releases again until ctx is done. It first learns
-// the cluster's version and served APIs, then learns them again whenever
-// a CRD changes or the watches reconnect (see clusterMoved). It starts
-// rendering once a cold start's locks have settled.
+// runRenders renders releases again until ctx is done, once a cold
+// start's locks have settled, and learns the cluster's version and served
+// APIs again whenever a CRD changes or the watches reconnect (see
+// clusterMoved).
 func (c *Controller) runRenders(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	known := make(chan struct{})
-	wg.Go(func() { c.watchCluster(ctx, known) })
-	// Nothing renders before the cluster is known, nor before every
-	// HelmRelease's lock has settled (see unsettled) and the queue is
-	// empty, or a minute has passed: locks that never settle, or a queue
-	// that is never empty, must not keep renders off for good.
-	select {
-	case <-ctx.Done():
-		return
-	case <-known:
-	}
+	wg.Go(func() { c.watchCluster(ctx) })
+	// Nothing renders before every HelmRelease's lock has settled (see
+	// unsettled) and the queue is empty, or a minute has passed: locks
+	// that never settle, or a queue that is never empty, must not keep
+	// renders off for good.
 	limit := time.Now().Add(renderStartLimit)
 	for c.unsettled.Load() > 0 || c.queue.Len() > 0 {
 		if time.Now().After(limit) {
@@ -338,7 +332,10 @@ func (c *Controller) render(ctx context.Context, target renderTarget, causes []s
 	if err != nil {
 		return failed(v1alpha1.ReasonRenderFailed, err.Error())
 	}
-	cluster := c.cluster.get()
+	cluster, err := c.clusterFacts()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	env := render.Cluster{KubeVersion: cluster.version, APIVersions: cluster.apiVersions, Client: client, Mapper: c.cfg.Mapper}
 	out, err := render.Render(ctx, rel, env)
 	if err != nil {
@@ -565,11 +562,13 @@ func upgradeFailedCondition(cause, failure string) metav1.Condition {
 }
 
 // clusterInfo is what the chart's .Capabilities say of the cluster: its
-// version, and the group-versions and kinds it serves.
+// version, and the group-versions and kinds it serves. known is unset
+// until they are learned, and again when they may have changed while
+// nothing rendered: they are then learned before the next render.
 type clusterInfo struct {
-	mu          sync.Mutex
-	version     string
-	apiVersions []string
+	mu    sync.Mutex
+	facts clusterFacts
+	known bool
 }
 
 type clusterFacts struct {
@@ -577,10 +576,19 @@ type clusterFacts struct {
 	apiVersions []string
 }
 
-func (ci *clusterInfo) get() clusterFacts {
-	ci.mu.Lock()
-	defer ci.mu.Unlock()
-	return clusterFacts{ci.version, ci.apiVersions}
+// clusterFacts returns what .Capabilities says, learning it first if it
+// is not known.
+func (c *Controller) clusterFacts() (clusterFacts, error) {
+	c.cluster.mu.Lock()
+	defer c.cluster.mu.Unlock()
+	if !c.cluster.known {
+		facts, err := c.discoverCluster()
+		if err != nil {
+			return clusterFacts{}, err
+		}
+		c.cluster.facts, c.cluster.known = facts, true
+	}
+	return c.cluster.facts, nil
 }
 
 // clusterMoved asks the renderer to learn the cluster's version and served
@@ -593,25 +601,33 @@ func (c *Controller) clusterMoved() {
 	}
 }
 
-// watchCluster learns the cluster's version and served APIs at start,
-// closing known once it has, and again on each clusterMoved, and renders
-// again the releases whose charts read what changed.
-func (c *Controller) watchCluster(ctx context.Context, known chan<- struct{}) {
+// watchCluster learns the cluster's version and served APIs again on each
+// clusterMoved, and renders again the releases whose charts read what
+// changed. While no release renders it asks the API server nothing: the
+// facts are marked unknown, for the next render to learn.
+func (c *Controller) watchCluster(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	first := true
 	for {
-		if !first {
-			select {
-			case <-ctx.Done():
-				return
-			case <-c.clusterCheck:
-			}
-			// Gather a burst of CRD events into one discovery.
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.clusterCheck:
+		}
+		// Gather a burst of CRD events into one discovery.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		c.cluster.mu.Lock()
+		was, known := c.cluster.facts, c.cluster.known
+		if c.renderStates.Len() == 0 {
+			c.cluster.known = false
+			known = false
+		}
+		c.cluster.mu.Unlock()
+		if !known {
+			continue
 		}
 		facts, err := c.discoverCluster()
 		if err != nil {
@@ -625,15 +641,9 @@ func (c *Controller) watchCluster(ctx context.Context, known chan<- struct{}) {
 			continue
 		}
 		c.cluster.mu.Lock()
-		was := clusterFacts{c.cluster.version, c.cluster.apiVersions}
-		c.cluster.version, c.cluster.apiVersions = facts.version, facts.apiVersions
+		c.cluster.facts, c.cluster.known = facts, true
 		c.cluster.mu.Unlock()
-		if first {
-			close(known)
-		} else {
-			c.renderForCluster(was, facts)
-		}
-		first = false
+		c.renderForCluster(was, facts)
 	}
 }
 

@@ -1,16 +1,19 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/internal/render"
@@ -231,5 +234,65 @@ func TestUnsettledCount(t *testing.T) {
 	c.dropState(a)
 	if n := c.unsettled.Load(); n != 0 {
 		t.Errorf("unsettled = %d once both are forgotten, want 0", n)
+	}
+}
+
+// TestClusterLearnedOnlyWhenRendering: a locker whose locks render nothing
+// asks the API server nothing when CRDs change or its watches reconnect;
+// what it would have learned is learned before the next render.
+func TestClusterLearnedOnlyWhenRendering(t *testing.T) {
+	c, _ := newTestController(t, helmRelease(nil), nil, nil)
+	kube := c.cfg.Kube.(*fake.Clientset)
+	versionReads := func() int {
+		n := 0
+		for _, a := range kube.Actions() {
+			if a.GetVerb() == "get" && a.GetResource().Resource == "version" {
+				n++
+			}
+		}
+		return n
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.watchCluster(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+
+	if _, err := c.clusterFacts(); err != nil {
+		t.Fatal(err)
+	}
+	if n := versionReads(); n != 1 {
+		t.Fatalf("%d reads of /version for the first render, want 1", n)
+	}
+	// Nothing renders: the move is noted, not read.
+	c.clusterMoved()
+	waitFor(t, func() bool { c.cluster.mu.Lock(); defer c.cluster.mu.Unlock(); return !c.cluster.known })
+	if n := versionReads(); n != 1 {
+		t.Errorf("%d reads of /version after a move with nothing rendering, want still 1", n)
+	}
+	if _, err := c.clusterFacts(); err != nil {
+		t.Fatal(err)
+	}
+	if n := versionReads(); n != 2 {
+		t.Errorf("%d reads of /version once a render needs the facts again, want 2", n)
+	}
+	// A release renders: a move is read at once.
+	c.renderStates.Set(helmReleaseKey("r", "a"), &renderState{})
+	c.clusterMoved()
+	waitFor(t, func() bool { return versionReads() == 3 })
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

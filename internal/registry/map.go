@@ -67,6 +67,13 @@ func (m *Map[K, V]) Delete(key K) (V, bool) {
 	return v, ok
 }
 
+// Len is how many keys have a value.
+func (m *Map[K, V]) Len() int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.m)
+}
+
 // Range calls f with each key and value, from a copy taken under the lock:
 // f may use m, and does not see what changes while it runs.
 func (m *Map[K, V]) Range(f func(key K, v V)) {

@@ -98,13 +98,16 @@ func TestGetOrCreateOnce(t *testing.T) {
 	}
 }
 
-// TestRange: Range visits every entry once, and f may change the map,
+// TestRange: Len counts the keys; Range visits every entry once, and f may change the map,
 // which the visit does not see.
 func TestRange(t *testing.T) {
 	var m Map[string, int]
 	m.Range(func(string, int) { t.Error("the zero value has entries") })
 	m.Set("a", 1)
 	m.Set("b", 2)
+	if n := m.Len(); n != 2 {
+		t.Errorf("Len = %d with two keys, want 2", n)
+	}
 	seen := map[string]int{}
 	m.Range(func(k string, v int) {
 		seen[k] += v
