@@ -11,7 +11,7 @@ import (
 	"github.com/helm-locker/helm-locker/e2e/controlplane"
 )
 
-// TestTrustTableNamesItsTests holds the README's trust table to the tests
+// TestTrustTableNamesItsTests holds docs/trust.md's trust table to the tests
 // that show each row: every row names at least one, and every test it
 // names exists, so that a row cannot lose its proof to a rename.
 func TestTrustTableNamesItsTests(t *testing.T) {
@@ -20,13 +20,13 @@ func TestTrustTableNamesItsTests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	readme, err := os.ReadFile(filepath.Join(root, "docs", "trust.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, table, found := strings.Cut(string(readme), "Who may do what; each row names the tests that hold it:\n")
 	if !found {
-		t.Fatal("README.md has no trust table")
+		t.Fatal("docs/trust.md has no trust table")
 	}
 	table = strings.TrimLeft(table, "\n")
 	defined := testFuncs(t, root)
