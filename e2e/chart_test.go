@@ -92,7 +92,7 @@ func TestChartRunsWithLeastPrivilege(t *testing.T) {
 	fullname := registration + "-helm-locker"
 	locker := startChartLocker(t, registration, registration, "--set", "selfLock.enabled=true,rbac.impersonate.serviceAccounts={deployer}")
 
-	// The admin's lines for a namespace, as the README gives them but
+	// The admin's lines for a namespace, as docs/getting-started.md gives them but
 	// with edit, the narrower ClusterRole that kube-controller-manager
 	// aggregates: enough for the chart's Service, ServiceAccount and
 	// Deployment.

@@ -239,7 +239,7 @@ func TestFailoverSIGTERM(t *testing.T) {
 //
 // The window starts within a few minutes of startup, before client-go's
 // reflectors first reopen their watches (after 5 to 10 minutes, one
-// request per informer); see the README.
+// request per informer); see docs/operating.md.
 func TestFailoverIdleRequests(t *testing.T) {
 	t.Parallel()
 	ns, registration := env.Namespace(t), env.Namespace(t)

@@ -24,7 +24,7 @@ import (
 
 // The tests here hold what the author of a ManifestLock in a tenant's
 // namespace (outside the registration namespace) can and cannot do: the
-// README's trust table names them.
+// docs/trust.md's trust table names them.
 
 // optIn makes ServiceAccount sa of ns, if it does not exist, and sets its
 // helm-locker.io/manifest-locks annotation to locks, so that those

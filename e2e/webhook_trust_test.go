@@ -326,7 +326,7 @@ func forwardToFirstUp(t *testing.T, addrs []string) string {
 // shed for Mismatch. One names the held object and carries it: it is
 // denied, as a real one would be, and recorded. What that one records is
 // logged: a client that can reach the port can still forge a denial of a
-// held object (see the README's trust table; the chart's NetworkPolicy
+// held object (see docs/trust.md's trust table; the chart's NetworkPolicy
 // narrows who can reach it).
 func TestForgedReviewOfUnheldObjectRecordsNothing(t *testing.T) {
 	t.Parallel()

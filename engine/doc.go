@@ -8,8 +8,8 @@
 // with NewLocker from a rest.Config (as clientcmd returns it), start Run in
 // a goroutine, parse a manifest with the manifest package, and call Lock
 // with the objects; Set.WaitLocked waits until they are as declared, and
-// OnDrift reports what others change. The README's "Use it as a library"
-// section and examples/lock-manifest show the whole program. Engine is the
+// OnDrift reports what others change. docs/library.md and
+// examples/lock-manifest show the whole program. Engine is the
 // part beneath Locker, for a controller that runs its own queue and
 // reports each Sync itself.
 package engine

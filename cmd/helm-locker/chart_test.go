@@ -123,7 +123,7 @@ func TestChartDefaultsAreTheFlagsDefaults(t *testing.T) {
 }
 
 // TestChartRunsRestricted holds the pod to the restricted Pod Security
-// Standard, and to the probes and replicas the README promises.
+// Standard, and to the probes and replicas docs/operating.md promises.
 func TestChartRunsRestricted(t *testing.T) {
 	out := renderChart(t, nil)
 	d := deployment(t, out)

@@ -277,7 +277,7 @@ type MissingError struct{ Name string }
 
 func (e *MissingError) Error() string {
 	return fmt.Sprintf("ValidatingWebhookConfiguration %s does not exist, and the locker only updates it: "+
-		"the chart creates it; outside the chart, create it empty (README, Prevent mode)", e.Name)
+		"the chart creates it; outside the chart, create it empty (docs/modes.md, Prevent mode)", e.Name)
 }
 
 // errorReport says when an error that repeats at every tick is worth a log
