@@ -160,7 +160,7 @@ data:
 		t.Errorf("refused creates (413, 422, 404) went from %v to %v within seconds; want them retried at most once a minute", before, after)
 	}
 	// Failures are reported in one event per reason and release (see
-	// docs/concepts.md); each object must be named in exactly one report.
+	// docs/attribution.md); each object must be named in exactly one report.
 	named := map[string]int{}
 	for _, ev := range env.Events(t, framework.RegistrationNamespace, cr) {
 		if ev.Reason != "DriftCorrectionFailed" {
