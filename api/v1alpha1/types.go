@@ -24,11 +24,16 @@ var Resource = SchemeGroupVersion.WithResource("helmreleases")
 const ManagedByAnnotation = "helmreleases.cattle.io/managed-by"
 
 // HelmRelease registers one Helm release to be locked.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
 type HelmRelease struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   HelmReleaseSpec   `json:"spec"`
+	// Spec names the release to lock and says how to hold it.
+	Spec HelmReleaseSpec `json:"spec"`
+	// Status is what the locker reports of the release and the lock.
 	Status HelmReleaseStatus `json:"status,omitempty"`
 }
 
@@ -36,19 +41,27 @@ type HelmRelease struct {
 // but Release is optional, so CRs written for rancher/helm-locker keep
 // their meaning: enforce, not suspended, nothing ignored.
 type HelmReleaseSpec struct {
+	// Release is the Helm release to lock, by name and namespace as
+	// given to helm -n.
 	Release ReleaseKey `json:"release"`
 	// Mode is Enforce (the default), which reverts drift; Warn, which
 	// reports drift and never writes; or Prevent, which is Enforce and
 	// also denies, at admission, a write that would drift an object.
+	//
+	// +kubebuilder:default=Enforce
 	Mode Mode `json:"mode,omitempty"`
 	// Suspend opens the lock while true; setting it back re-locks at once.
+	//
+	// +kubebuilder:default=false
 	Suspend bool `json:"suspend,omitempty"`
 	// Ignore lists fields that are neither compared nor reverted, such as
 	// the replicas an autoscaler sets.
 	Ignore []IgnoreRule `json:"ignore,omitempty"`
 	// ServiceAccountName, in the release namespace, is the identity every
 	// write of the lock impersonates, so that the lock can do no more
-	// than that account may. Empty takes the locker's default.
+	// than that account may. Empty takes the locker's
+	// --default-service-account, or the locker's own identity if that is
+	// empty too.
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 	// Rerender says what the locker does when the cluster moves under
 	// the release, so that its chart would render differently now: Off
@@ -67,8 +80,15 @@ type Rerender string
 
 // The values of Rerender.
 const (
-	RerenderOff     Rerender = "Off"
-	RerenderReport  Rerender = "Report"
+	// RerenderOff renders nothing again: the stored manifest is held as
+	// it is.
+	RerenderOff Rerender = "Off"
+	// RerenderReport renders the chart again, as the release's write
+	// identity, and reports what would change in the Rendered condition
+	// and status.rerender.
+	RerenderReport Rerender = "Report"
+	// RerenderUpgrade is Report, and also upgrades the release through
+	// Helm with that render.
 	RerenderUpgrade Rerender = "Upgrade"
 )
 
@@ -77,8 +97,14 @@ type Mode string
 
 // The modes.
 const (
+	// ModeEnforce reverts drift: a changed field is put back and a
+	// deleted object recreated.
 	ModeEnforce Mode = "Enforce"
-	ModeWarn    Mode = "Warn"
+	// ModeWarn reports drift and never writes.
+	ModeWarn Mode = "Warn"
+	// ModePrevent is Enforce, and also denies at admission a write that
+	// would drift a locked object. Admission fails open: see the
+	// AdmissionAnswered condition.
 	ModePrevent Mode = "Prevent"
 )
 
@@ -95,10 +121,20 @@ type IgnoreRule struct {
 // IgnoreTarget selects objects of a release. Name and Namespace are
 // regular expressions matched against the whole name (anchored).
 type IgnoreTarget struct {
-	Group     string `json:"group,omitempty"`
-	Version   string `json:"version,omitempty"`
-	Kind      string `json:"kind,omitempty"`
-	Name      string `json:"name,omitempty"`
+	// Group is the objects' API group, such as apps; empty matches every
+	// group, the core group among them.
+	Group string `json:"group,omitempty"`
+	// Version is the objects' API version, such as v1; empty matches
+	// every version.
+	Version string `json:"version,omitempty"`
+	// Kind is the objects' kind, such as Deployment; empty matches every
+	// kind.
+	Kind string `json:"kind,omitempty"`
+	// Name is a regular expression the whole object name must match;
+	// empty matches every name.
+	Name string `json:"name,omitempty"`
+	// Namespace is a regular expression the whole object namespace must
+	// match; empty matches every namespace.
 	Namespace string `json:"namespace,omitempty"`
 }
 
@@ -111,7 +147,11 @@ const UnlockAnnotation = "helmreleases.cattle.io/lock"
 // ReleaseKey identifies a Helm release by name and namespace, as `helm -n`
 // does.
 type ReleaseKey struct {
-	Name      string `json:"name"`
+	// Name is the release name, as Helm allows it: lowercase letters,
+	// digits, '-' and '.', at most 53 characters.
+	Name string `json:"name"`
+	// Namespace is the namespace the release was installed into, a
+	// DNS-1123 label.
 	Namespace string `json:"namespace"`
 }
 
@@ -122,14 +162,28 @@ type State string
 // The states. Deployed is reported only once every object of the locked
 // revision has been checked and brought in line.
 const (
-	StateDeployed       State = "Deployed"
-	StateTransitioning  State = "Transitioning"
-	StateFailed         State = "Failed"
-	StateUninstalled    State = "Uninstalled"
+	// StateDeployed: the latest revision is deployed, and every object
+	// of it has been checked and brought in line.
+	StateDeployed State = "Deployed"
+	// StateTransitioning: Helm is working on the release, and the lock is
+	// open until it is deployed again; or the lock is still checking the
+	// objects of a deployed revision.
+	StateTransitioning State = "Transitioning"
+	// StateFailed: the latest revision failed; its manifest is not held.
+	StateFailed State = "Failed"
+	// StateUninstalled: the release was uninstalled with its history
+	// kept; nothing is held.
+	StateUninstalled State = "Uninstalled"
+	// StateSecretNotFound: no Secret holds the release; nothing is held.
 	StateSecretNotFound State = "SecretNotFound"
-	StateError          State = "Error"
-	StateUnknown        State = "Unknown"
-	// StateSuspended says spec.suspend opened the lock.
+	// StateError: the lock cannot hold the release as it stands, such as
+	// with an invalid spec.ignore or a release stored in ConfigMaps (see
+	// the Locked condition).
+	StateError State = "Error"
+	// StateUnknown: the latest revision has a status the locker does
+	// not hold, such as superseded; nothing is held.
+	StateUnknown State = "Unknown"
+	// StateSuspended: spec.suspend opened the lock.
 	StateSuspended State = "Suspended"
 )
 
@@ -231,8 +285,10 @@ type RenderChange struct {
 	// MaxRenderPaths of them.
 	Paths []string `json:"paths,omitempty"`
 	// Added says the chart now renders an object the stored manifest
-	// lacks; Removed, that it no longer renders one it has.
-	Added   bool `json:"added,omitempty"`
+	// lacks.
+	Added bool `json:"added,omitempty"`
+	// Removed says the chart no longer renders an object the stored
+	// manifest has.
 	Removed bool `json:"removed,omitempty"`
 }
 
@@ -259,9 +315,9 @@ type LockStatus struct {
 	NotLocked []ObjectProblem `json:"notLocked,omitempty"`
 	// LastDrift is the most recent drift seen.
 	LastDrift *Drift `json:"lastDrift,omitempty"`
-	// DriftsDetected and DriftsCorrected count drifts over the lock's
-	// life.
-	DriftsDetected  int64 `json:"driftsDetected,omitempty"`
+	// DriftsDetected counts the drifts seen over the lock's life.
+	DriftsDetected int64 `json:"driftsDetected,omitempty"`
+	// DriftsCorrected counts the drifts reverted over the lock's life.
 	DriftsCorrected int64 `json:"driftsCorrected,omitempty"`
 	// LastDenied is the most recent request Prevent mode denied.
 	LastDenied *Denial `json:"lastDenied,omitempty"`
@@ -276,10 +332,13 @@ type Denial struct {
 	// Operation is UPDATE, DELETE or CREATE, with /scale for the
 	// subresource.
 	Operation string `json:"operation"`
-	Object    string `json:"object"`
+	// Object is the object the request was for, as Drift.Object names
+	// it.
+	Object string `json:"object"`
 	// Paths are the declared fields the request would have changed.
-	Paths []string    `json:"paths,omitempty"`
-	Time  metav1.Time `json:"time"`
+	Paths []string `json:"paths,omitempty"`
+	// Time is when the request was denied.
+	Time metav1.Time `json:"time"`
 }
 
 // VerifiedRevision is a revision the locker trusts: it saw Helm apply every
@@ -289,8 +348,10 @@ type Denial struct {
 // seen to have applied it. Kept in the status, it outlives a restart of the
 // locker.
 type VerifiedRevision struct {
-	Release  ReleaseKey `json:"release"`
-	Revision int        `json:"revision"`
+	// Release is the release the revision is of.
+	Release ReleaseKey `json:"release"`
+	// Revision is the release revision trusted.
+	Revision int `json:"revision"`
 	// ManifestDigest is the sha256 of the revision's manifest, so that a
 	// revision rewritten in place after it was verified is not trusted.
 	ManifestDigest string `json:"manifestDigest"`
@@ -305,7 +366,11 @@ type VerifiedRevision struct {
 // ChartRevision names a revision whose chart and values the locker trusts
 // to render again (see VerifiedRevision.Chart).
 type ChartRevision struct {
-	Revision       int    `json:"revision"`
+	// Revision is the older release revision whose chart and values are
+	// trusted.
+	Revision int `json:"revision"`
+	// ManifestDigest is the sha256 of that revision's manifest, as for
+	// VerifiedRevision.ManifestDigest.
 	ManifestDigest string `json:"manifestDigest"`
 }
 
@@ -315,7 +380,8 @@ const MaxNotLocked = 20
 
 // ObjectProblem says why one object is not held.
 type ObjectProblem struct {
-	// Object is kind/namespace/name, or kind/name when cluster-scoped.
+	// Object is "Kind namespace/name", or "Kind name" when
+	// cluster-scoped, as events name objects.
 	Object string `json:"object"`
 	// Reason is one of OptedOut, GenerateName, TypeNotServed, Conflict,
 	// APIError, NotAppliedByHelm, HelmOperationInProgress,
@@ -325,12 +391,15 @@ type ObjectProblem struct {
 	// ManifestLock also gives InstalledByHelm, NotMarked, and Forbidden for
 	// an object its writer may not adopt (see the ManifestLock API's
 	// reasons).
-	Reason  string `json:"reason"`
+	Reason string `json:"reason"`
+	// Message explains the reason to a person.
 	Message string `json:"message,omitempty"`
 }
 
 // Drift records who changed a locked object, and what.
 type Drift struct {
+	// Object is "Kind namespace/name", or "Kind name" when
+	// cluster-scoped, as events name objects.
 	Object string `json:"object"`
 	// Paths are the JSON pointers that differed from the manifest.
 	Paths []string `json:"paths,omitempty"`
@@ -346,7 +415,10 @@ type Drift struct {
 
 // FieldManager is one metadata.managedFields entry, as attribution.
 type FieldManager struct {
-	Manager   string       `json:"manager"`
-	Operation string       `json:"operation,omitempty"`
-	Time      *metav1.Time `json:"time,omitempty"`
+	// Manager is the field manager's name, such as kubectl-edit.
+	Manager string `json:"manager"`
+	// Operation is Apply or Update, as in the entry.
+	Operation string `json:"operation,omitempty"`
+	// Time is when the manager last wrote the object, as in the entry.
+	Time *metav1.Time `json:"time,omitempty"`
 }

@@ -94,11 +94,16 @@ const (
 // what is missing is applied, edits are reverted and deleted objects are
 // recreated. The manifest may come from any tool: kubectl, kustomize build,
 // helm template.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
 type ManifestLock struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   ManifestLockSpec   `json:"spec"`
+	// Spec is the manifest to hold, and how.
+	Spec ManifestLockSpec `json:"spec"`
+	// Status is what the locker reports of the lock.
 	Status ManifestLockStatus `json:"status,omitempty"`
 }
 
@@ -117,24 +122,45 @@ type ManifestLockSpec struct {
 	// that a new version of the manifest no longer lists. Objects that
 	// existed before the lock adopted them are never deleted, and
 	// neither is anything when the lock itself is deleted.
+	//
+	// +kubebuilder:default=false
 	Prune bool `json:"prune,omitempty"`
-	// Mode, Suspend, Ignore and ServiceAccountName are as on HelmRelease.
-	Mode               helmv1.Mode         `json:"mode,omitempty"`
-	Suspend            bool                `json:"suspend,omitempty"`
-	Ignore             []helmv1.IgnoreRule `json:"ignore,omitempty"`
-	ServiceAccountName string              `json:"serviceAccountName,omitempty"`
+	// Mode is Enforce (the default), which reverts drift; Warn, which
+	// reports drift and never writes; or Prevent, which is Enforce and
+	// also denies, at admission, a write that would drift an object.
+	//
+	// +kubebuilder:default=Enforce
+	Mode helmv1.Mode `json:"mode,omitempty"`
+	// Suspend opens the lock while true; setting it back re-locks at once.
+	//
+	// +kubebuilder:default=false
+	Suspend bool `json:"suspend,omitempty"`
+	// Ignore lists fields that are neither compared nor reverted, as on
+	// HelmRelease.
+	Ignore []helmv1.IgnoreRule `json:"ignore,omitempty"`
+	// ServiceAccountName, in the lock's namespace, is the identity every
+	// write of the lock impersonates. Empty takes the locker's
+	// --default-service-account, then the namespace's default
+	// ServiceAccount; a lock in the registration namespace with neither
+	// writes as the locker. A tenant's lock may write only as an account
+	// that names it in its WritersAnnotation.
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 }
 
 // ManifestSource names where a manifest is kept. Exactly one is set.
 type ManifestSource struct {
+	// ConfigMapRef is a key of a ConfigMap that holds the manifest.
 	ConfigMapRef *KeyRef `json:"configMapRef,omitempty"`
-	SecretRef    *KeyRef `json:"secretRef,omitempty"`
+	// SecretRef is a key of a Secret that holds the manifest.
+	SecretRef *KeyRef `json:"secretRef,omitempty"`
 }
 
 // KeyRef is one key of a ConfigMap or Secret in the lock's namespace.
 type KeyRef struct {
+	// Name is the ConfigMap's or Secret's name.
 	Name string `json:"name"`
-	Key  string `json:"key"`
+	// Key is the key of its data that holds the manifest.
+	Key string `json:"key"`
 }
 
 // State is the summary a user reads in `kubectl get manifestlocks`.
@@ -159,6 +185,7 @@ const (
 // ManifestLockStatus reports what the locker knows of the lock. Its
 // conditions and counters mean what HelmRelease's do.
 type ManifestLockStatus struct {
+	// State summarises the lock.
 	State             State `json:"state,omitempty"`
 	helmv1.LockStatus `json:",inline"`
 	// ManifestDigest is the sha256 of the manifest held.
@@ -170,8 +197,12 @@ type ManifestLockStatus struct {
 
 // ObjectRef names one object of a lock's inventory.
 type ObjectRef struct {
+	// APIVersion is the object's group and version, such as apps/v1.
 	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Namespace  string `json:"namespace,omitempty"`
-	Name       string `json:"name"`
+	// Kind is the object's kind.
+	Kind string `json:"kind"`
+	// Namespace is the object's namespace; empty when cluster-scoped.
+	Namespace string `json:"namespace,omitempty"`
+	// Name is the object's name.
+	Name string `json:"name"`
 }
