@@ -28,10 +28,10 @@ tools: ## Build (once) etcd, kube-apiserver, kubectl and the helm v3 and v4 CLIs
 test: test-unit test-e2e ## Run every test: unit and e2e, then check that none leaked a process
 
 .PHONY: test-unit
-test-unit: ## Run the unit tests with the race detector
+test-unit: ## Run the unit tests with the race detector (fetches promtool once: hack/promtool.sh)
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	go vet ./...
-	go test -race -count=1 $(UNIT_PKGS)
+	HELM_LOCKER_PROMTOOL=$$(bash hack/promtool.sh) go test -race -count=1 $(UNIT_PKGS)
 
 .PHONY: test-e2e
 test-e2e: ## Run the e2e suite against a real control plane and real helm CLIs
@@ -62,6 +62,10 @@ demo: ## Lock a real chart on a local control plane and watch an edit being reve
 .PHONY: crd
 crd: ## Copy the CRDs the operator installs to deploy/chart/helm-locker/crds
 	cp api/helm.cattle.io_helmreleases.yaml api/helm-locker.io_manifestlocks.yaml deploy/chart/helm-locker/crds/
+
+.PHONY: api-reference
+api-reference: ## Write docs/api-reference.md from the Go types under api/ (crd-ref-docs, pinned in hack/api-reference/tools.mod)
+	go test ./api -run '^TestAPIReference$$' -update
 
 # SERIES is the scale series of `make bench`: locked objects per row, each
 # with as many untracked (about 40 minutes for the three rows here).

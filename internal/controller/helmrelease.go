@@ -268,6 +268,7 @@ func (c *Controller) report(ctx context.Context, req *releaseSync, status v1alph
 	c.wantRender(key, hr, st, &status)
 	c.lockEvents(hr, req.before, st, status)
 	c.cfg.Metrics.ObserveRelease(key.ObjectName.String(), st.lock.Phase == lock.Locked, status.LockedObjects)
+	c.cfg.Metrics.ObserveHelmOperation(key.ObjectName.String(), st.stuck != nil && !st.stuck.upgradeFailed)
 	// While the lock awaits only its own corrections, the status it
 	// would write now (Reconciling) would be overwritten a moment later,
 	// so it waits like the bookkeeping does.
@@ -432,6 +433,7 @@ func (c *Controller) decide(ctx context.Context, req *releaseSync) (status v1alp
 			Writer:           writer,
 			Since:            hr.CreationTimestamp.Time,
 		})
+		c.cfg.Metrics.HoldRelease(rk.Namespace, rk.Name, kinds(objs))
 		// The engine holds the parsed objects; the manifest text
 		// would only double them.
 		rel.Manifest = ""
@@ -597,4 +599,18 @@ func (c *Controller) claim(ctx context.Context, hr *v1alpha1.HelmRelease) (strin
 		return "", fmt.Errorf("claiming HelmRelease %s/%s: %w", hr.Namespace, hr.Name, err)
 	}
 	return claimed.GetResourceVersion(), nil
+}
+
+// kinds returns the kinds of objs, each once, for the series created at 0
+// (see metrics.HoldRelease).
+func kinds(objs []*unstructured.Unstructured) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, o := range objs {
+		if k := o.GetKind(); k != "" && !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
 }

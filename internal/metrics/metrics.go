@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/helm-locker/helm-locker/internal/events"
 )
 
 const namespace = "helm_locker"
@@ -24,6 +26,8 @@ type Metrics struct {
 
 	lockedReleases prometheus.Gauge
 	lockedObjects  prometheus.Gauge
+	releaseLocked  *prometheus.GaugeVec
+	stuck          *prometheus.GaugeVec
 	driftDetected  *prometheus.CounterVec
 	driftCorrected *prometheus.CounterVec
 	fights         *prometheus.CounterVec
@@ -60,6 +64,14 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 			Namespace: namespace, Name: "locked_objects",
 			Help: "Objects checked and held as their manifest declares, over all releases.",
 		}),
+		releaseLocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "release_locked",
+			Help: "1 while the HelmRelease's every object is checked and held as the manifest declares, 0 otherwise; namespace and name are the HelmRelease's own.",
+		}, []string{"namespace", "name"}),
+		stuck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "helm_operation_stuck",
+			Help: "1 while the HelmRelease's latest revision has stayed pending or uninstalling past --helm-operation-timeout (Ready is HelmOperationStuck), 0 otherwise; namespace and name are the HelmRelease's own.",
+		}, []string{"namespace", "name"}),
 		driftDetected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "drift_detected_total",
 			Help: "Objects found not as their manifest declares; manager is the field manager that made the drift (the first, when several did): Helm's, kubectl's, Kubernetes' own or the locker's by name, \"other\" for any other, \"unknown\" if none is recorded.",
@@ -97,12 +109,17 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 		managers: maps.Clone(knownManagers),
 	}
 	m.registry.MustRegister(
-		m.lockedReleases, m.lockedObjects, m.driftDetected, m.driftCorrected, m.fights, m.revertLatency, m.reconcileErrs, m.denied, m.reviews, m.eventsDropped,
+		m.lockedReleases, m.lockedObjects, m.releaseLocked, m.stuck, m.driftDetected, m.driftCorrected, m.fights, m.revertLatency, m.reconcileErrs, m.denied, m.reviews, m.eventsDropped,
 		&informerCollector{list: informers, desc: prometheus.NewDesc(namespace+"_informers",
 			"Informers running, per resource type (1 while it runs).", []string{"group", "version", "resource"}, nil)},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	// Each reason's series exists from the start at 0, so that rate()
+	// sees the first drop.
+	for _, reason := range EventDropReasons {
+		m.eventsDropped.WithLabelValues(reason)
+	}
 	m.workqueue = newWorkqueueProvider(m.registry)
 	m.client = newClientRequests(m.registry)
 	m.webhook = newWebhookMetrics(m.registry)
@@ -115,7 +132,15 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
 }
 
-// ObserveRelease records where one HelmRelease's lock stands.
+// EventDropReasons are the reasons events_dropped_total counts under, the
+// events package's; each series exists from the start at 0.
+var EventDropReasons = []string{events.DropQueueFull, events.DropRateLimited, events.DropRejected, events.DropUnreachable, events.DropInvalid, events.DropShutdown}
+
+// ObserveRelease records where one HelmRelease's lock stands, in the
+// totals and in its own release_locked. The first time it sees a
+// HelmRelease it creates its other series at 0, its reconcile errors and
+// helm_operation_stuck: a labelled counter appears only at its first
+// increment, which rate() and increase() would then miss.
 func (m *Metrics) ObserveRelease(key string, locked bool, objects int) {
 	if m == nil {
 		return
@@ -124,11 +149,52 @@ func (m *Metrics) ObserveRelease(key string, locked bool, objects int) {
 	defer m.mu.Unlock()
 	m.releases[key] = releaseFigures{locked: locked, objects: objects}
 	m.totalsLocked()
+	if ns, name, ok := strings.Cut(key, "/"); ok {
+		m.releaseLocked.WithLabelValues(ns, name).Set(boolValue(locked))
+		m.stuck.WithLabelValues(ns, name) // at 0 until ObserveHelmOperation says otherwise
+		m.reconcileErrs.WithLabelValues(ns, name)
+	}
+}
+
+// ObserveHelmOperation records whether the HelmRelease key (namespace/name)
+// holds its last verified revision again because Helm's operation on a
+// newer one outlasted the Helm operation timeout.
+func (m *Metrics) ObserveHelmOperation(key string, stuck bool) {
+	if m == nil {
+		return
+	}
+	if ns, name, ok := strings.Cut(key, "/"); ok {
+		m.stuck.WithLabelValues(ns, name).Set(boolValue(stuck))
+	}
+}
+
+// HoldRelease creates at 0 the series of a release a lock holds, one for
+// each kind of its objects: its corrections, fights and denials, so that
+// a rate() or increase() over them sees the first. drift_detected_total
+// is not among them: its manager label is known only at a drift, and a
+// series for each known manager and kind would multiply /metrics.
+// namespace and name are the release's; ForgetLock deletes them.
+func (m *Metrics) HoldRelease(namespace, name string, kinds []string) {
+	if m == nil || name == "" {
+		return
+	}
+	for _, kind := range kinds {
+		m.driftCorrected.WithLabelValues(namespace, name, kind)
+		m.fights.WithLabelValues(namespace, name, kind)
+		m.denied.WithLabelValues(namespace, name, kind)
+	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // ForgetRelease drops a HelmRelease that is gone or no longer served: its
-// figures, and the series of its reconcile errors. The series of the
-// release it held go with ForgetLock.
+// figures, and its series (reconcile errors, locked, stuck). The series
+// of the release it held go with ForgetLock.
 func (m *Metrics) ForgetRelease(key string) {
 	if m == nil {
 		return
@@ -138,7 +204,10 @@ func (m *Metrics) ForgetRelease(key string) {
 	delete(m.releases, key)
 	m.totalsLocked()
 	if ns, name, ok := strings.Cut(key, "/"); ok {
-		m.reconcileErrs.Delete(prometheus.Labels{"namespace": ns, "name": name})
+		l := prometheus.Labels{"namespace": ns, "name": name}
+		m.reconcileErrs.Delete(l)
+		m.releaseLocked.Delete(l)
+		m.stuck.Delete(l)
 	}
 }
 
