@@ -55,6 +55,7 @@ func runOperator(ctx context.Context, opts *options) error {
 
 	op := &operator{opts: opts, selector: selector}
 	op.metrics = newMetrics(opts, op.informers)
+	op.metrics.ReportWatching(op.watching)
 	if err := op.buildClients(); err != nil {
 		return err
 	}
@@ -145,6 +146,16 @@ func (op *operator) informers() []schema.GroupVersionResource {
 		return c.Informers()
 	}
 	return nil
+}
+
+// watching reports whether the current controller's watches are current;
+// true while standing by, which holds nothing.
+func (op *operator) watching() bool {
+	if c := op.current.Load(); c != nil {
+		ok, _ := c.Watching()
+		return ok
+	}
+	return true
 }
 
 // buildClients builds the API clients, all from one rest.Config, and the

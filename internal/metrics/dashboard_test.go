@@ -133,6 +133,7 @@ func exportedSeries(t *testing.T) map[string]map[string]bool {
 	m.Reviewed(true)
 	m.EventDropped("QueueFull")
 	m.ObserveRender("apps", "web", "Stale", time.Millisecond)
+	m.ReportWatching(func() bool { return true })
 	q := m.WorkqueueProvider()
 	q.NewDepthMetric("q")
 	q.NewAddsMetric("q")
