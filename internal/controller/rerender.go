@@ -42,7 +42,7 @@ const EventRenderChanged = "RenderChanged"
 // a render never waits in front of a revert.
 const renderWorkers = 2
 
-// renderStartLimit is how long after the cluster is known the locker
+// renderStartLimit is how long after the controller starts the locker
 // renders at the latest, even if some lock never settles.
 const renderStartLimit = time.Minute
 
@@ -328,6 +328,9 @@ func (c *Controller) render(ctx context.Context, target renderTarget, causes []s
 		// is rendered.
 		return failed(v1alpha1.ReasonRenderFailed, fmt.Sprintf("the Secret %s/%s was rewritten since revision %d was verified; it is not rendered", rk.Namespace, name, target.revision))
 	}
+	// A chart that declares a kubeVersion may fail to render on this
+	// cluster's, and render on the next one's.
+	res.readsKubeVersion = rel.Chart.Metadata != nil && rel.Chart.Metadata.KubeVersion != ""
 	client, err := c.writerFor(rk.Namespace, target.writer)
 	if err != nil {
 		return failed(v1alpha1.ReasonRenderFailed, err.Error())
@@ -345,7 +348,7 @@ func (c *Controller) render(ctx context.Context, target renderTarget, causes []s
 		}
 		return failed(v1alpha1.ReasonRenderFailed, fmt.Sprintf("rendering revision %d: %v", target.revision, err))
 	}
-	res.readsAPIVersions, res.readsKubeVersion = out.ReadsAPIVersions, out.ReadsKubeVersion || (rel.Chart.Metadata != nil && rel.Chart.Metadata.KubeVersion != "")
+	res.readsAPIVersions, res.readsKubeVersion = out.ReadsAPIVersions, res.readsKubeVersion || out.ReadsKubeVersion
 	for i, l := range out.Lookups {
 		if i == v1alpha1.MaxRenderLookups {
 			break
