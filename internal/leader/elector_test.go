@@ -278,6 +278,8 @@ func TestElector(t *testing.T) {
 			},
 		},
 		{
+			// A refusal that is no outage (a 429 or 5xx is one, and
+			// waits for readiness instead; see the next cases).
 			name:    "a failed read is retried after a retry period",
 			initial: heldByOther,
 			setup: func(api *fakeAPI) {
@@ -287,7 +289,7 @@ func TestElector(t *testing.T) {
 						return false, nil, nil
 					}
 					failed = true
-					return true, nil, apierrors.NewTooManyRequests("slow down", 1)
+					return true, nil, apierrors.NewForbidden(coordinationv1.Resource("leases"), "locker", errors.New("not yet bound"))
 				})
 			},
 			first: step{holder: "other", requests: []string{"get"}},
