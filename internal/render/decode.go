@@ -14,32 +14,26 @@ import (
 // values included, which storage.Read leaves out to keep the lock's hot
 // path small. A tenant who may write Secrets can write anything into one,
 // so the Secret goes through storage.Read's checks (type, labels, name,
-// bounded size, the identity it decodes to) before its full JSON is
-// parsed, and that identity is checked again on the full decode: the
-// chart and values it returns are rendered as release namespace/name.
-// Its errors are *storage.InvalidError, naming the Secret.
+// bounded size, the identity it decodes to), inflated once by
+// storage.ReadJSON, before its chart and values are decoded: they are
+// rendered as release namespace/name. Its errors are
+// *storage.InvalidError, naming the Secret.
 func Decode(secret *corev1.Secret, namespace, name string) (*release.Release, error) {
-	head, err := storage.Read(secret, namespace, name)
+	_, raw, err := storage.ReadJSON(secret, namespace, name)
 	if err != nil {
 		return nil, err
 	}
 	invalid := func(format string, args ...any) error {
 		return &storage.InvalidError{Secret: secret.Namespace + "/" + secret.Name, Problem: fmt.Sprintf(format, args...)}
 	}
-	raw, err := storage.DecodeJSON(secret.Data["release"])
-	if err != nil {
-		return nil, invalid("%v", err)
-	}
+	// The identity storage.ReadJSON checked is decoded from the same
+	// JSON, so it is this release's.
 	var rel release.Release
 	if err := json.Unmarshal(raw, &rel); err != nil {
 		return nil, invalid("decoding release: %v", err)
 	}
 	if rel.Chart == nil || rel.Chart.Metadata == nil {
 		return nil, invalid("holds no chart to render")
-	}
-	if rel.Name != head.Name || rel.Namespace != head.Namespace || rel.Version != head.Version {
-		return nil, invalid("holds revision %d of release %s/%s, where its name and labels say revision %d of %s/%s",
-			rel.Version, rel.Namespace, rel.Name, head.Version, head.Namespace, head.Name)
 	}
 	return &rel, nil
 }

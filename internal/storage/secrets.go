@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -78,28 +79,52 @@ func (e *InvalidError) Error() string { return "release Secret " + e.Secret + ":
 // disagrees is refused before the manifest is parsed, since a release's
 // name and namespace decide which objects, and whose, the lock holds.
 func Read(secret *corev1.Secret, namespace, name string) (*Release, error) {
+	rel, _, err := read(secret, namespace, name, false)
+	return rel, err
+}
+
+// ReadJSON is Read for a caller that needs the whole release, its chart
+// and values too: it makes Read's checks, inflating the release once, and
+// also returns the release's JSON, from which what it returns was decoded.
+func ReadJSON(secret *corev1.Secret, namespace, name string) (*Release, []byte, error) {
+	return read(secret, namespace, name, true)
+}
+
+func read(secret *corev1.Secret, namespace, name string, whole bool) (*Release, []byte, error) {
 	invalid := func(format string, args ...any) error {
 		return &InvalidError{Secret: secret.Namespace + "/" + secret.Name, Problem: fmt.Sprintf(format, args...)}
 	}
 	if secret.Type != SecretType {
-		return nil, invalid("has type %q, not Helm's %q", secret.Type, SecretType)
+		return nil, nil, invalid("has type %q, not Helm's %q", secret.Type, SecretType)
 	}
 	if secret.Namespace != namespace || secret.Labels[LabelName] != name {
-		return nil, invalid("is labelled as release %s/%s, not %s/%s", secret.Namespace, secret.Labels[LabelName], namespace, name)
+		return nil, nil, invalid("is labelled as release %s/%s, not %s/%s", secret.Namespace, secret.Labels[LabelName], namespace, name)
 	}
 	revision, ok := Revision(secret)
 	if !ok {
-		return nil, invalid("its name does not agree with its labels %s=%q and %s=%q, as Helm names the Secret of a revision", LabelName, name, LabelVersion, secret.Labels[LabelVersion])
+		return nil, nil, invalid("its name does not agree with its labels %s=%q and %s=%q, as Helm names the Secret of a revision", LabelName, name, LabelVersion, secret.Labels[LabelVersion])
 	}
-	rel, err := Decode(secret.Data["release"])
+	var rel *Release
+	var raw []byte
+	var err error
+	if whole {
+		if raw, err = DecodeJSON(secret.Data["release"]); err == nil {
+			rel = &Release{}
+			if err = json.Unmarshal(raw, rel); err != nil {
+				err = fmt.Errorf("decoding release: %w", err)
+			}
+		}
+	} else {
+		rel, err = Decode(secret.Data["release"])
+	}
 	if err != nil {
-		return nil, invalid("%v", err)
+		return nil, nil, invalid("%v", err)
 	}
 	if rel.Name != name || rel.Namespace != namespace || rel.Version != revision {
-		return nil, invalid("holds revision %d of release %s/%s, where its name and labels say revision %d of %s/%s",
+		return nil, nil, invalid("holds revision %d of release %s/%s, where its name and labels say revision %d of %s/%s",
 			rel.Version, rel.Namespace, rel.Name, revision, namespace, name)
 	}
-	return rel, nil
+	return rel, raw, nil
 }
 
 // Helm's ownership metadata. Helm adds it to every object as it applies
