@@ -421,16 +421,7 @@ func TestRerenderUpgradeFailed(t *testing.T) {
 			t.Parallel()
 			ns := env.Namespace(t)
 			setGreeting(t, ns, "hello")
-			env.Kubectl(t, "-n", ns, "create", "serviceaccount", "writer")
-			role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "writer"}, Rules: []rbacv1.PolicyRule{
-				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"*"}},
-				{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
-				{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"*"}},
-			}}
-			if _, err := env.Kube.RbacV1().Roles(ns).Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			env.Kubectl(t, "-n", ns, "create", "rolebinding", "writer", "--role=writer", "--serviceaccount="+ns+":writer")
+			noConfigMapWrites(t, ns, "writer")
 			env.Helm(t, v, "install", "app", framework.Chart(t, "two-way"), "-n", ns)
 			cr := env.RegisterWith(t, framework.RegistrationNamespace, ns, "app", map[string]any{"serviceAccountName": "writer", "rerender": "Upgrade"})
 			env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)

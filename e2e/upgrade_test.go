@@ -213,22 +213,8 @@ func refusedUntouched(t *testing.T, ns string) {
 // upgrade was: revision 3 is failed too.
 func testUpgradeRollsBackForbidden(t *testing.T, v framework.HelmVersion) {
 	ns, _ := installTwoWay(t, v, "eu-west-1")
-	// Enough for Helm to store revision 2 and apply it: it reads the
-	// looked-up settings and its own ConfigMap, writes its Secrets and
-	// the Deployment, and fails on the one write left, the ConfigMap's.
-	role := &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "no-configmap-writes"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"*"}},
-			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"*"}},
-		},
-	}
-	if _, err := env.Kube.RbacV1().Roles(ns).Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := writeIdentity(t, ns, role.Name, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name})
-	waitAllowed(t, ns, role.Name, "secrets", "create", "update")
+	cfg := noConfigMapWrites(t, ns, "no-configmap-writes")
+	waitAllowed(t, ns, "no-configmap-writes", "secrets", "create", "update")
 
 	wantErr := "; rolled back to revision 1 as revision 3"
 	wantStatuses := map[int]string{1: "superseded", 2: "failed", 3: "deployed"}
@@ -382,6 +368,27 @@ func installTwoWay(t *testing.T, v framework.HelmVersion, greeting string) (ns, 
 		t.Fatalf("data.greeting = %q after install, want the looked-up %q", got, greeting)
 	}
 	return ns, chart
+}
+
+// noConfigMapWrites creates ServiceAccount name in ns with a Role of its
+// name that is enough for Helm to store an upgrade of the two-way chart
+// and apply it: it reads the looked-up settings and its own ConfigMap,
+// writes its Secrets and the Deployment, and fails on the one write left,
+// the ConfigMap's. It returns the admin config impersonating the account.
+func noConfigMapWrites(t *testing.T, ns, name string) *rest.Config {
+	t.Helper()
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"*"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"*"}},
+		},
+	}
+	if _, err := env.Kube.RbacV1().Roles(ns).Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return writeIdentity(t, ns, name, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name})
 }
 
 // writeIdentity creates ServiceAccount name in ns, binds it to role in ns,
