@@ -15,13 +15,19 @@ func benchManifest() string {
 	return b.String()
 }
 
-func BenchmarkParseHelm(b *testing.B) {
-	m := benchManifest()
-	b.SetBytes(int64(len(m)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := ParseHelm(m); err != nil {
-			b.Fatal(err)
-		}
+// BenchmarkParseRelease reads one release's manifest as each Helm
+// stores it: every release at a cold start.
+func BenchmarkParseRelease(b *testing.B) {
+	for _, h := range []Helm{Helm3, Helm4} {
+		b.Run(fmt.Sprintf("helm%d", h), func(b *testing.B) {
+			m := benchManifest()
+			b.SetBytes(int64(len(m)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ParseRelease(m, h); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -51,22 +52,64 @@ func Parse(r io.Reader) ([]*unstructured.Unstructured, error) {
 	}
 }
 
-// ParseHelm parses a release's manifest as Helm stores it, into the objects
-// Helm applied, in manifest order. Helm splits a manifest its own way (see
-// splitDocuments), which differs from Parse at the end of a document: a
-// block scalar that ends one keeps exactly one line break. Hooks are not
-// part of a stored manifest, and neither are CRDs from a chart's crds/
-// folder, so neither is returned.
+// Helm is the major version of the Helm that stored a release. Helm 3 and
+// Helm 4 store a chart's rendered documents differently, and each applies
+// the manifest as it stored it, so a lock must read a revision as the Helm
+// that wrote it: one reading for both declares, for some values, what that
+// Helm never applied.
+type Helm int
+
+const (
+	// Helm3 trims each rendered document before it stores it
+	// (releaseutil.SplitManifests): a "|+" block scalar at the end of a
+	// document keeps one line break.
+	Helm3 Helm = 3
+	// Helm4 trims only the whitespace before each document, and applies
+	// the stored manifest through a YAML stream decoder: a "|+" block
+	// scalar at the end of a document keeps the blank lines after it.
+	Helm4 Helm = 4
+)
+
+func (h Helm) String() string { return "Helm " + strconv.Itoa(int(h)) }
+
+// ParseRelease parses a release's manifest as Helm h stored it, into the
+// objects h applied, in manifest order. Hooks are not part of a stored
+// manifest, and neither are CRDs from a chart's crds/ folder, so neither
+// is returned. Any version other than Helm3 reads as Helm4.
+func ParseRelease(manifest string, h Helm) ([]*unstructured.Unstructured, error) {
+	if h == Helm3 {
+		return parseHelm3(manifest)
+	}
+	// Helm 4 applies its stored manifest as kubectl applies a file
+	// (kube.Client.Build, a resource.Builder stream), and stores each
+	// document as the template left it after the leading whitespace:
+	// the stream reads back exactly what Helm 4 applied.
+	return Parse(strings.NewReader(manifest))
+}
+
+// ParseHelm parses a manifest as Helm 3 stored it.
+//
+// Deprecated: a release Helm 4 stored reads differently; use ParseRelease
+// with the Helm that wrote the release.
 func ParseHelm(manifest string) ([]*unstructured.Unstructured, error) {
+	return ParseRelease(manifest, Helm3)
+}
+
+// parseHelm3 splits a manifest as Helm 3's releaseutil.SplitManifests does
+// (see splitDocuments). On what Helm 3 stores it gives the documents Helm
+// 3's apply path reads from the stream (FuzzParseReleaseHelm3 holds it to
+// that); on a manifest written otherwise it reads as Helm 3 would have
+// stored it.
+func parseHelm3(manifest string) ([]*unstructured.Unstructured, error) {
 	var objs []*unstructured.Unstructured
 	for i, doc := range splitDocuments(manifest) {
-		// Helm stores each document as its template's trimmed output
-		// and one line break, and applies it as its YAML reader splits
-		// it, line break included. splitDocuments trims it, as Helm's
-		// SplitManifests does; without it back, a block scalar that
-		// ends a document ("|" keeps one final line break) would lose
-		// the line break Helm applied, and the lock would "correct"
-		// every such value.
+		// Helm 3 stores each document as its template's trimmed
+		// output and one line break, and applies it as its YAML
+		// reader splits it, line break included. splitDocuments
+		// trims it, as SplitManifests does; without it back, a block
+		// scalar that ends a document ("|" keeps one final line
+		// break) would lose the line break Helm applied, and the
+		// lock would "correct" every such value.
 		parsed, err := parseDocument([]byte(doc + "\n"))
 		if err != nil {
 			return nil, &DocumentError{Source: source(doc, i), Err: err}
@@ -115,7 +158,7 @@ func parseJSON(doc []byte) ([]*unstructured.Unstructured, error) {
 	if err := obj.UnmarshalJSON(data); err != nil {
 		return nil, err
 	}
-	if obj.IsList() {
+	if isList(obj) {
 		list, err := obj.ToList()
 		if err != nil {
 			return nil, err
@@ -134,6 +177,14 @@ func parseJSON(doc []byte) ([]*unstructured.Unstructured, error) {
 		return nil, err
 	}
 	return []*unstructured.Unstructured{obj}, nil
+}
+
+// isList reports whether the API machinery's unstructured decoder, which
+// kubectl and Helm read manifests with, takes obj for a List: any object
+// with "items", whatever they hold. A List with no items declares nothing.
+func isList(obj *unstructured.Unstructured) bool {
+	_, ok := obj.Object["items"]
+	return ok
 }
 
 // validate rejects objects the API server could not take. An object named

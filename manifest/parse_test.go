@@ -111,7 +111,7 @@ func TestParseErrorsNameTheDocument(t *testing.T) {
 	}
 }
 
-func TestParseHelm(t *testing.T) {
+func TestParseRelease(t *testing.T) {
 	manifest := `---
 # Source: web/templates/sa.yaml
 apiVersion: v1
@@ -140,16 +140,41 @@ items:
   metadata: {name: b}
   data: {replicas: "3"}
 `
-	objs, err := ParseHelm(manifest)
-	if err != nil {
-		t.Fatal(err)
+	for _, h := range []Helm{Helm3, Helm4} {
+		objs, err := ParseRelease(manifest, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Namespaces stay as declared: only the API server knows scopes.
+		want := []string{"ServiceAccount//web", "ClusterRole//web", "ConfigMap/other/a", "ConfigMap//b"}
+		if diff := cmp.Diff(want, refs(objs)); diff != "" {
+			t.Errorf("%v: objects (-want +got):\n%s", h, diff)
+		}
+		if _, err := ParseRelease("# Source: web/templates/a.yaml\napiVersion: v1\nmetadata: {name: a}\n", h); err == nil || err.Error() != "web/templates/a.yaml: object has no kind" {
+			t.Errorf("%v: ParseRelease error = %v", h, err)
+		}
 	}
-	// Namespaces stay as declared: only the API server knows scopes.
-	want := []string{"ServiceAccount//web", "ClusterRole//web", "ConfigMap/other/a", "ConfigMap//b"}
-	if diff := cmp.Diff(want, refs(objs)); diff != "" {
-		t.Errorf("objects (-want +got):\n%s", diff)
+}
+
+// TestParseReleaseKeepsWhatEachHelmApplied is harbor's config, stored by
+// each Helm: a "|+" block that ends in a blank line, last in its
+// document. Helm 4 applies the blank line; Helm 3 trimmed it away before
+// it stored the document.
+func TestParseReleaseKeepsWhatEachHelmApplied(t *testing.T) {
+	tests := []struct {
+		h              Helm
+		manifest, want string
+	}{
+		{Helm3, "---\n# Source: h/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: jobservice\ndata:\n  config.yml: |+\n    port: 8080\n---\n# Source: h/templates/b.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n", "port: 8080\n"},
+		{Helm4, "---\n# Source: h/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: jobservice\ndata:\n  config.yml: |+\n    port: 8080\n\n\n---\n# Source: h/templates/b.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n\n", "port: 8080\n\n\n"},
 	}
-	if _, err := ParseHelm("# Source: web/templates/a.yaml\napiVersion: v1\nmetadata: {name: a}\n"); err == nil || err.Error() != "web/templates/a.yaml: object has no kind" {
-		t.Errorf("ParseHelm error = %v", err)
+	for _, tt := range tests {
+		objs, err := ParseRelease(tt.manifest, tt.h)
+		if err != nil {
+			t.Fatalf("%v: %v", tt.h, err)
+		}
+		if got, _, _ := unstructured.NestedString(objs[0].Object, "data", "config.yml"); got != tt.want || len(objs) != 2 {
+			t.Errorf("%v: %d objects, config.yml = %q, want 2 and %q", tt.h, len(objs), got, tt.want)
+		}
 	}
 }

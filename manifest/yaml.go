@@ -34,7 +34,7 @@ func decodeObject(doc []byte) (*unstructured.Unstructured, bool) {
 		return nil, false
 	}
 	obj := &unstructured.Unstructured{Object: m}
-	if obj.IsList() || validate(obj) != nil {
+	if isList(obj) || validate(obj) != nil {
 		return nil, false
 	}
 	return obj, true

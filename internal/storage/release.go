@@ -34,6 +34,18 @@ type Release struct {
 	ApplyMethod string `json:"apply_method,omitempty"`
 }
 
+// Helm is the Helm that wrote the revision: Helm 4 records an apply_method
+// ("ssa" or "csa") in every release it stores, and Helm 3 none. It is read
+// from the release's JSON, where Helm wrote it, never from the Secret's
+// labels, which anyone who may patch the Secret can set without decoding
+// it.
+func (r *Release) Helm() manifest.Helm {
+	if r.ApplyMethod != "" {
+		return manifest.Helm4
+	}
+	return manifest.Helm3
+}
+
 // ApplyManager is the field manager Helm 4 applies as: it names its
 // manager after its binary, which users call "helm".
 const ApplyManager = "helm"
@@ -223,13 +235,14 @@ func (b *budget) give(n int64) {
 }
 
 // Objects parses the release's manifest into the objects it declares, in
-// manifest order, as Helm applies them (see manifest.ParseHelm), with the
-// ownership metadata Helm adds as it applies. Its errors name the release,
-// the revision and the document at fault.
+// manifest order, as the Helm that wrote the revision applied them (see
+// Helm and manifest.ParseRelease), with the ownership metadata Helm adds as
+// it applies. Its errors name the release, the revision and the document
+// at fault.
 func (r *Release) Objects() ([]*unstructured.Unstructured, error) {
 	cost := min(4*int64(len(r.Manifest)), Budget)
 	spending.take(cost)
-	objs, err := manifest.ParseHelm(r.Manifest)
+	objs, err := manifest.ParseRelease(r.Manifest, r.Helm())
 	spending.give(cost)
 	if err != nil {
 		return nil, fmt.Errorf("release %s/%s revision %d, %w", r.Namespace, r.Name, r.Version, err)
