@@ -36,6 +36,7 @@ func newDiffCommand() *cobra.Command {
 		lockNamespace string
 		color         string
 		rerender      bool
+		helm          = newHelmFlag()
 	)
 	cmd := &cobra.Command{
 		Use:   "diff (helmrelease/NAME | manifestlock/NAME | -f FILE | --rerender [-n NAMESPACE] RELEASE)",
@@ -50,7 +51,8 @@ changed it. It writes nothing.
                     them
   -f FILE|DIR|-     the objects of YAML or JSON files, as "helm-locker lock -f"
                     would hold them; -n is the namespace of objects that name
-                    none
+                    none. They are read as Helm 4 applies a manifest (as
+                    kubectl does); --helm 3 reads them as Helm 3 does
 
 With --rerender, diff renders the chart of a Helm release again and prints
 how the render differs from the manifest Helm stored for the release's latest
@@ -78,6 +80,7 @@ a wrong call, as kubectl diff.`,
 			if err != nil {
 				return usageError(cmd, err)
 			}
+			target.helm = helm.h
 			if !slices.Contains([]string{"auto", "always", "never"}, color) {
 				return usageError(cmd, fmt.Errorf("--color %s: want auto, always or never", color))
 			}
@@ -97,6 +100,7 @@ a wrong call, as kubectl diff.`,
 	cmd.Flags().StringSliceVarP(&files, "filename", "f", nil, "YAML or JSON file, folder of them, or - for standard input")
 	cmd.Flags().StringVar(&lockNamespace, "lock-namespace", "cattle-helm-system", "namespace of the HelmRelease or ManifestLock")
 	cmd.Flags().StringVar(&color, "color", "auto", "colour the diff: auto (on a terminal, unless NO_COLOR is set), always or never")
+	helm.add(cmd.Flags())
 	cmd.Flags().BoolVar(&rerender, "rerender", false, "render the release's chart again, as you, against the cluster as it is now, and diff the render with the manifest Helm stored")
 	return cmd
 }
@@ -117,6 +121,8 @@ type diffTarget struct {
 	kind  targetKind
 	name  string
 	files []string
+	// helm is the Helm whose reading files are parsed with.
+	helm manifest.Helm
 	// rerender renders the release's chart again rather than diffing
 	// its live objects.
 	rerender bool
@@ -191,7 +197,7 @@ func lockDiff(cmd *cobra.Command, cfg *rest.Config, namespace string, target dif
 		return nil, err
 	}
 	if target.kind == targetFiles {
-		objs, err := readFiles(target.files, cmd.InOrStdin())
+		objs, err := readFiles(target.files, cmd.InOrStdin(), target.helm)
 		if err != nil {
 			return nil, err
 		}
@@ -301,11 +307,16 @@ func diffManifestLock(cmd *cobra.Command, l *engine.Locker, dyn dynamic.Interfac
 }
 
 // readFiles parses the YAML or JSON of files, folders of them (not
-// recursively) and standard input ("-"), in order.
-func readFiles(names []string, stdin io.Reader) ([]*unstructured.Unstructured, error) {
+// recursively) and standard input ("-"), in order, as Helm h would apply
+// them.
+func readFiles(names []string, stdin io.Reader, h manifest.Helm) ([]*unstructured.Unstructured, error) {
 	var objs []*unstructured.Unstructured
 	parse := func(name string, r io.Reader) error {
-		parsed, err := manifest.Parse(r)
+		text, err := io.ReadAll(r)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		parsed, err := manifest.ParseRelease(string(text), h)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}

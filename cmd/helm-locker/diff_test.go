@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/helm-locker/helm-locker/engine"
+	"github.com/helm-locker/helm-locker/manifest"
 )
 
 func TestPrintDiffs(t *testing.T) {
@@ -63,7 +64,7 @@ func TestReadFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	objs, err := readFiles([]string{dir, "-", filepath.Join(dir, "sub", "d.yml")}, strings.NewReader("apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n"))
+	objs, err := readFiles([]string{dir, "-", filepath.Join(dir, "sub", "d.yml")}, strings.NewReader("apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n"), manifest.Helm4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +76,38 @@ func TestReadFiles(t *testing.T) {
 	if diff := cmp.Diff([]string{"ConfigMap/a", "ConfigMap/b", "Secret/s", "ConfigMap/d"}, got); diff != "" {
 		t.Errorf("objects (-want +got):\n%s", diff)
 	}
-	if _, err := readFiles([]string{filepath.Join(dir, "c.txt")}, nil); err == nil || !strings.Contains(err.Error(), "c.txt: document 1") {
+	if _, err := readFiles([]string{filepath.Join(dir, "c.txt")}, nil, manifest.Helm4); err == nil || !strings.Contains(err.Error(), "c.txt: document 1") {
 		t.Errorf("reading a file that is no manifest = %v", err)
+	}
+}
+
+// TestReadFilesAsHelm reads harbor's config, a "|+" block that ends in a
+// blank line, last in its document, as each Helm would apply it: Helm 4
+// (the default) keeps the blank line, Helm 3 trims it.
+func TestReadFilesAsHelm(t *testing.T) {
+	const harbor = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: jobservice}\ndata:\n  config.yml: |+\n    port: 8080\n\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n"
+	for _, tt := range []struct {
+		flag string
+		want string
+	}{
+		{"", "port: 8080\n\n"},
+		{"4", "port: 8080\n\n"},
+		{"3", "port: 8080\n"},
+	} {
+		cmd := newLockCommand()
+		if tt.flag != "" {
+			if err := cmd.Flags().Set("helm", tt.flag); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h := cmd.Flags().Lookup("helm").Value.(*helmFlag).h
+		objs, err := readFiles([]string{"-"}, strings.NewReader(harbor), h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := objs[0].Object["data"].(map[string]any)["config.yml"]; got != tt.want {
+			t.Errorf("--helm %q: config.yml = %q, want %q", tt.flag, got, tt.want)
+		}
 	}
 }
 

@@ -32,7 +32,11 @@ func newInspectCommand() *cobra.Command {
 		Short: "Decode a Helm release as Helm's Secret driver stores it",
 		Long: `inspect decodes the release Secret of one revision of a Helm release (the
 latest unless --revision says otherwise) and prints it: the whole release as
-YAML or JSON, or its rendered manifest alone.`,
+YAML or JSON, or its rendered manifest alone. It says which Helm wrote the
+revision, as the release itself records it (Helm 4 stores an apply_method,
+Helm 3 none): the locker reads and renders each revision as that Helm does.
+The YAML starts with it as a comment; JSON and the manifest leave it to
+standard error.`,
 		Example: `  helm-locker inspect release web -n apps
   helm-locker inspect release web -n apps --revision 3 -o manifest`,
 		Args: func(_ *cobra.Command, args []string) error {
@@ -57,12 +61,19 @@ YAML or JSON, or its rendered manifest alone.`,
 			if err != nil {
 				return err
 			}
-			if _, err := storage.Read(secret, namespace, args[1]); err != nil {
+			rel, err := storage.Read(secret, namespace, args[1])
+			if err != nil {
 				return err
 			}
 			raw, err := storage.DecodeJSON(secret.Data["release"])
 			if err != nil {
 				return fmt.Errorf("Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+			}
+			writtenBy := writtenBy(rel)
+			if output == "yaml" {
+				fmt.Fprintf(cmd.OutOrStdout(), "# %s\n", writtenBy)
+			} else {
+				fmt.Fprintln(cmd.ErrOrStderr(), writtenBy)
 			}
 			return printRelease(cmd.OutOrStdout(), raw, output)
 		},
@@ -115,6 +126,15 @@ func releaseSecrets(ctx context.Context, kube kubernetes.Interface, namespace, n
 		secrets[i] = &list.Items[i]
 	}
 	return secrets, nil
+}
+
+// writtenBy says which Helm wrote a revision, and how it applied it.
+func writtenBy(rel *storage.Release) string {
+	how := "no apply_method: client-side apply"
+	if rel.ApplyMethod != "" {
+		how = fmt.Sprintf("apply_method %q", rel.ApplyMethod)
+	}
+	return fmt.Sprintf("release %s/%s revision %d: written by %v (%s)", rel.Namespace, rel.Name, rel.Version, rel.Helm(), how)
 }
 
 // printRelease writes a decoded release as output says.

@@ -39,6 +39,7 @@ func newLockCommand() *cobra.Command {
 		waitLocked    bool
 		timeout       time.Duration
 		output        string
+		helm          = newHelmFlag()
 	)
 	cmd := &cobra.Command{
 		Use:   "lock -f FILE|DIR|- [-n NAMESPACE] [--name NAME]",
@@ -46,8 +47,9 @@ func newLockCommand() *cobra.Command {
 		Long: `lock creates, or updates, a ManifestLock holding the objects of the files:
 the operator applies what is missing and from then on reverts every edit and
 recreates every deleted object. -n is the namespace of objects that name none
-(the kubeconfig context's by default). The lock itself goes in
---lock-namespace. lock waits until the ManifestLock says Locked, and prints
+(the kubeconfig context's by default). The files are read as Helm 4 applies
+a manifest, as kubectl does (--helm 3 reads them as Helm 3 does). The lock
+itself goes in --lock-namespace. lock waits until the ManifestLock says Locked, and prints
 its status.`,
 		Example: `  helm-locker lock -f app.yaml -n apps
   kustomize build overlays/prod | helm-locker lock -f - --name prod -n apps --prune`,
@@ -72,7 +74,7 @@ its status.`,
 			if err != nil {
 				return err
 			}
-			objs, err := readFiles(files, cmd.InOrStdin())
+			objs, err := readFiles(files, cmd.InOrStdin(), helm.h)
 			if err != nil {
 				return err
 			}
@@ -127,6 +129,7 @@ its status.`,
 	client.add(cmd)
 	f := cmd.Flags()
 	f.StringSliceVarP(&files, "filename", "f", nil, "YAML or JSON file, folder of them, or - for standard input")
+	helm.add(f)
 	f.StringVar(&name, "name", "", "name of the ManifestLock; defaults to the first file's name")
 	f.StringVar(&lockNamespace, "lock-namespace", "cattle-helm-system", "namespace of the ManifestLock: the registration namespace may hold anything; any other, its own objects only")
 	f.BoolVar(&prune, "prune", false, "delete objects this lock created that the files no longer declare")

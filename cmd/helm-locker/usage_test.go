@@ -38,6 +38,8 @@ func TestExitStatus(t *testing.T) {
 		{[]string{"inspect", "release", "web", missing}, 1, "loading kubeconfig"},
 
 		{[]string{"diff", "--bogus"}, 2, "unknown flag: --bogus\nSee 'helm-locker diff --help' for usage."},
+		{[]string{"diff", "-f", "app.yaml", "--helm=5"}, 2, `invalid argument "5" for "--helm" flag: want 3 or 4`},
+		{[]string{"lock", "-f", "app.yaml", "--helm", "v4"}, 2, `invalid argument "v4" for "--helm" flag: want 3 or 4`},
 		{[]string{"diff"}, 2, "name either helmrelease/NAME, manifestlock/NAME or -f FILE, or --rerender RELEASE"},
 		{[]string{"diff", "a", "b"}, 2, "accepts at most 1 arg(s), received 2"},
 		{[]string{"diff", "helmrelease/web", "-f", "app.yaml"}, 2, "name either"},
