@@ -64,12 +64,12 @@ func (o corpusObject) delete(t *testing.T) {
 	}
 }
 
-// releaseObjects reads the release's manifest as Helm stores it and
+// releaseObjects reads the release's manifest as helm CLI v stored it and
 // addresses its objects, the namespace of namespaced ones defaulted as
 // Helm does.
 func releaseObjects(t *testing.T, v framework.HelmVersion, ns, release string) []corpusObject {
 	t.Helper()
-	objs, err := manifest.ParseHelm(env.Helm(t, v, "get", "manifest", release, "-n", ns))
+	objs, err := manifest.ParseRelease(env.Helm(t, v, "get", "manifest", release, "-n", ns), helmOf(v))
 	if err != nil {
 		t.Fatal(err)
 	}

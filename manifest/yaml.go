@@ -16,7 +16,7 @@ import (
 // maps with string keys, int64 for numbers JSON writes without a point,
 // float64 for the rest, strings with each invalid UTF-8 byte made U+FFFD.
 // The way through JSON was a third of a manifest's parse time and a
-// quarter of its allocation (BenchmarkParseHelm), on every release at
+// quarter of its allocation (BenchmarkParseRelease), on every release at
 // startup. It reports false for anything else (no object, a List, an
 // object validate refuses, a value JSON cannot hold, a type it does not
 // know), which the way through JSON then decodes, or names.
