@@ -5,11 +5,14 @@ import (
 	"compress/gzip"
 	"encoding/base64"
 	"encoding/binary"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"helm.sh/helm/v3/pkg/release"
+
+	"github.com/helm-locker/helm-locker/manifest"
 )
 
 // encode stores a release the way Helm's Secret driver does, as the API
@@ -59,6 +62,46 @@ func TestDecodeReleaseErrors(t *testing.T) {
 				t.Errorf("DecodeRelease error = %v, want one containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestObjectsAsTheHelmThatWroteIt: a release's objects are what the Helm
+// that wrote it applied, and the release JSON says which Helm that was.
+// harbor's "|+" config, last in its document, keeps its blank line only as
+// Helm 4 stores and applies it.
+func TestObjectsAsTheHelmThatWroteIt(t *testing.T) {
+	const doc = "---\n# Source: h/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: jobservice\ndata:\n  config.yml: |+\n    port: 8080\n"
+	tests := []struct {
+		applyMethod string
+		manifest    string
+		helm        manifest.Helm
+		want        string
+	}{
+		// Helm 3 stores the trimmed document.
+		{"", doc, manifest.Helm3, "port: 8080\n"},
+		// Helm 4 stores it as the template left it, a line break added.
+		{"ssa", doc + "\n\n", manifest.Helm4, "port: 8080\n\n\n"},
+		{"csa", doc + "\n\n", manifest.Helm4, "port: 8080\n\n\n"},
+	}
+	for _, tt := range tests {
+		json := `{"name":"web","namespace":"apps","version":1,"info":{"status":"deployed"},"manifest":` + strconv.Quote(tt.manifest)
+		if tt.applyMethod != "" {
+			json += `,"apply_method":"` + tt.applyMethod + `"`
+		}
+		rel, err := Decode(encode(t, json+"}", true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rel.Helm() != tt.helm {
+			t.Errorf("apply_method %q: written by %v, want %v", tt.applyMethod, rel.Helm(), tt.helm)
+		}
+		objs, err := rel.Objects()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := objs[0].Object["data"].(map[string]any)["config.yml"]; got != tt.want {
+			t.Errorf("apply_method %q: config.yml = %q, want %q", tt.applyMethod, got, tt.want)
+		}
 	}
 }
 
