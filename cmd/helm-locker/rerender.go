@@ -76,7 +76,7 @@ func rerenderDiffs(ctx context.Context, cfg *rest.Config, rk v1alpha1.ReleaseKey
 	if err != nil {
 		return nil, err
 	}
-	changes, err := render.Compare(rel.Manifest, now, now)
+	changes, err := render.Compare(rel.Helm, rel.Manifest, now, now)
 	if err == nil && len(changes) > 0 {
 		// What a second render with the same inputs sets otherwise is
 		// generated (randAlphaNum, genCA) and left out.
@@ -84,12 +84,12 @@ func rerenderDiffs(ctx context.Context, cfg *rest.Config, rk v1alpha1.ReleaseKey
 		if renderErr != nil {
 			return nil, renderErr
 		}
-		changes, err = render.Compare(rel.Manifest, now, again)
+		changes, err = render.Compare(rel.Helm, rel.Manifest, now, again)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("comparing the render of revision %d with its manifest: %w", rel.Version, err)
 	}
-	return renderDiffs(ctx, changes, rel.Manifest, now, rk.Namespace, mapper, kube.AuthorizationV1())
+	return renderDiffs(ctx, changes, rel.Helm, rel.Manifest, now, rk.Namespace, mapper, kube.AuthorizationV1())
 }
 
 // deployedReleaseSecret is the Secret of rk's latest deployed revision.
@@ -114,17 +114,18 @@ func deployedReleaseSecret(ctx context.Context, kube kubernetes.Interface, rk v1
 }
 
 // renderDiffs shows each change as the unified diff of the stored object
-// (-) and the rendered one (+). The rendered side is the stored object
-// with only the changed paths taken from the render, so that values the
-// chart generates anew at every render do not show. The values of a
-// Secret show only to a user who may get it. Objects that name no
-// namespace are shown in the release's, where Helm puts them.
-func renderDiffs(ctx context.Context, changes []render.Change, stored, rendered, namespace string, mapper meta.RESTMapper, reviews authorizationv1client.SelfSubjectAccessReviewsGetter) ([]shownDiff, error) {
-	was, err := objectsByChangeName(stored)
+// (-) and the rendered one (+), both manifests read as Helm h, which wrote
+// the revision and rendered it again, stores them. The rendered side is
+// the stored object with only the changed paths taken from the render, so
+// that values the chart generates anew at every render do not show. The
+// values of a Secret show only to a user who may get it. Objects that name
+// no namespace are shown in the release's, where Helm puts them.
+func renderDiffs(ctx context.Context, changes []render.Change, h manifest.Helm, stored, rendered, namespace string, mapper meta.RESTMapper, reviews authorizationv1client.SelfSubjectAccessReviewsGetter) ([]shownDiff, error) {
+	was, err := objectsByChangeName(stored, h)
 	if err != nil {
 		return nil, fmt.Errorf("the stored manifest: %w", err)
 	}
-	is, err := objectsByChangeName(rendered)
+	is, err := objectsByChangeName(rendered, h)
 	if err != nil {
 		return nil, fmt.Errorf("the rendered manifest: %w", err)
 	}
@@ -169,11 +170,11 @@ func renderDiffs(ctx context.Context, changes []render.Change, stored, rendered,
 	return out, nil
 }
 
-// objectsByChangeName parses a manifest as Helm stores it into its
+// objectsByChangeName parses a manifest as Helm h stores it into its
 // objects, by the name render.Change gives them. Where two documents
 // declare one object, the last wins, as in Helm's apply and in Compare.
-func objectsByChangeName(m string) (map[string]map[string]any, error) {
-	objs, err := manifest.ParseHelm(m)
+func objectsByChangeName(m string, h manifest.Helm) (map[string]map[string]any, error) {
+	objs, err := manifest.ParseRelease(m, h)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/helm-locker/helm-locker/internal/render"
+	"github.com/helm-locker/helm-locker/manifest"
 )
 
 func TestParseDiffTarget(t *testing.T) {
@@ -100,7 +101,7 @@ func TestRenderDiffsHidesSecrets(t *testing.T) {
 	stored := chartManifest("hello", "b2xk", "c3RvcmVk")
 	now := chartManifest("bonjour", "bmV3", "bm93")
 	again := chartManifest("bonjour", "bmV3", "YWdhaW4=")
-	changes, err := render.Compare(stored, now, again)
+	changes, err := render.Compare(manifest.Helm3, stored, now, again)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func TestRenderDiffsHidesSecrets(t *testing.T) {
 				review.Status.Allowed = tt.allowed
 				return true, review, nil
 			})
-			diffs, err := renderDiffs(t.Context(), changes, stored, now, "apps", mapper, kube.AuthorizationV1())
+			diffs, err := renderDiffs(t.Context(), changes, manifest.Helm3, stored, now, "apps", mapper, kube.AuthorizationV1())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -235,7 +236,7 @@ func TestRenderDiffsHidesKeysChanged(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			changes, err := render.Compare(tt.stored, tt.now, tt.now)
+			changes, err := render.Compare(manifest.Helm3, tt.stored, tt.now, tt.now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -243,7 +244,7 @@ func TestRenderDiffsHidesKeysChanged(t *testing.T) {
 			kube.PrependReactor("create", "selfsubjectaccessreviews", func(action k8stesting.Action) (bool, runtime.Object, error) {
 				return true, action.(k8stesting.CreateAction).GetObject(), nil // not allowed
 			})
-			diffs, err := renderDiffs(t.Context(), changes, tt.stored, tt.now, "apps", meta.NewDefaultRESTMapper(nil), kube.AuthorizationV1())
+			diffs, err := renderDiffs(t.Context(), changes, manifest.Helm3, tt.stored, tt.now, "apps", meta.NewDefaultRESTMapper(nil), kube.AuthorizationV1())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -301,9 +301,9 @@ func renderOutcome(res *renderResult) string {
 // whole, for Upgrade mode, and what the chart looked up. It returns an
 // error only when a read failed and a retry may succeed; what the chart or
 // its revision make impossible is the result.
-func (c *Controller) render(ctx context.Context, target renderTarget, causes []string, prev *renderResult) (*renderResult, *release.Release, []render.Lookup, error) {
+func (c *Controller) render(ctx context.Context, target renderTarget, causes []string, prev *renderResult) (*renderResult, *render.Release, []render.Lookup, error) {
 	res := &renderResult{status: v1alpha1.RenderStatus{Revision: target.revision, Time: metav1.Now()}}
-	failed := func(reason, message string) (*renderResult, *release.Release, []render.Lookup, error) {
+	failed := func(reason, message string) (*renderResult, *render.Release, []render.Lookup, error) {
 		res.cond = condition(v1alpha1.ConditionRendered, false, reason, limit(message))
 		return res, nil, nil, nil
 	}
@@ -330,7 +330,7 @@ func (c *Controller) render(ctx context.Context, target renderTarget, causes []s
 	}
 	// A chart that declares a kubeVersion may fail to render on this
 	// cluster's, and render on the next one's.
-	res.readsKubeVersion = rel.Chart.Metadata != nil && rel.Chart.Metadata.KubeVersion != ""
+	res.readsKubeVersion = rel.KubeVersion != ""
 	client, err := c.writerFor(rk.Namespace, target.writer)
 	if err != nil {
 		return failed(v1alpha1.ReasonRenderFailed, err.Error())
@@ -355,7 +355,7 @@ func (c *Controller) render(ctx context.Context, target renderTarget, causes []s
 		}
 		res.status.Lookups = append(res.status.Lookups, l.String())
 	}
-	changes, err := render.Compare(rel.Manifest, out.Manifest, out.Manifest)
+	changes, err := render.Compare(rel.Helm, rel.Manifest, out.Manifest, out.Manifest)
 	if err == nil && len(changes) > 0 {
 		// Rendered twice, what generates itself (randAlphaNum, genCA)
 		// differs and is left out.
@@ -363,7 +363,7 @@ func (c *Controller) render(ctx context.Context, target renderTarget, causes []s
 		if againErr != nil {
 			return failed(v1alpha1.ReasonRenderFailed, fmt.Sprintf("rendering revision %d again: %v", target.revision, againErr))
 		}
-		changes, err = render.Compare(rel.Manifest, out.Manifest, again.Manifest)
+		changes, err = render.Compare(rel.Helm, rel.Manifest, out.Manifest, again.Manifest)
 	}
 	if err != nil {
 		return failed(v1alpha1.ReasonRenderFailed, fmt.Sprintf("comparing the render of revision %d with its manifest: %v", target.revision, err))
@@ -462,9 +462,9 @@ func renderCause(revision int, causes []string, prev *renderResult, own []string
 }
 
 // declaredLookups names the lookups of objects that rel's manifest
-// declares.
-func declaredLookups(rel *release.Release, lookups []render.Lookup) []string {
-	objs, err := manifest.ParseHelm(rel.Manifest)
+// declares, read as the Helm that wrote it stored it.
+func declaredLookups(rel *render.Release, lookups []render.Lookup) []string {
+	objs, err := manifest.ParseRelease(rel.Manifest, rel.Helm)
 	if err != nil {
 		return nil
 	}
@@ -521,13 +521,17 @@ func (c *Controller) recordRenderChanged(key lockKey, res *renderResult) {
 // upgrade upgrades the release with its chart rendered now, through Helm,
 // as the lock's write identity. It is tried once per render that differs;
 // a failure is reported and leaves the last deployed revision held.
-func (c *Controller) upgrade(ctx context.Context, key lockKey, rs *renderState, target renderTarget, res *renderResult, rel *release.Release) {
+func (c *Controller) upgrade(ctx context.Context, key lockKey, rs *renderState, target renderTarget, res *renderResult, rel *render.Release) {
 	logger := klog.FromContext(ctx)
 	rk := target.release
 	start := time.Now()
 	cfg := rest.CopyConfig(c.cfg.REST)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: impersonated(rk.Namespace, target.writer)}
-	upgraded, err := upgrade.Upgrade(ctx, cfg, rel, upgrade.Options{})
+	var upgraded *release.Release
+	given, err := rel.AsHelm3()
+	if err == nil {
+		upgraded, err = upgrade.Upgrade(ctx, cfg, given, upgrade.Options{})
+	}
 	if err != nil {
 		// A revision Helm left failed (the upgrade's, or the rollback's
 		// after it) would open the lock; the lock holds the verified

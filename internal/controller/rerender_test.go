@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -19,6 +18,7 @@ import (
 	"github.com/helm-locker/helm-locker/internal/render"
 	"github.com/helm-locker/helm-locker/internal/storage"
 	"github.com/helm-locker/helm-locker/lock"
+	"github.com/helm-locker/helm-locker/manifest"
 )
 
 // TestServedChanges: only group-versions count, not their kinds, and
@@ -105,7 +105,7 @@ func TestRenderChangesBounded(t *testing.T) {
 // the release namespace when the manifest names none, is the release's
 // own; lists and other objects are not.
 func TestDeclaredLookups(t *testing.T) {
-	rel := &release.Release{Namespace: "apps", Manifest: `---
+	rel := &render.Release{Helm: manifest.Helm3, Namespace: "apps", Manifest: `---
 # Source: c/templates/secret.yaml
 apiVersion: v1
 kind: Secret

@@ -13,10 +13,11 @@ func BenchmarkRender(b *testing.B) {
 	empty, _ := fakeCluster()
 	rel := install(b, releaseOf(loadDashboard(b), nil, 1), empty)
 	installed, _ := fakeCluster(objectsIn(b, rel.Manifest)...)
+	stored := fromHelm3(rel)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Render(ctx, rel, installed); err != nil {
+		if _, err := Render(ctx, stored, installed); err != nil {
 			b.Fatal(err)
 		}
 	}

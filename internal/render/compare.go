@@ -2,6 +2,7 @@ package render
 
 import (
 	"cmp"
+	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,24 +35,26 @@ type Change struct {
 }
 
 // Compare says how the manifest a chart renders now differs from the one
-// Helm stored. Charts generate values (randAlphaNum, genCA, uuidv4, now)
-// that differ at every render, so again, a second render with the same
-// inputs as now, marks what the chart does not decide: every path (or
-// whole object) where now and again differ is left out. Objects whose
+// Helm stored. All three are read as Helm h stores a manifest
+// (manifest.ParseRelease): the revision's Helm, which rendered now and
+// again too (see Release). Charts generate values (randAlphaNum, genCA,
+// uuidv4, now) that differ at every render, so again, a second render with
+// the same inputs as now, marks what the chart does not decide: every path
+// (or whole object) where now and again differ is left out. Objects whose
 // "# Source:" is under a subchart (<chart>/charts/...) are left out of
 // both sides, since Helm does not store subcharts and Render cannot
 // render them. Changes are in a fixed order: by group, kind, namespace
 // and name, with paths sorted.
-func Compare(stored, now, again string) ([]Change, error) {
-	s, err := objectsOf(stored)
+func Compare(h manifest.Helm, stored, now, again string) ([]Change, error) {
+	s, err := objectsOf(stored, h)
 	if err != nil {
 		return nil, err
 	}
-	n, err := objectsOf(now)
+	n, err := objectsOf(now, h)
 	if err != nil {
 		return nil, err
 	}
-	a, err := objectsOf(again)
+	a, err := objectsOf(again, h)
 	if err != nil {
 		return nil, err
 	}
@@ -110,25 +113,25 @@ func (k objectKey) String() string {
 // sourceLine starts every document of a manifest as Helm stores it.
 const sourceLine = "---\n# Source: "
 
-// objectsOf parses a manifest as Helm stores it into its objects, leaving
-// out those rendered from subcharts. manifest.ParseHelm does not say which
-// template an object came from, so the manifest is cut at Helm's Source
-// lines first and each document parsed on its own. Where two documents
-// declare the same object, the last is kept, as Helm's apply of both
-// would leave it.
-func objectsOf(m string) (map[objectKey]map[string]any, error) {
+// objectsOf parses a manifest as Helm h stored it into its objects,
+// leaving out those rendered from subcharts. manifest.ParseRelease does
+// not say which template an object came from, so the manifest is cut at
+// Helm's Source lines first and each document parsed on its own, with the
+// line break that ends it: Helm 4 applies a "|+" block scalar that ends a
+// document with every line break up to the next "---". Where two
+// documents declare the same object, the last is kept, as Helm's apply of
+// both would leave it.
+func objectsOf(m string, h manifest.Helm) (map[objectKey]map[string]any, error) {
 	out := map[objectKey]map[string]any{}
-	for i, doc := range strings.Split("\n"+m, "\n"+sourceLine) {
-		source, _, _ := strings.Cut(doc, "\n")
-		if i == 0 {
+	for doc := range documents(m) {
+		source, _, _ := strings.Cut(strings.TrimPrefix(doc, sourceLine), "\n")
+		if !strings.HasPrefix(doc, sourceLine) {
 			source = "" // what comes before the first Source line
-		} else {
-			doc = sourceLine + doc
 		}
 		if _, under, _ := strings.Cut(source, "/"); strings.HasPrefix(under, "charts/") {
 			continue
 		}
-		objs, err := manifest.ParseHelm(doc)
+		objs, err := manifest.ParseRelease(doc, h)
 		if err != nil {
 			return nil, err
 		}
@@ -137,6 +140,23 @@ func objectsOf(m string) (map[objectKey]map[string]any, error) {
 		}
 	}
 	return out, nil
+}
+
+// documents cuts a manifest as Helm stores it before each Source line:
+// each document keeps the line break before the next one's "---".
+func documents(m string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for m != "" {
+			next := len(m)
+			if i := strings.Index(m[1:], "\n"+sourceLine); i >= 0 {
+				next = i + 2 // past the line break
+			}
+			if !yield(m[:next]) {
+				return
+			}
+			m = m[next:]
+		}
+	}
 }
 
 func keyOf(obj *unstructured.Unstructured) objectKey {

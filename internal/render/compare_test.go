@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/helm-locker/helm-locker/manifest"
 )
 
 // doc is one document of a manifest as Helm stores it.
@@ -51,22 +53,65 @@ func TestCompare(t *testing.T) {
 		{"subcharts left out, now", settings, settings + redis, settings + redis, nil},
 	}
 
+	for _, h := range helms {
+		for _, tt := range tests {
+			t.Run(h.String()+"/"+tt.name, func(t *testing.T) {
+				got, err := Compare(h, tt.stored, tt.now, tt.again)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The object's identity is checked apart, below.
+				if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreFields(Change{}, "Group", "Kind", "Namespace", "Name")); diff != "" {
+					t.Errorf("Compare (-want +got):\n%s", diff)
+				}
+				for _, value := range []string{"czNjcmV0", "bmV3", "s3cret"} {
+					if strings.Contains(fmt.Sprintf("%#v", got), value) {
+						t.Errorf("a change holds the value %q: %#v", value, got)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestCompareReadsAsHelm: a "|+" block scalar that ends its document in
+// a blank line reads with the blank line as Helm 4 stores it, and without
+// it as Helm 3 does (see manifest.Helm), so the same two manifests differ
+// for one Helm and not for the other. Each document is read with the
+// line break that ends it, as the whole manifest reads.
+func TestCompareReadsAsHelm(t *testing.T) {
+	conf := func(blank string) string {
+		return doc("web/templates/cm.yaml", configMap("core", "  app.conf: |+\n    runmode = prod\n"+blank)) +
+			doc("web/templates/svc.yaml", "apiVersion: v1\nkind: Service\nmetadata:\n  name: core\n  namespace: apps")
+	}
+	kept, trimmed := conf("\n"), conf("")
+	tests := []struct {
+		helm manifest.Helm
+		want []Change
+	}{
+		{manifest.Helm3, nil},
+		{manifest.Helm4, []Change{{Object: "ConfigMap apps/core", Kind: "ConfigMap", Namespace: "apps", Name: "core", Paths: []string{"/data/app.conf"}}}},
+	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := Compare(tt.stored, tt.now, tt.again)
+		got, err := Compare(tt.helm, kept, trimmed, trimmed)
+		if err != nil || !cmp.Equal(tt.want, got) {
+			t.Errorf("%s: Compare = %v, %v; want %v", tt.helm, got, err, tt.want)
+		}
+		for _, m := range []string{kept, trimmed} {
+			whole, err := manifest.ParseRelease(m, tt.helm)
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The object's identity is checked apart, below.
-			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreFields(Change{}, "Group", "Kind", "Namespace", "Name")); diff != "" {
-				t.Errorf("Compare (-want +got):\n%s", diff)
+			docs, err := objectsOf(m, tt.helm)
+			if err != nil {
+				t.Fatal(err)
 			}
-			for _, value := range []string{"czNjcmV0", "bmV3", "s3cret"} {
-				if strings.Contains(fmt.Sprintf("%#v", got), value) {
-					t.Errorf("a change holds the value %q: %#v", value, got)
+			for _, obj := range whole {
+				if diff := cmp.Diff(obj.Object, docs[keyOf(obj)]); diff != "" {
+					t.Errorf("%s: %s read document by document (-whole manifest +document):\n%s", tt.helm, keyOf(obj), diff)
 				}
 			}
-		})
+		}
 	}
 }
 
@@ -76,7 +121,7 @@ func TestCompareObjectLeftToChance(t *testing.T) {
 	// A chart that names an object randomly renders it under another name
 	// each time. The stored one is gone for good (an upgrade would delete
 	// it); whether the new one is rendered is left to chance.
-	got, err := Compare(settings+named("job-abcde"), settings+named("job-fghij"), settings+named("job-klmno"))
+	got, err := Compare(manifest.Helm3, settings+named("job-abcde"), settings+named("job-fghij"), settings+named("job-klmno"))
 	want := []Change{{Object: "ConfigMap apps/job-abcde", Kind: "ConfigMap", Namespace: "apps", Name: "job-abcde", Removed: true}}
 	if err != nil || !cmp.Equal(want, got) {
 		t.Errorf("Compare = %v, %v; want %v", got, err, want)
@@ -90,7 +135,7 @@ func TestCompareRenders(t *testing.T) {
 	empty, _ := fakeCluster()
 	stored := install(t, releaseOf(loadDashboard(t), nil, 1), empty)
 	again := func(c Cluster) string {
-		out, err := Render(context.Background(), stored, c)
+		out, err := Render(context.Background(), fromHelm3(stored), c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +149,7 @@ func TestCompareRenders(t *testing.T) {
 		if now == stored.Manifest {
 			t.Fatal("two renders are the same; the chart should generate its password")
 		}
-		got, err := Compare(stored.Manifest, now, again(empty))
+		got, err := Compare(manifest.Helm3, stored.Manifest, now, again(empty))
 		if err != nil || len(got) != 0 {
 			t.Errorf("Compare = %v, %v; want no change", got, err)
 		}
@@ -114,7 +159,7 @@ func TestCompareRenders(t *testing.T) {
 		// but the Deployment's checksum/secret differs for good: at
 		// install, it was taken of a second generated password.
 		installed, _ := fakeCluster(objectsIn(t, stored.Manifest)...)
-		got, err := Compare(stored.Manifest, again(installed), again(installed))
+		got, err := Compare(manifest.Helm3, stored.Manifest, again(installed), again(installed))
 		want := []Change{{Object: "Deployment apps/web-dashboard", Group: "apps", Kind: "Deployment", Namespace: "apps", Name: "web-dashboard", Paths: []string{"/spec/template/metadata/annotations/checksum~1secret"}}}
 		if err != nil || !cmp.Equal(want, got) {
 			t.Errorf("Compare = %v, %v; want %v", got, err, want)

@@ -2,6 +2,7 @@ package render
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -9,11 +10,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage/driver"
+	releasev4 "helm.sh/helm/v4/pkg/release/v1"
+	driverv4 "helm.sh/helm/v4/pkg/storage/driver"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/helm-locker/helm-locker/internal/storage"
+	"github.com/helm-locker/helm-locker/manifest"
 )
 
 // secretsCapture is the one call Helm's Secret driver makes to create a
@@ -40,29 +44,80 @@ func helmSecret(t *testing.T, rel *release.Release) *corev1.Secret {
 	return capture.created
 }
 
+// helm4Secret is the Secret Helm 4's own driver writes for rel in its
+// namespace, as the API server returns it.
+func helm4Secret(t *testing.T, rel *releasev4.Release) *corev1.Secret {
+	capture := &secretsCapture{namespace: rel.Namespace}
+	if err := driverv4.NewSecrets(capture).Create(storage.SecretName(rel.Name, rel.Version), rel); err != nil {
+		t.Fatal(err)
+	}
+	return capture.created
+}
+
 func TestDecode(t *testing.T) {
 	c, _ := fakeCluster()
 	stored := install(t, releaseOf(loadDashboard(t), map[string]any{"adminPassword": "s3cret"}, 1), c)
 	stored.Version = 3
 	good := helmSecret(t, stored)
 
-	rel, err := Decode(good, "apps", "web")
-	if err != nil {
-		t.Fatal(err)
+	// byHelm4 is stored as Helm 4 writes it, with apply method method:
+	// rendered by Helm 4, which keeps the line breaks that end each
+	// document.
+	byHelm4 := func(method string) *corev1.Secret {
+		rel := decoded(as(t, manifest.Helm4, stored)).(*releasev4.Release)
+		out, err := Render(context.Background(), fromHelm4(rel), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel.Manifest, rel.ApplyMethod = out.Manifest, method
+		return helm4Secret(t, rel)
 	}
-	if diff := cmp.Diff(stored.Config, rel.Config); diff != "" {
-		t.Errorf("Config (-stored +decoded):\n%s", diff)
-	}
-	if len(rel.Chart.Templates) != len(stored.Chart.Templates) || rel.Manifest != stored.Manifest || rel.Version != 3 {
-		t.Errorf("decoded %d templates, revision %d; want %d, 3, and the manifest", len(rel.Chart.Templates), rel.Version, len(stored.Chart.Templates))
-	}
-	// The decoded release renders what was stored.
-	out, err := Render(context.Background(), rel, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out.Manifest != stored.Manifest {
-		t.Error("the decoded release renders another manifest")
+	for _, tt := range []struct {
+		name   string
+		secret *corev1.Secret
+		want   manifest.Helm
+	}{
+		{"Helm 3", good, manifest.Helm3},
+		{"Helm 4, server-side", byHelm4("ssa"), manifest.Helm4},
+		{"Helm 4, client-side", byHelm4("csa"), manifest.Helm4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rel, err := Decode(tt.secret, "apps", "web")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rel.Helm != tt.want {
+				t.Errorf("Decode says %s wrote the revision, want %s", rel.Helm, tt.want)
+			}
+			// In the types of the Helm that wrote it, config and
+			// templates whole.
+			raw, err := json.Marshal(decoded(rel))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got release.Release
+			if err := json.Unmarshal(raw, &got); err != nil {
+				t.Fatal(err)
+			}
+			if _, v4 := decoded(rel).(*releasev4.Release); v4 != (tt.want == manifest.Helm4) {
+				t.Errorf("decoded into %T", decoded(rel))
+			}
+			if diff := cmp.Diff(stored.Config, got.Config); diff != "" {
+				t.Errorf("Config (-stored +decoded):\n%s", diff)
+			}
+			if len(got.Chart.Templates) != len(stored.Chart.Templates) || rel.Version != 3 || rel.Name != "web" || rel.Namespace != "apps" || rel.Chart != "dashboard-8.5.1" || rel.KubeVersion != ">=1.25.0-0" {
+				t.Errorf("decoded %d templates, revision %d of %s/%s, chart %s (kubeVersion %q); want %d, 3 of apps/web, dashboard-8.5.1 (>=1.25.0-0)",
+					len(got.Chart.Templates), rel.Version, rel.Namespace, rel.Name, rel.Chart, rel.KubeVersion, len(stored.Chart.Templates))
+			}
+			// The decoded release renders what was stored.
+			out, err := Render(context.Background(), rel, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Manifest != rel.Manifest || rel.Manifest != got.Manifest {
+				t.Error("the decoded release renders another manifest")
+			}
+		})
 	}
 
 	// holding is good carrying the release of another Secret.
@@ -95,5 +150,28 @@ func TestDecode(t *testing.T) {
 				t.Errorf("Decode error %v, want an InvalidError naming apps/sh.helm.release.v1.web.v3 saying %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestAsHelm3: a revision Helm 4 wrote reads in Helm 3's types as it was
+// stored, but for its apply method; one Helm 3 wrote is the one decoded.
+func TestAsHelm3(t *testing.T) {
+	c, _ := fakeCluster()
+	stored := install(t, releaseOf(loadDashboard(t), map[string]any{"adminPassword": "s3cret"}, 1), c)
+	stored.Info.Description = "Upgrade complete"
+	for _, h := range helms {
+		rel := as(t, h, stored)
+		got, err := rel.AsHelm3()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(stored)
+		have, _ := json.Marshal(got)
+		if diff := cmp.Diff(string(want), string(have)); diff != "" {
+			t.Errorf("%s: AsHelm3 (-stored +got):\n%s", h, diff)
+		}
+		if (got == stored) != (h == manifest.Helm3) {
+			t.Errorf("%s: AsHelm3 returned the release decoded: %t", h, got == stored)
+		}
 	}
 }

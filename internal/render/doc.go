@@ -5,5 +5,7 @@
 // lookup that finds a new object, a cluster upgraded past a Capabilities
 // branch. Decode reads the whole release, Render renders it as
 // `helm upgrade --reuse-values` would, and Compare sets what the chart now
-// renders against what Helm stored.
+// renders against what Helm stored. Helm 3 and Helm 4 render and store
+// some charts differently, so each step is the code, and the reading, of
+// the Helm that wrote the revision (see Release).
 package render

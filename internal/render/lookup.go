@@ -4,7 +4,8 @@ import (
 	"context"
 	"strings"
 
-	"helm.sh/helm/v3/pkg/engine"
+	enginev3 "helm.sh/helm/v3/pkg/engine"
+	enginev4 "helm.sh/helm/v4/pkg/engine"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -82,7 +83,11 @@ type recorder struct {
 	failed  *LookupError
 }
 
-var _ engine.ClientProvider = (*recorder)(nil)
+// Both Helms' engines take the recorder for their lookups.
+var (
+	_ enginev3.ClientProvider = (*recorder)(nil)
+	_ enginev4.ClientProvider = (*recorder)(nil)
+)
 
 func newRecorder(ctx context.Context, c Cluster) *recorder {
 	return &recorder{ctx: ctx, cluster: c, seen: map[Lookup]bool{}}

@@ -1,17 +1,12 @@
 package render
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
-	"helm.sh/helm/v3/pkg/release"
-	"helm.sh/helm/v3/pkg/releaseutil"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/dynamic"
 )
@@ -75,8 +70,9 @@ func (e *NotRenderableError) Unwrap() error { return e.Err }
 // `helm upgrade --reuse-values` of the same chart would on c, but with
 // .Release as rel was rendered (its revision, IsInstall for revision 1,
 // IsUpgrade after), so that a chart that templates them renders what Helm
-// stored when nothing else changed. It is Helm's code throughout: the
-// values merge, the engine and the manifest sort are Helm's, and only the
+// stored when nothing else changed. It is the code of the Helm that wrote
+// rel throughout (Helm 3's SDK or Helm 4's, see Release): the values
+// merge, the engine and the manifest sort are that Helm's, and only the
 // lookups go through a client of the caller's. It does not modify rel.
 //
 // A lookup the client may not make is a *LookupError; a chart that fails
@@ -89,160 +85,128 @@ func (e *NotRenderableError) Unwrap() error { return e.Err }
 // revision number; it is rendered at the revision it rolled back to, which
 // Helm's description of it names (see renderedAt). What Helm does not
 // record cannot be rendered again: a post-renderer's edits.
-func Render(ctx context.Context, rel *release.Release, c Cluster) (*Output, error) {
-	if rel == nil || rel.Chart == nil || rel.Chart.Metadata == nil {
+func Render(ctx context.Context, rel *Release, c Cluster) (*Output, error) {
+	if rel == nil || rel.sdk == nil {
 		return nil, errors.New("release has no chart to render")
 	}
-	caps, err := capabilities(c)
-	if err != nil {
-		return nil, err
-	}
-	ch := copyChart(rel.Chart)
-	name := ch.Metadata.Name + "-" + ch.Metadata.Version
-	if ch.Metadata.KubeVersion != "" && !chartutil.IsCompatibleRange(ch.Metadata.KubeVersion, caps.KubeVersion.String()) {
-		return nil, fmt.Errorf("chart %s requires kubeVersion: %s which is incompatible with Kubernetes %s", name, ch.Metadata.KubeVersion, caps.KubeVersion.String())
-	}
-	values, err := reuseValues(ch, rel.Config)
-	if err != nil {
-		return nil, fmt.Errorf("chart %s: %w", name, err)
-	}
-	top, err := chartutil.ToRenderValuesWithSchemaValidation(ch, values, chartutil.ReleaseOptions{
+	at := renderedAt(rel.Version, rel.description)
+	run, err := rel.sdk.prepare(c, releaseOptions{
 		Name:      rel.Name,
 		Namespace: rel.Namespace,
-		Revision:  renderedAt(rel),
-		IsInstall: renderedAt(rel) == 1,
-		IsUpgrade: renderedAt(rel) > 1,
-	}, caps, true)
+		Revision:  at,
+		IsInstall: at == 1,
+		IsUpgrade: at > 1,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("chart %s: %w", name, err)
-	}
-
-	rec := newRecorder(ctx, c)
-	files, err := engine.RenderWithClientProvider(ch, top, rec)
-	if err != nil || rec.failed != nil {
-		return nil, renderError(rel.Chart.Metadata, name, rec, err)
-	}
-	manifest, err := storedManifest(files)
-	if err != nil {
-		return nil, fmt.Errorf("chart %s: %w", name, err)
-	}
-	out := &Output{Manifest: manifest, Lookups: rec.lookups}
-	for _, t := range ch.Templates {
-		out.ReadsAPIVersions = out.ReadsAPIVersions || bytes.Contains(t.Data, []byte("Capabilities.APIVersions"))
-		out.ReadsKubeVersion = out.ReadsKubeVersion || bytes.Contains(t.Data, []byte("Capabilities.KubeVersion"))
-	}
-	return out, nil
-}
-
-// capabilities is what Helm's action.Configuration.getCapabilities builds
-// from discovery. Discovery gives Major and Minor apart from GitVersion;
-// here they are GitVersion's, so a provider's "36+" minor reads "36".
-func capabilities(c Cluster) (*chartutil.Capabilities, error) {
-	kv, err := chartutil.ParseKubeVersion(c.KubeVersion)
-	if err != nil {
-		return nil, fmt.Errorf("the cluster's Kubernetes version %q: %w", c.KubeVersion, err)
-	}
-	return &chartutil.Capabilities{
-		KubeVersion: chartutil.KubeVersion{Version: c.KubeVersion, Major: kv.Major, Minor: kv.Minor},
-		APIVersions: chartutil.VersionSet(c.APIVersions),
-		HelmVersion: chartutil.DefaultCapabilities.HelmVersion,
-	}, nil
-}
-
-// reuseValues is action.Upgrade's reuseValues with ReuseValues set and no
-// new values given, followed by the dependency processing an upgrade does
-// before it renders. It sets ch's values, so ch must be Render's copy.
-func reuseValues(ch *chart.Chart, config map[string]any) (map[string]any, error) {
-	old, err := chartutil.CoalesceValues(ch, config)
-	if err != nil {
-		return nil, fmt.Errorf("rebuilding the release's values: %w", err)
-	}
-	values := chartutil.CoalesceTables(map[string]any{}, config)
-	ch.Values = old
-	if err := chartutil.ProcessDependenciesWithMerge(ch, values); err != nil {
 		return nil, err
 	}
-	return values, nil
+	rec := newRecorder(ctx, c)
+	files, err := run(rec)
+	if err != nil || rec.failed != nil {
+		return nil, renderError(rel, rec, err)
+	}
+	manifest, err := storedManifest(rel.sdk, files)
+	if err != nil {
+		return nil, fmt.Errorf("chart %s: %w", rel.Chart, err)
+	}
+	return &Output{Manifest: manifest, Lookups: rec.lookups, ReadsAPIVersions: rel.readsAPIVersions, ReadsKubeVersion: rel.readsKubeVersion}, nil
+}
+
+// sdk is a revision decoded into one Helm's types, with that Helm's code
+// for the steps of a render where Helm 3 and Helm 4 differ: the
+// capabilities' types, the values merge, the engine and the manifest sort.
+// Render does the rest alike for both.
+type sdk interface {
+	// prepare does what Helm's upgrade does before its engine runs, on
+	// a copy of the chart: it checks the chart's kubeVersion against c,
+	// reuses the stored values and processes dependencies (reuseValues,
+	// ProcessDependencies), and builds the values templates see, with
+	// .Release as o and .Capabilities from c. It returns the engine's
+	// run over them, its lookups made through the recorder given.
+	prepare(c Cluster, o releaseOptions) (runEngine, error)
+	// sortManifests is Helm's releaseutil.SortManifests: hooks set
+	// aside, the rest in install order.
+	sortManifests(files map[string]string) ([]document, error)
+}
+
+// runEngine renders a prepared chart, its lookups made through rec.
+type runEngine func(rec *recorder) (map[string]string, error)
+
+// releaseOptions are what .Release says of a render: the fields of Helm's
+// ReleaseOptions, which both SDKs declare alike.
+type releaseOptions struct {
+	Name, Namespace      string
+	Revision             int
+	IsInstall, IsUpgrade bool
+}
+
+// document is one rendered document of a manifest, and the template it
+// came from.
+type document struct{ source, content string }
+
+// incompatibleError is Helm's refusal of a chart whose kubeVersion the
+// cluster's version does not meet (action.Configuration.renderResources).
+func incompatibleError(chart, constraint, kubeVersion string) error {
+	return fmt.Errorf("chart %s requires kubeVersion: %s which is incompatible with Kubernetes %s", chart, constraint, kubeVersion)
+}
+
+// kubeVersionError says the cluster's version does not parse.
+func kubeVersionError(kubeVersion string, err error) error {
+	return fmt.Errorf("the cluster's Kubernetes version %q: %w", kubeVersion, err)
 }
 
 // renderError makes the engine's error one a caller can sort. Helm wraps
 // a lookup's error in template errors that keep it, but the recorder's
 // record is the word on whether a lookup failed.
-func renderError(md *chart.Metadata, name string, rec *recorder, err error) error {
+func renderError(rel *Release, rec *recorder, err error) error {
 	if rec.failed != nil {
 		var le *LookupError
 		if err == nil || !errors.As(err, &le) {
 			return rec.failed
 		}
-		return fmt.Errorf("chart %s: %w", name, err)
+		return fmt.Errorf("chart %s: %w", rel.Chart, err)
 	}
-	if len(md.Dependencies) > 0 {
-		deps := make([]string, 0, len(md.Dependencies))
-		for _, d := range md.Dependencies {
-			if d != nil {
-				deps = append(deps, d.Name)
-			}
-		}
-		return &NotRenderableError{Chart: name, Dependencies: deps, Err: err}
+	if len(rel.dependencies) > 0 {
+		return &NotRenderableError{Chart: rel.Chart, Dependencies: slices.Clone(rel.dependencies), Err: err}
 	}
-	return fmt.Errorf("chart %s: %w", name, err)
+	return fmt.Errorf("chart %s: %w", rel.Chart, err)
 }
 
 // storedManifest is the manifest Helm's action.Configuration.renderResources
-// builds from the engine's files for a release: NOTES.txt taken out,
-// hooks set aside, the rest sorted into install order.
-func storedManifest(files map[string]string) (string, error) {
+// builds from the engine's files for a release, in both Helms: NOTES.txt
+// taken out, hooks set aside, the rest sorted into install order by the
+// SDK's SortManifests. Helm 3's trims each document there, Helm 4's only
+// what comes before it.
+func storedManifest(s sdk, files map[string]string) (string, error) {
 	for name := range files {
 		if strings.HasSuffix(name, "NOTES.txt") {
 			delete(files, name)
 		}
 	}
-	_, manifests, err := releaseutil.SortManifests(files, nil, releaseutil.InstallOrder)
+	docs, err := s.sortManifests(files)
 	if err != nil {
 		return "", err
 	}
 	var b strings.Builder
-	for _, m := range manifests {
-		fmt.Fprintf(&b, "---\n# Source: %s\n%s\n", m.Name, m.Content)
+	for _, d := range docs {
+		fmt.Fprintf(&b, "---\n# Source: %s\n%s\n", d.source, d.content)
 	}
 	return b.String(), nil
 }
 
-// copyChart copies what rendering writes to: an upgrade that reuses values
-// sets the chart's values, and dependency processing rewrites its
-// dependency metadata (an alias becomes the name). Values need no copy:
-// Helm's coalescing deep-copies the chart's and the user's values (with
-// copystructure) before templates see them, so a template's `set` writes
-// into a copy; TestRenderLeavesReleaseAlone holds Helm to it. Templates
-// and files are only read, and are shared. The copy has no dependencies,
-// as a stored chart has none: a release built in memory renders as its
-// stored form would.
-func copyChart(c *chart.Chart) *chart.Chart {
-	cp := *c
-	cp.SetDependencies()
-	md := *c.Metadata
-	if c.Metadata.Dependencies != nil {
-		md.Dependencies = make([]*chart.Dependency, len(c.Metadata.Dependencies))
-		for i, d := range c.Metadata.Dependencies {
-			if d != nil {
-				dep := *d
-				md.Dependencies[i] = &dep
-			}
-		}
+// renderedAt is the revision a manifest was rendered at: the revision's
+// own, or for a rollback, the revision it rolled back to, which Helm (3
+// and 4) describes as "Rollback to N".
+func renderedAt(version int, description string) int {
+	var to int
+	if n, err := fmt.Sscanf(description, "Rollback to %d", &to); n == 1 && err == nil && to > 0 && to < version {
+		return to
 	}
-	cp.Metadata = &md
-	return &cp
+	return version
 }
 
-// renderedAt is the revision rel's manifest was rendered at: its own, or
-// for a rollback, the revision it rolled back to, which Helm (3 and 4)
-// describes as "Rollback to N".
-func renderedAt(rel *release.Release) int {
-	if rel.Info != nil {
-		var to int
-		if n, err := fmt.Sscanf(rel.Info.Description, "Rollback to %d", &to); n == 1 && err == nil && to > 0 && to < rel.Version {
-			return to
-		}
-	}
-	return rel.Version
-}
+// chartError names the chart in an error of Helm's.
+func chartError(chart string, err error) error { return fmt.Errorf("chart %s: %w", chart, err) }
+
+// reuseError is Helm's error when it cannot rebuild a release's values.
+func reuseError(err error) error { return fmt.Errorf("rebuilding the release's values: %w", err) }

@@ -13,6 +13,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/release"
+	releasev4 "helm.sh/helm/v4/pkg/release/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,6 +23,28 @@ import (
 
 	"github.com/helm-locker/helm-locker/manifest"
 )
+
+// helms are the Helms a revision may have been written by.
+var helms = []manifest.Helm{manifest.Helm3, manifest.Helm4}
+
+// as is rel as Decode reads it when Helm h wrote it: for Helm 4, rel's
+// JSON decoded into Helm 4's types, which leaves a chart's dependencies
+// out, as Helm's storage does.
+func as(t testing.TB, h manifest.Helm, rel *release.Release) *Release {
+	t.Helper()
+	if h == manifest.Helm3 {
+		return fromHelm3(rel)
+	}
+	raw, err := json.Marshal(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v4 releasev4.Release
+	if err := json.Unmarshal(raw, &v4); err != nil {
+		t.Fatal(err)
+	}
+	return fromHelm4(&v4)
+}
 
 // servedKinds are the kinds the fake cluster serves, and whether they are
 // namespaced.
@@ -53,10 +76,10 @@ func fakeCluster(objs ...runtime.Object) (Cluster, *dynamicfake.FakeDynamicClien
 	return Cluster{KubeVersion: "v1.36.3", APIVersions: apiVersions, Client: client, Mapper: mapper}, client
 }
 
-// objectsIn are the objects a manifest declares, as Helm would have
-// applied them.
+// objectsIn are the objects a manifest declares, as Helm 3 (which
+// install renders as) would have applied them.
 func objectsIn(t testing.TB, m string) []runtime.Object {
-	objs, err := manifest.ParseHelm(m)
+	objs, err := manifest.ParseRelease(m, manifest.Helm3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,10 +113,10 @@ func releaseOf(ch *chart.Chart, config map[string]any, version int) *release.Rel
 		Info: &release.Info{Status: release.StatusDeployed}}
 }
 
-// install renders rel as Helm installed it, in c, and stores the
+// install renders rel as Helm 3 installed it, in c, and stores the
 // manifest in it.
 func install(t testing.TB, rel *release.Release, c Cluster) *release.Release {
-	out, err := Render(context.Background(), rel, c)
+	out, err := Render(context.Background(), fromHelm3(rel), c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,30 +124,56 @@ func install(t testing.TB, rel *release.Release, c Cluster) *release.Release {
 	return rel
 }
 
-// TestRenderIsWhatHelmStores holds Render to Helm's own output for a
-// chart without lookups. The golden file is the output of Helm v3.22.0's
-// CLI (the e2e suite's build):
+// TestRenderIsWhatHelmStores holds Render to each Helm's CLI for charts
+// without lookups. The golden files are the output of Helm v3.22.0's and
+// v4.3.1's CLIs (the e2e suite's builds, hack/tools.sh):
 //
 //	helm template web testdata/dashboard -n apps --kube-version v1.36.3 \
 //	  --api-versions policy/v1/PodDisruptionBudget --set adminPassword=s3cret --skip-tests
+//	helm template web testdata/null-probe -n apps --kube-version v1.36.3 --skip-tests
+//	helm template web testdata/kept-blank-line -n apps --kube-version v1.36.3 --skip-tests
 //
-// which prints the release's manifest as Helm stores it: NOTES.txt and
-// the test hook are left out, documents sorted into install order.
+// which print the release's manifest as Helm stores it (NOTES.txt and the
+// test hook left out, documents sorted into install order), trimmed at
+// its ends (cmd/template.go: strings.TrimSpace). Helm 3's manifest ends as
+// it prints; Helm 4's keeps the line breaks that end its last document,
+// which TestRenderAsTheHelmThatWroteIt holds against Helm 4's SDK.
 func TestRenderIsWhatHelmStores(t *testing.T) {
-	want, err := os.ReadFile("testdata/dashboard-helm-v3.22.0-template.yaml")
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		chart  string
+		helm   manifest.Helm
+		golden string
+		config map[string]any
+	}{
+		{"dashboard", manifest.Helm3, "dashboard-helm-v3.22.0-template.yaml", map[string]any{"adminPassword": "s3cret"}},
+		{"dashboard", manifest.Helm4, "dashboard-helm-v4.3.1-template.yaml", map[string]any{"adminPassword": "s3cret"}},
+		{"null-probe", manifest.Helm3, "null-probe-helm-v3.22.0-template.yaml", nil},
+		{"null-probe", manifest.Helm4, "null-probe-helm-v4.3.1-template.yaml", nil},
+		{"kept-blank-line", manifest.Helm3, "kept-blank-line-helm-v3.22.0-template.yaml", nil},
+		{"kept-blank-line", manifest.Helm4, "kept-blank-line-helm-v4.3.1-template.yaml", nil},
 	}
-	c, client := fakeCluster()
-	out, err := Render(context.Background(), releaseOf(loadDashboard(t), map[string]any{"adminPassword": "s3cret"}, 1), c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(string(want), out.Manifest); diff != "" {
-		t.Errorf("manifest (-helm +Render):\n%s", diff)
-	}
-	if len(out.Lookups) != 0 || len(client.Actions()) != 0 {
-		t.Errorf("lookups %v, requests %v; want none, the password is given", out.Lookups, client.Actions())
+	for _, tt := range tests {
+		t.Run(tt.golden, func(t *testing.T) {
+			want, err := os.ReadFile("testdata/" + tt.golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch, err := loader.Load("testdata/" + tt.chart)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, client := fakeCluster()
+			out, err := Render(context.Background(), as(t, tt.helm, releaseOf(ch, tt.config, 1)), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(string(want), strings.TrimSpace(out.Manifest)+"\n"); diff != "" {
+				t.Errorf("manifest (-helm +Render):\n%s", diff)
+			}
+			if len(out.Lookups) != 0 || len(client.Actions()) != 0 {
+				t.Errorf("lookups %v, requests %v; want none", out.Lookups, client.Actions())
+			}
+		})
 	}
 }
 
@@ -176,18 +225,35 @@ data:
 `},
 	}
 	c, _ := fakeCluster()
-	for _, tt := range tests {
-		rel := releaseOf(ch, nil, tt.revision)
-		rel.Info = &release.Info{Description: tt.description}
-		out, err := Render(context.Background(), rel, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := "---\n# Source: web/templates/release.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: release\n  namespace: apps\ndata:\n  name: web\n" + tt.want + "  service: Helm\n"
-		if diff := cmp.Diff(want, out.Manifest); diff != "" {
-			t.Errorf("revision %d, %q (-want +got):\n%s", tt.revision, tt.description, diff)
+	for _, h := range helms {
+		for _, tt := range tests {
+			rel := releaseOf(ch, nil, tt.revision)
+			rel.Info = &release.Info{Description: tt.description}
+			out, err := Render(context.Background(), as(t, h, rel), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "---\n# Source: web/templates/release.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: release\n  namespace: apps\ndata:\n  name: web\n" + tt.want + "  service: Helm\n"
+			if diff := cmp.Diff(want, trimmed(out.Manifest)); diff != "" {
+				t.Errorf("%s, revision %d, %q (-want +got):\n%s", h, tt.revision, tt.description, diff)
+			}
 		}
 	}
+}
+
+// trimmed is a manifest without the line breaks Helm 4 keeps at the end
+// of its last document, as Helm 3 stores it.
+func trimmed(m string) string { return strings.TrimRight(m, "\n") + "\n" }
+
+// decoded is the release rel holds, in its Helm's types.
+func decoded(rel *Release) any {
+	switch s := rel.sdk.(type) {
+	case helm3:
+		return s.rel
+	case helm4:
+		return s.rel
+	}
+	return nil
 }
 
 func TestRenderLookups(t *testing.T) {
@@ -229,7 +295,16 @@ apiVersion: v1
 kind: ConfigMap
 metadata: {name: elsewhere, namespace: other}
 `)...)
-	out, err := Render(context.Background(), releaseOf(ch, nil, 1), c)
+	for _, h := range helms {
+		t.Run(h.String(), func(t *testing.T) {
+			client.ClearActions()
+			testRenderLookups(t, as(t, h, releaseOf(ch, nil, 1)), c, client)
+		})
+	}
+}
+
+func testRenderLookups(t *testing.T, rel *Release, c Cluster, client *dynamicfake.FakeDynamicClient) {
+	out, err := Render(context.Background(), rel, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +317,7 @@ metadata: {name: elsewhere, namespace: other}
   namespaces: "2"
   role: "{}"
 `
-	if !strings.HasSuffix(out.Manifest, want) {
+	if !strings.HasSuffix(trimmed(out.Manifest), want) {
 		t.Errorf("manifest\n%s\nwant it to end with\n%s", out.Manifest, want)
 	}
 	var got []string
@@ -305,30 +380,32 @@ func TestRenderLookupErrors(t *testing.T) {
 			is:       meta.IsNoMatchError,
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, client := fakeCluster()
-			if tt.react != nil {
-				tt.react(client)
-			}
-			_, err := Render(context.Background(), releaseOf(chartOf(map[string]string{"a.yaml": tt.template}, nil), nil, 1), c)
-			var le *LookupError
-			if !errors.As(err, &le) {
-				t.Fatalf("Render error %v, want a *LookupError", err)
-			}
-			if le.Lookup != tt.want {
-				t.Errorf("LookupError names %+v, want %+v", le.Lookup, tt.want)
-			}
-			if !tt.is(err) {
-				t.Errorf("error %v is not the client's", err)
-			}
-			if !strings.Contains(err.Error(), tt.want.String()) {
-				t.Errorf("error %q does not name %s", err, tt.want)
-			}
-			if n := len(client.Actions()); n != tt.requests {
-				t.Errorf("%d requests, want %d: nothing is read after a lookup fails", n, tt.requests)
-			}
-		})
+	for _, h := range helms {
+		for _, tt := range tests {
+			t.Run(h.String()+"/"+tt.name, func(t *testing.T) {
+				c, client := fakeCluster()
+				if tt.react != nil {
+					tt.react(client)
+				}
+				_, err := Render(context.Background(), as(t, h, releaseOf(chartOf(map[string]string{"a.yaml": tt.template}, nil), nil, 1)), c)
+				var le *LookupError
+				if !errors.As(err, &le) {
+					t.Fatalf("Render error %v, want a *LookupError", err)
+				}
+				if le.Lookup != tt.want {
+					t.Errorf("LookupError names %+v, want %+v", le.Lookup, tt.want)
+				}
+				if !tt.is(err) {
+					t.Errorf("error %v is not the client's", err)
+				}
+				if !strings.Contains(err.Error(), tt.want.String()) {
+					t.Errorf("error %q does not name %s", err, tt.want)
+				}
+				if n := len(client.Actions()); n != tt.requests {
+					t.Errorf("%d requests, want %d: nothing is read after a lookup fails", n, tt.requests)
+				}
+			})
+		}
 	}
 }
 
@@ -364,32 +441,34 @@ data:
   recent: "false"
 `},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, h := range helms {
+		for _, tt := range tests {
+			t.Run(h.String()+"/"+tt.name, func(t *testing.T) {
+				c, _ := fakeCluster()
+				c.KubeVersion, c.APIVersions = tt.kubeVersion, tt.apiVersions
+				out, err := Render(context.Background(), as(t, h, releaseOf(ch, nil, 1)), c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.HasSuffix(trimmed(out.Manifest), tt.want) {
+					t.Errorf("manifest\n%s\nwant it to end with\n%s", out.Manifest, tt.want)
+				}
+			})
+		}
+
+		t.Run(h.String()+"/chart's kubeVersion", func(t *testing.T) {
 			c, _ := fakeCluster()
-			c.KubeVersion, c.APIVersions = tt.kubeVersion, tt.apiVersions
-			out, err := Render(context.Background(), releaseOf(ch, nil, 1), c)
-			if err != nil {
-				t.Fatal(err)
+			c.KubeVersion = "v1.24.17"
+			_, err := Render(context.Background(), as(t, h, releaseOf(loadDashboard(t), nil, 1)), c)
+			if err == nil || !strings.Contains(err.Error(), "chart dashboard-8.5.1 requires kubeVersion: >=1.25.0-0 which is incompatible with Kubernetes v1.24.17") {
+				t.Errorf("Render on v1.24 = %v, want the chart's kubeVersion refused", err)
 			}
-			if !strings.HasSuffix(out.Manifest, tt.want) {
-				t.Errorf("manifest\n%s\nwant it to end with\n%s", out.Manifest, tt.want)
+			c.KubeVersion = ""
+			if _, err := Render(context.Background(), as(t, h, releaseOf(loadDashboard(t), nil, 1)), c); err == nil {
+				t.Error("Render with no Kubernetes version succeeded")
 			}
 		})
 	}
-
-	t.Run("chart's kubeVersion", func(t *testing.T) {
-		c, _ := fakeCluster()
-		c.KubeVersion = "v1.24.17"
-		_, err := Render(context.Background(), releaseOf(loadDashboard(t), nil, 1), c)
-		if err == nil || !strings.Contains(err.Error(), "requires kubeVersion: >=1.25.0-0 which is incompatible with Kubernetes v1.24.17") {
-			t.Errorf("Render on v1.24 = %v, want the chart's kubeVersion refused", err)
-		}
-		c.KubeVersion = ""
-		if _, err := Render(context.Background(), releaseOf(loadDashboard(t), nil, 1), c); err == nil {
-			t.Error("Render with no Kubernetes version succeeded")
-		}
-	})
 }
 
 func TestRenderReadsCapabilities(t *testing.T) {
@@ -404,22 +483,32 @@ func TestRenderReadsCapabilities(t *testing.T) {
 		{"both", map[string]string{"a.yaml": "# {{ .Capabilities.KubeVersion }}", "b.yaml": `# {{ .Capabilities.APIVersions.Has "v1" }}`}, true, true},
 	}
 	c, _ := fakeCluster()
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			out, err := Render(context.Background(), releaseOf(chartOf(tt.templates, nil), nil, 1), c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if out.ReadsAPIVersions != tt.apiVersions || out.ReadsKubeVersion != tt.version {
-				t.Errorf("ReadsAPIVersions, ReadsKubeVersion = %v, %v; want %v, %v", out.ReadsAPIVersions, out.ReadsKubeVersion, tt.apiVersions, tt.version)
-			}
-		})
+	for _, h := range helms {
+		for _, tt := range tests {
+			t.Run(h.String()+"/"+tt.name, func(t *testing.T) {
+				out, err := Render(context.Background(), as(t, h, releaseOf(chartOf(tt.templates, nil), nil, 1)), c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if out.ReadsAPIVersions != tt.apiVersions || out.ReadsKubeVersion != tt.version {
+					t.Errorf("ReadsAPIVersions, ReadsKubeVersion = %v, %v; want %v, %v", out.ReadsAPIVersions, out.ReadsKubeVersion, tt.apiVersions, tt.version)
+				}
+			})
+		}
 	}
 }
 
 // TestRenderDependencies: Helm stores a chart without its dependencies,
-// so Render renders a chart as stored, even one loaded with them.
+// so Render renders a chart as stored, even one loaded with them (which
+// only a Helm 3 release built in memory can be: Helm 4's is decoded from
+// JSON here, which leaves them out).
 func TestRenderDependencies(t *testing.T) {
+	for _, h := range helms {
+		t.Run(h.String(), func(t *testing.T) { testRenderDependencies(t, h) })
+	}
+}
+
+func testRenderDependencies(t *testing.T, h manifest.Helm) {
 	configMap := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n"
 	t.Run("library", func(t *testing.T) {
 		ch := chartOf(map[string]string{"cm.yaml": `apiVersion: v1
@@ -434,7 +523,7 @@ metadata:
 		ch.AddDependency(lib)
 
 		c, _ := fakeCluster()
-		_, err := Render(context.Background(), releaseOf(ch, nil, 1), c)
+		_, err := Render(context.Background(), as(t, h, releaseOf(ch, nil, 1)), c)
 		var nr *NotRenderableError
 		if !errors.As(err, &nr) {
 			t.Fatalf("Render error %v, want a *NotRenderableError", err)
@@ -454,11 +543,11 @@ metadata:
 		ch.AddDependency(sub)
 
 		c, _ := fakeCluster()
-		out, err := Render(context.Background(), releaseOf(ch, nil, 1), c)
+		out, err := Render(context.Background(), as(t, h, releaseOf(ch, nil, 1)), c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := "---\n# Source: web/templates/cm.yaml\n" + strings.Replace(configMap, "%s", "web", 1); out.Manifest != want {
+		if want := "---\n# Source: web/templates/cm.yaml\n" + strings.Replace(configMap, "%s", "web", 1); trimmed(out.Manifest) != want {
 			t.Errorf("manifest\n%s\nwant only the parent's\n%s", out.Manifest, want)
 		}
 	})
@@ -479,17 +568,19 @@ data:
   nested: {{ .Values.nested | toJson | quote }}
 `}, map[string]any{"nested": map[string]any{"a": "1"}, "list": []any{map[string]any{"b": "2"}}, "dropped": "chart"})
 	ch.Metadata.Dependencies = []*chart.Dependency{{Name: "redis", Alias: "cache", Version: "20.x.x", Condition: "cache.enabled"}}
-	rel := releaseOf(ch, map[string]any{"user": map[string]any{"c": "3"}, "dropped": nil}, 2)
-	before, err := json.Marshal(rel)
-	if err != nil {
-		t.Fatal(err)
-	}
 	c, _ := fakeCluster()
-	if _, err := Render(context.Background(), rel, c); err != nil {
-		t.Fatal(err)
-	}
-	after, _ := json.Marshal(rel)
-	if diff := cmp.Diff(string(before), string(after)); diff != "" {
-		t.Errorf("Render changed the release (-before +after):\n%s", diff)
+	for _, h := range helms {
+		rel := as(t, h, releaseOf(ch, map[string]any{"user": map[string]any{"c": "3"}, "dropped": nil}, 2))
+		before, err := json.Marshal(decoded(rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Render(context.Background(), rel, c); err != nil {
+			t.Fatal(err)
+		}
+		after, _ := json.Marshal(decoded(rel))
+		if diff := cmp.Diff(string(before), string(after)); diff != "" {
+			t.Errorf("Render changed the %s release (-before +after):\n%s", h, diff)
+		}
 	}
 }
