@@ -518,9 +518,11 @@ func (c *Controller) recordRenderChanged(key lockKey, res *renderResult) {
 	c.cfg.Recorder.Event(ref, corev1.EventTypeWarning, EventRenderChanged, truncate(res.cond.Message, maxEventMessage))
 }
 
-// upgrade upgrades the release with its chart rendered now, through Helm,
-// as the lock's write identity. It is tried once per render that differs;
-// a failure is reported and leaves the last deployed revision held.
+// upgrade upgrades the release with its chart rendered now, through the
+// SDK of the Helm that wrote the revision, whose code the render that
+// decided on it used, as the lock's write identity. It is tried once per
+// render that differs; a failure is reported and leaves the last deployed
+// revision held.
 func (c *Controller) upgrade(ctx context.Context, key lockKey, rs *renderState, target renderTarget, res *renderResult, rel *render.Release) {
 	logger := klog.FromContext(ctx)
 	rk := target.release
@@ -530,7 +532,7 @@ func (c *Controller) upgrade(ctx context.Context, key lockKey, rs *renderState, 
 	var upgraded *release.Release
 	given, err := rel.AsHelm3()
 	if err == nil {
-		upgraded, err = upgrade.Upgrade(ctx, cfg, given, upgrade.Options{})
+		upgraded, err = upgrade.Upgrade(ctx, cfg, given, upgrade.Options{Helm: rel.Helm})
 	}
 	if err != nil {
 		// A revision Helm left failed (the upgrade's, or the rollback's

@@ -58,39 +58,40 @@ func manifestSources(manifest string) []string {
 	return sources
 }
 
-// appliedServerSide reads the release's latest revision through Helm 4's
+// storedApplyMethod reads the release's latest revision through Helm 4's
 // storage driver, which keeps the apply method Helm 3's types drop, checks
-// that it is rel, and reports whether Helm 4 applied it server-side.
+// that it is rel, and returns the apply method it records: none for a
+// revision Helm 3 wrote, "ssa" or "csa" for one Helm 4 wrote.
 //
 // Helm's upgrade action upgrades the latest revision in storage, not the
 // one it is given: a revision written since rel was verified would be
 // upgraded unverified, so it is refused. The window between this read and
 // Helm's own is Helm's; a concurrent Helm fails on the pending revision or
 // on the Secret that already exists.
-func appliedServerSide(cfg *actionv4.Configuration, rel *release.Release) (bool, error) {
+func storedApplyMethod(cfg *actionv4.Configuration, rel *release.Release) (string, error) {
 	last, err := cfg.Releases.Last(rel.Name)
 	if err != nil {
-		return false, fmt.Errorf("reading the latest revision: %w", err)
+		return "", fmt.Errorf("reading the latest revision: %w", err)
 	}
 	stored, ok := last.(*releasev4.Release)
 	if !ok {
-		return false, fmt.Errorf("reading the latest revision: Helm's storage returned a %T", last)
+		return "", fmt.Errorf("reading the latest revision: Helm's storage returned a %T", last)
 	}
 	if stored.Version != rel.Version {
-		return false, fmt.Errorf("%w: revision %d is the latest", ErrReleaseChanged, stored.Version)
+		return "", fmt.Errorf("%w: revision %d is the latest", ErrReleaseChanged, stored.Version)
 	}
 	if stored.Manifest != rel.Manifest {
-		return false, fmt.Errorf("%w: revision %d's manifest differs from the one given", ErrReleaseChanged, stored.Version)
+		return "", fmt.Errorf("%w: revision %d's manifest differs from the one given", ErrReleaseChanged, stored.Version)
 	}
 	// Helm reuses the stored values, not rel's.
 	same, err := sameValues(rel.Config, stored.Config)
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	if !same {
-		return false, fmt.Errorf("%w: revision %d's values differ from the ones given", ErrReleaseChanged, stored.Version)
+		return "", fmt.Errorf("%w: revision %d's values differ from the ones given", ErrReleaseChanged, stored.Version)
 	}
-	return stored.ApplyMethod == string(releasev4.ApplyMethodServerSideApply), nil
+	return stored.ApplyMethod, nil
 }
 
 // sameValues reports whether two sets of values decoded from JSON are

@@ -72,7 +72,7 @@ func rollBackFailed(actions rollbackAction, rel *release.Release, upgradeErr err
 	return fmt.Errorf("%w; rolled back to revision %d as revision %d", upgradeErr, rel.Version, failed+1)
 }
 
-// helm3Rollback is Helm 3's rollback, for a release applied client-side.
+// helm3Rollback is Helm 3's rollback, for a revision Helm 3 wrote.
 // An object whose three-way patch from N+1's manifest to N's is empty is
 // not written, so an object the identity may not write, and the upgrade
 // therefore left as it was, does not fail the rollback too.
@@ -97,9 +97,9 @@ func (h helm3Rollback) rollBack(name string, version int) error {
 	return r.Run(name)
 }
 
-// helm4Rollback is Helm 4's rollback, for a release Helm 4 applied
-// server-side: --server-side=auto applies N's objects server-side again
-// and keeps apply_method "ssa". It applies every object, changed or not, so
+// helm4Rollback is Helm 4's rollback, for a revision Helm 4 wrote:
+// --server-side=auto applies N's objects as N was applied, and keeps its
+// apply method. Server-side, it applies every object, changed or not, so
 // one the identity may not write fails the rollback too.
 type helm4Rollback struct {
 	cfg  *actionv4.Configuration

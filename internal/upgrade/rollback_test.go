@@ -149,7 +149,8 @@ func TestUpgradeRollsBackFailedRevision(t *testing.T) {
 			},
 		},
 	} {
-		for _, sdk := range []string{"helm3", "helm4"} {
+		// Each SDK, and Helm 4's for each apply method.
+		for _, sdk := range []string{"helm3", "ssa", "csa"} {
 			t.Run(sdk+"/"+tc.name, func(t *testing.T) {
 				updates := &updateErrors{errs: tc.updateErrs}
 				var (
@@ -159,7 +160,7 @@ func TestUpgradeRollsBackFailedRevision(t *testing.T) {
 				if sdk == "helm3" {
 					stored, err = upgradeOverFakesV3(t, tc.opts, tc.storeErr, updates)
 				} else {
-					stored, err = upgradeOverFakesV4(t, tc.opts, tc.storeErr, updates)
+					stored, err = upgradeOverFakesV4(t, sdk, tc.opts, tc.storeErr, updates)
 				}
 				if !errors.Is(err, forbidden) {
 					t.Fatalf("upgrade returned %v, want the upgrade's error wrapped", err)
@@ -171,8 +172,8 @@ func TestUpgradeRollsBackFailedRevision(t *testing.T) {
 					t.Errorf("%d of the kube client's Update errors were not returned: it was called fewer times than expected", left)
 				}
 				wantMethod := ""
-				if sdk == "helm4" {
-					wantMethod = string(releasev4.ApplyMethodServerSideApply)
+				if sdk != "helm3" {
+					wantMethod = sdk
 				}
 				want := map[int]storedRevision{}
 				for v, r := range tc.want {
@@ -284,7 +285,7 @@ func upgradeOverFakesV3(t *testing.T, opts Options, storeErr error, updates *upd
 		Log:          func(string, ...any) {},
 	}
 	given := installedWeb()
-	_, err := upgradeClientSide(context.Background(), cfg, given, opts)
+	_, err := upgradeHelm3(context.Background(), cfg, given, opts)
 	history, herr := cfg.Releases.History(rel.Name)
 	if herr != nil {
 		t.Fatal(herr)
@@ -296,7 +297,7 @@ func upgradeOverFakesV3(t *testing.T, opts Options, storeErr error, updates *upd
 	return stored, err
 }
 
-func upgradeOverFakesV4(t *testing.T, opts Options, storeErr error, updates *updateErrors) (map[int]storedRevision, error) {
+func upgradeOverFakesV4(t *testing.T, method string, opts Options, storeErr error, updates *updateErrors) (map[int]storedRevision, error) {
 	t.Helper()
 	raw, err := json.Marshal(installedWeb())
 	if err != nil {
@@ -306,7 +307,7 @@ func upgradeOverFakesV4(t *testing.T, opts Options, storeErr error, updates *upd
 	if err := json.Unmarshal(raw, &rel); err != nil {
 		t.Fatal(err)
 	}
-	rel.ApplyMethod = string(releasev4.ApplyMethodServerSideApply)
+	rel.ApplyMethod = method
 	mem := driverv4.NewMemory()
 	mem.SetNamespace(rel.Namespace)
 	if err := mem.Create("sh.helm.release.v1.demo.v1", &rel); err != nil {
@@ -318,7 +319,7 @@ func upgradeOverFakesV4(t *testing.T, opts Options, storeErr error, updates *upd
 	cfg.Releases = storagev4.Init(refuseCreateV4{Memory: mem, err: storeErr})
 	cfg.KubeClient = kube
 	cfg.Capabilities = chartcommon.DefaultCapabilities
-	_, err = upgradeServerSide(context.Background(), cfg, installedWeb(), opts)
+	_, err = upgradeHelm4(context.Background(), cfg, installedWeb(), method, opts)
 	// Helm 4's waiter for hookOnly waits for hooks alone; the fake's
 	// waiter would wait for anything, so the strategy asked for is checked.
 	if i := slices.IndexFunc(kube.RecordedWaitStrategies, func(s kubev4.WaitStrategy) bool { return s != kubev4.HookOnlyStrategy }); i >= 0 {

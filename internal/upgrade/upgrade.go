@@ -8,7 +8,11 @@ import (
 
 	actionv3 "helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/release"
+	actionv4 "helm.sh/helm/v4/pkg/action"
 	"k8s.io/client-go/rest"
+
+	"github.com/helm-locker/helm-locker/internal/storage"
+	"github.com/helm-locker/helm-locker/manifest"
 )
 
 // Defaults of Options, those of `helm upgrade`.
@@ -30,6 +34,13 @@ type Options struct {
 	// Timeout bounds each Kubernetes operation Helm waits for, such as a
 	// hook's Job, as --timeout; 0 or less means DefaultTimeout.
 	Timeout time.Duration
+	// Helm is the Helm that wrote the release given, as the caller read
+	// it (render.Release.Helm): Helm 3 and Helm 4 render some charts
+	// differently, and an upgrade decided on by a render of one Helm's
+	// must render with the same. Upgrade takes the Helm from the stored
+	// revision, and refuses it (ErrReleaseChanged) when it says another
+	// Helm wrote it; 0 takes the stored revision's word.
+	Helm manifest.Helm
 }
 
 // DefaultOptions returns the options `helm upgrade` has when given no
@@ -84,13 +95,17 @@ var (
 // to MaxHistory (default 10, as --history-max).
 //
 // It is `helm upgrade --reuse-values` with the chart the release was
-// installed from, made as the CLI that applied the release would: with
-// Helm 3's SDK (client-side apply) for a release applied client-side (no
-// apply method stored, or "csa"), and with Helm 4's (server-side apply,
-// apply_method "ssa" kept in N+1) for one Helm 4 applied server-side. Every read and write, the storage's, the render's
-// `lookup`s and discovery included, goes through cfg; Helm writes as field
-// manager "helm". The release returned is N+1 as Helm's v3 types hold it,
-// without the apply method, which only its Secret records.
+// installed from, made as the CLI that wrote the revision would, so that
+// it renders N+1 with the engine that rendered N: with Helm 3's SDK
+// (client-side apply) for a revision Helm 3 wrote (no apply method
+// stored), and with Helm 4's for one Helm 4 wrote, applied as N was
+// ("ssa": server-side; "csa": client-side), the apply method kept in N+1.
+// Which Helm wrote N is storage.Release.Helm's rule, read from the stored
+// revision, and checked against opts.Helm. Every read and write, the
+// storage's, the render's `lookup`s and discovery included, goes through
+// cfg; Helm writes as field manager "helm". The release returned is N+1 as
+// Helm's v3 types hold it, without the apply method, which only its Secret
+// records.
 //
 // An upgrade that fails after Helm stored N+1 leaves N+1 failed, which
 // would leave the release unlocked; Upgrade then rolls it back to N with
@@ -98,8 +113,9 @@ var (
 // Helm's upgrade error (errors.Is finds it) and says how the rollback went:
 // "...; rolled back to revision N as revision N+2", or "...; rolling back
 // failed too: ...". A failure before N+1 was stored is not rolled back.
-// Helm 4's rollback applies every object of N server-side, so an object
-// the identity may not write fails it too, and leaves N+2 failed.
+// Helm 4's rollback of a release applied server-side applies every object
+// of N, so an object the identity may not write fails it too, and leaves
+// N+2 failed.
 func Upgrade(ctx context.Context, cfg *rest.Config, rel *release.Release, opts Options) (*release.Release, error) {
 	if err := checkRelease(rel); err != nil {
 		return nil, err
@@ -112,27 +128,39 @@ func Upgrade(ctx context.Context, cfg *rest.Config, rel *release.Release, opts O
 		return nil, fmt.Errorf("%s: %w", prefix, err)
 	}
 	getter := newClientGetter(cfg, rel.Namespace)
+	helm3, err := newHelm3Config(getter, rel.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", prefix, err)
+	}
 	helm4, err := newHelm4Config(getter, rel.Namespace)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
 	}
-	serverSide, err := appliedServerSide(helm4, rel)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", prefix, err)
-	}
-	var next *release.Release
-	if serverSide {
-		next, err = upgradeServerSide(ctx, helm4, rel, opts)
-	} else {
-		var helm3 *actionv3.Configuration
-		if helm3, err = newHelm3Config(getter, rel.Namespace); err == nil {
-			next, err = upgradeClientSide(ctx, helm3, rel, opts)
-		}
-	}
+	next, err := upgradeAsWritten(ctx, helm3, helm4, rel, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
 	}
 	return next, nil
+}
+
+// upgradeAsWritten upgrades rel with the SDK of the Helm that wrote it, as
+// the stored revision says, over that SDK's configuration: helm3's or
+// helm4's, which reach the same release storage. Helm 4's storage is read
+// first, since its types keep the apply method.
+func upgradeAsWritten(ctx context.Context, helm3 *actionv3.Configuration, helm4 *actionv4.Configuration, rel *release.Release, opts Options) (*release.Release, error) {
+	method, err := storedApplyMethod(helm4, rel)
+	if err != nil {
+		return nil, err
+	}
+	// The rule the lock and the render read revisions by.
+	h := (&storage.Release{ApplyMethod: method}).Helm()
+	if opts.Helm != 0 && opts.Helm != h {
+		return nil, fmt.Errorf("%w: %s wrote revision %d, not %s", ErrReleaseChanged, h, rel.Version, opts.Helm)
+	}
+	if h == manifest.Helm3 {
+		return upgradeHelm3(ctx, helm3, rel, opts)
+	}
+	return upgradeHelm4(ctx, helm4, rel, method, opts)
 }
 
 func checkRelease(rel *release.Release) error {

@@ -1,20 +1,31 @@
 package upgrade
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
+	actionv3 "helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chartutil"
 	kubev3 "helm.sh/helm/v3/pkg/kube"
 	"helm.sh/helm/v3/pkg/release"
+	storagev3 "helm.sh/helm/v3/pkg/storage"
+	driverv3 "helm.sh/helm/v3/pkg/storage/driver"
 	actionv4 "helm.sh/helm/v4/pkg/action"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	kubev4 "helm.sh/helm/v4/pkg/kube"
 	rcommon "helm.sh/helm/v4/pkg/release/common"
 	releasev4 "helm.sh/helm/v4/pkg/release/v1"
 	storagev4 "helm.sh/helm/v4/pkg/storage"
-	"helm.sh/helm/v4/pkg/storage/driver"
+	driverv4 "helm.sh/helm/v4/pkg/storage/driver"
+
+	"github.com/helm-locker/helm-locker/manifest"
 )
 
 func TestOptionsDefaults(t *testing.T) {
@@ -114,22 +125,22 @@ func TestCheckChartComplete(t *testing.T) {
 	}
 }
 
-// TestAppliedServerSide reads the latest revision from Helm 4's storage,
+// TestStoredApplyMethod reads the latest revision from Helm 4's storage,
 // here its memory driver, and holds it to the release given.
-func TestAppliedServerSide(t *testing.T) {
+func TestStoredApplyMethod(t *testing.T) {
 	for _, tc := range []struct {
-		name           string
-		edit           func(*releasev4.Release)
-		wantServerSide bool
-		wantErr        error
+		name       string
+		edit       func(*releasev4.Release)
+		wantMethod string
+		wantErr    error
 	}{
-		{"installed by helm 3", func(*releasev4.Release) {}, false, nil},
-		{"helm 4, client-side", func(r *releasev4.Release) { r.ApplyMethod = "csa" }, false, nil},
-		{"helm 4, server-side", func(r *releasev4.Release) { r.ApplyMethod = "ssa" }, true, nil},
-		{"newer revision stored", func(r *releasev4.Release) { r.Version = 2 }, false, ErrReleaseChanged},
-		{"manifest rewritten", func(r *releasev4.Release) { r.Manifest += "---\nkind: Secret\n" }, false, ErrReleaseChanged},
-		{"values rewritten", func(r *releasev4.Release) { r.Config = map[string]any{"greeting": "pwned"} }, false, ErrReleaseChanged},
-		{"values emptied", func(r *releasev4.Release) { r.Config = nil }, false, ErrReleaseChanged},
+		{"installed by helm 3", func(*releasev4.Release) {}, "", nil},
+		{"helm 4, client-side", func(r *releasev4.Release) { r.ApplyMethod = "csa" }, "csa", nil},
+		{"helm 4, server-side", func(r *releasev4.Release) { r.ApplyMethod = "ssa" }, "ssa", nil},
+		{"newer revision stored", func(r *releasev4.Release) { r.Version = 2 }, "", ErrReleaseChanged},
+		{"manifest rewritten", func(r *releasev4.Release) { r.Manifest += "---\nkind: Secret\n" }, "", ErrReleaseChanged},
+		{"values rewritten", func(r *releasev4.Release) { r.Config = map[string]any{"greeting": "pwned"} }, "", ErrReleaseChanged},
+		{"values emptied", func(r *releasev4.Release) { r.Config = nil }, "", ErrReleaseChanged},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			given := web()
@@ -139,18 +150,18 @@ func TestAppliedServerSide(t *testing.T) {
 				Info:   &releasev4.Info{Status: rcommon.StatusDeployed},
 			}
 			tc.edit(stored)
-			mem := driver.NewMemory()
+			mem := driverv4.NewMemory()
 			mem.SetNamespace(given.Namespace)
 			cfg := &actionv4.Configuration{Releases: storagev4.Init(mem)}
 			if err := cfg.Releases.Create(stored); err != nil {
 				t.Fatal(err)
 			}
-			got, err := appliedServerSide(cfg, given)
+			got, err := storedApplyMethod(cfg, given)
 			if !errors.Is(err, tc.wantErr) {
-				t.Fatalf("appliedServerSide() error = %v, want %v", err, tc.wantErr)
+				t.Fatalf("storedApplyMethod() error = %v, want %v", err, tc.wantErr)
 			}
-			if got != tc.wantServerSide {
-				t.Errorf("appliedServerSide() = %t, want %t", got, tc.wantServerSide)
+			if got != tc.wantMethod {
+				t.Errorf("storedApplyMethod() = %q, want %q", got, tc.wantMethod)
 			}
 		})
 	}
@@ -217,4 +228,92 @@ func TestUseHelmFieldManager(t *testing.T) {
 			t.Errorf("useHelmFieldManager() with a manager set elsewhere = %v, want %v", err, ErrFieldManager)
 		}
 	}
+}
+
+// TestUpgradeAsWritten holds the choice of SDK to the Helm that wrote the
+// revision, as its stored apply method says: each SDK's configuration
+// stores revision 1 in its own memory driver, and revision 2 shows which
+// SDK upgraded, and how it applied. A caller that read the revision as
+// another Helm's is refused before either upgrades.
+func TestUpgradeAsWritten(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		method  string        // the stored revision's apply method
+		caller  manifest.Helm // opts.Helm
+		wantSDK string        // the SDK that stored revision 2, "" for none
+		wantErr error
+	}{
+		{"helm 3 wrote it", "", 0, "helm3", nil},
+		{"helm 4 wrote it, client-side", "csa", 0, "csa", nil},
+		{"helm 4 wrote it, server-side", "ssa", 0, "ssa", nil},
+		{"helm 3 wrote it, as the caller read it", "", manifest.Helm3, "helm3", nil},
+		{"helm 4 wrote it, as the caller read it", "csa", manifest.Helm4, "csa", nil},
+		{"the caller read helm 4's, helm 3's is stored", "", manifest.Helm4, "", ErrReleaseChanged},
+		{"the caller read helm 3's, helm 4's is stored", "ssa", manifest.Helm3, "", ErrReleaseChanged},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			helm3, helm4 := fakeConfigs(t, tc.method)
+			_, err := upgradeAsWritten(context.Background(), helm3, helm4, installedWeb(), Options{Helm: tc.caller})
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("upgradeAsWritten() = %v, want %v", err, tc.wantErr)
+			}
+			got := ""
+			if next, err := helm3.Releases.Get("demo", 2); err == nil && next.Info.Status == release.StatusDeployed {
+				got = "helm3"
+			}
+			if next, err := helm4.Releases.Get("demo", 2); err == nil {
+				if r, ok := next.(*releasev4.Release); ok && r.Info.Status == rcommon.StatusDeployed {
+					if got != "" {
+						t.Fatal("both SDKs upgraded the release")
+					}
+					got = r.ApplyMethod
+				}
+			}
+			if got != tc.wantSDK {
+				t.Errorf("revision 2 stored by %q, want %q", got, tc.wantSDK)
+			}
+		})
+	}
+}
+
+// fakeConfigs are each SDK's configuration over a memory driver that
+// holds installedWeb() as revision 1, stored with apply method method
+// (Helm 3's types have none), and a fake kube client.
+func fakeConfigs(t *testing.T, method string) (*actionv3.Configuration, *actionv4.Configuration) {
+	t.Helper()
+	mem3 := driverv3.NewMemory()
+	mem3.SetNamespace("apps")
+	if err := mem3.Create("sh.helm.release.v1.demo.v1", installedWeb()); err != nil {
+		t.Fatal(err)
+	}
+	kube3 := &kubeV3{updates: &updateErrors{}}
+	kube3.Out = io.Discard
+	helm3 := &actionv3.Configuration{
+		Releases:     storagev3.Init(mem3),
+		KubeClient:   kube3,
+		Capabilities: chartutil.DefaultCapabilities,
+		Log:          func(string, ...any) {},
+	}
+
+	raw, err := json.Marshal(installedWeb())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rel releasev4.Release
+	if err := json.Unmarshal(raw, &rel); err != nil {
+		t.Fatal(err)
+	}
+	rel.ApplyMethod = method
+	mem4 := driverv4.NewMemory()
+	mem4.SetNamespace("apps")
+	if err := mem4.Create("sh.helm.release.v1.demo.v1", &rel); err != nil {
+		t.Fatal(err)
+	}
+	kube4 := &kubeV4{updates: &updateErrors{}}
+	kube4.Out = io.Discard
+	helm4 := actionv4.NewConfiguration(actionv4.ConfigurationSetLogger(slog.DiscardHandler))
+	helm4.Releases = storagev4.Init(mem4)
+	helm4.KubeClient = kube4
+	helm4.Capabilities = chartcommon.DefaultCapabilities
+	return helm3, helm4
 }

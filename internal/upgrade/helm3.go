@@ -22,11 +22,12 @@ func newHelm3Config(getter *clientGetter, namespace string) (*actionv3.Configura
 	return cfg, nil
 }
 
-// upgradeClientSide upgrades rel with Helm 3's upgrade action, as `helm
-// upgrade --reuse-values` of Helm 3 does: a client-side three-way
-// strategic merge, written as manager "helm" with operation Update. A
-// revision that fails once stored is rolled back (rollBackFailed).
-func upgradeClientSide(ctx context.Context, cfg *actionv3.Configuration, rel *release.Release, opts Options) (*release.Release, error) {
+// upgradeHelm3 upgrades rel, a revision Helm 3 wrote, with Helm 3's
+// upgrade action, as `helm upgrade --reuse-values` of Helm 3 does: its
+// engine renders, and a client-side three-way strategic merge applies,
+// written as manager "helm" with operation Update. A revision that fails
+// once stored is rolled back (rollBackFailed).
+func upgradeHelm3(ctx context.Context, cfg *actionv3.Configuration, rel *release.Release, opts Options) (*release.Release, error) {
 	ch, err := copyChart[chart.Chart](rel.Chart)
 	if err != nil {
 		return nil, err

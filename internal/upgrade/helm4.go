@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strconv"
 
 	"helm.sh/helm/v3/pkg/release"
 	actionv4 "helm.sh/helm/v4/pkg/action"
@@ -26,28 +27,39 @@ func newHelm4Config(getter *clientGetter, namespace string) (*actionv4.Configura
 	return cfg, nil
 }
 
-// upgradeServerSide upgrades rel with Helm 4's upgrade action, as `helm
-// upgrade --reuse-values` of Helm 4 does: --server-side=auto applies
-// server-side a release Helm 4 applied server-side, as manager "helm" with
-// operation Apply, without forcing conflicts, and records apply_method
-// "ssa" in the new revision. A revision that fails once stored is rolled
-// back (rollBackFailed).
+// upgradeHelm4 upgrades rel, a revision Helm 4 wrote with apply method
+// method, with Helm 4's upgrade action, as `helm upgrade --reuse-values`
+// of Helm 4 does: its engine renders, and --server-side=auto applies as
+// the revision was applied. For "ssa" it applies server-side, as manager
+// "helm" with operation Apply, without forcing conflicts; for "csa" (or
+// any other method) client-side, a three-way merge written as manager
+// "helm" with operation Update. It records the same apply method in the
+// new revision. A revision that fails once stored is rolled back
+// (rollBackFailed).
 //
-// Helm 3's SDK cannot stand in for it. Seen against kube-apiserver v1.36
-// with a release the Helm 4.3.1 CLI installed: Helm 3's upgrade wrote
-// revision 2 without apply_method, rewrote revision 1 without it as it
-// marked it superseded (its types have no such field), and left the
+// ServerSideApply is set to what "auto" makes of method (pkg/action
+// getUpgradeServerSideValue: server-side for "ssa" alone), not to "auto":
+// method is what was checked against rel, and a revision rewritten
+// between that check and Helm's own read cannot switch the apply.
+//
+// Helm 3's SDK cannot stand in for it. Its engine renders some charts
+// otherwise (see internal/render.Release), so N+1 would not be the render
+// that decided on the upgrade. And seen against kube-apiserver v1.36 with
+// a release the Helm 4.3.1 CLI installed server-side: Helm 3's upgrade
+// wrote revision 2 without apply_method, rewrote revision 1 without it as
+// it marked it superseded (its types have no such field), and left the
 // changed fields with a "helm" Update entry beside the install's "helm"
 // Apply. The next `helm upgrade` of Helm 4 (--server-side=auto) then
 // succeeded client-side and stored apply_method "csa": the release had
-// silently left server-side apply. e2e TestUpgradeThroughSDK holds this
-// path to keeping it.
-func upgradeServerSide(ctx context.Context, cfg *actionv4.Configuration, rel *release.Release, opts Options) (*release.Release, error) {
+// silently left server-side apply. e2e TestUpgradeThroughSDK holds the
+// server-side path to keeping it.
+func upgradeHelm4(ctx context.Context, cfg *actionv4.Configuration, rel *release.Release, method string, opts Options) (*release.Release, error) {
 	ch, err := copyChart[chartv2.Chart](rel.Chart)
 	if err != nil {
 		return nil, err
 	}
-	u := actionv4.NewUpgrade(cfg) // ServerSideApply "auto", as the CLI
+	u := actionv4.NewUpgrade(cfg)
+	u.ServerSideApply = strconv.FormatBool(method == string(releasev4.ApplyMethodServerSideApply))
 	u.Namespace = rel.Namespace
 	u.ReuseValues = true
 	u.WaitStrategy = kubev4.HookOnlyStrategy // the CLI's value when --wait is not given
