@@ -49,6 +49,18 @@ func TestReadAsTheHelmThatWroteIt(t *testing.T) {
 				t.Fatalf("%v set initialDelaySeconds, which the chart leaves null", v)
 			}
 
+			// inspect says which Helm wrote the revision.
+			writtenBy := map[framework.HelmVersion]string{
+				framework.Helm3: "written by Helm 3 (no apply_method: client-side apply)",
+				framework.Helm4: `written by Helm 4 (apply_method "ssa")`,
+			}[v]
+			if res := env.CLI(t, "", "inspect", "release", release, "-n", ns); res.Code != 0 || !strings.HasPrefix(res.Stdout, fmt.Sprintf("# release %s/%s revision 1: %s\n", ns, release, writtenBy)) {
+				t.Errorf("inspect: exit %d, stderr %s; want the YAML to start with %q:\n%.300s", res.Code, res.Stderr, writtenBy, res.Stdout)
+			}
+			if res := env.CLI(t, "", "inspect", "release", release, "-n", ns, "-o", "json"); res.Code != 0 || !strings.Contains(res.Stderr, writtenBy) || !strings.HasPrefix(res.Stdout, "{") {
+				t.Errorf("inspect -o json: exit %d, stderr %q; want it to say %q there, and JSON alone on stdout", res.Code, res.Stderr, writtenBy)
+			}
+
 			cr := env.RegisterWith(t, framework.RegistrationNamespace, ns, release, map[string]any{"serviceAccountName": "writer", "rerender": string(v1alpha1.RerenderReport)})
 			env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)
 			waitRendered(t, cr, 30*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
