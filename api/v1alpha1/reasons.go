@@ -175,4 +175,17 @@ const (
 	// message gives Helm's error. It is not retried for the same cause,
 	// and the last deployed revision stays held.
 	ReasonUpgradeFailed = "UpgradeFailed"
+	// ReasonUnverifiedChart: the chart or the user values in the
+	// Secret of the revision whose chart the lock trusts are not the
+	// ones recorded when it was verified (status.verified): a Secret
+	// writer rewrote them. Nothing is rendered.
+	ReasonUnverifiedChart = "UnverifiedChart"
+	// ReasonRenderTimeout: the chart's render ran past its deadline
+	// (--render-timeout) and was stopped. It is tried again at the
+	// next trigger.
+	ReasonRenderTimeout = "RenderTimeout"
+	// ReasonRenderTooLarge: the chart's render took more memory than
+	// its cap (--render-memory-limit) and was stopped. It is tried
+	// again at the next trigger.
+	ReasonRenderTooLarge = "RenderTooLarge"
 )
