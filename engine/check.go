@@ -31,6 +31,7 @@ func (e *Engine) syncObject(ctx context.Context, s *objectSet, obj *lockedObject
 				return nil, err
 			}
 		}
+		s.proved(obj, o.live)
 		obj.settle()
 		return nil, nil
 	}
@@ -160,7 +161,7 @@ func (e *Engine) compare(ctx context.Context, spec ObjectSet, obj *lockedObject,
 func (e *Engine) revert(ctx context.Context, s *objectSet, obj *lockedObject, live, declared *unstructured.Unstructured, c comparison) (*Drift, error) {
 	spec := s.spec
 	if obj.proof != nil {
-		verified, err := e.verify(ctx, spec, obj, live, c.desired, c.patch)
+		verified, err := e.verify(ctx, s, obj, live, c.desired, c.patch)
 		if err != nil || obj.inLine {
 			return nil, err
 		}

@@ -41,6 +41,10 @@ type objectSet struct {
 	// paused is set while the set holds its objects but neither checks
 	// nor writes them (see Engine.Pause).
 	paused bool
+	// applied counts the objects that needed verifying and that an
+	// owner was seen to write at or after Verification.Since when they
+	// were verified (see Result.Applied). It sits in paused's padding.
+	applied uint32
 }
 
 // groupVersions lists the group versions of s's objects, resolved or not.
@@ -196,6 +200,20 @@ func (o *lockedObject) settle() {
 	o.prove()
 	if o.drift != nil {
 		o.drift.drifted, o.drift.failure = false, nil
+	}
+}
+
+// proved records that obj, verified on live, no longer needs verifying,
+// and counts it as applied when live shows an owner's write at or after
+// Verification.Since: evidence that the owner applied this declaration,
+// which an object that was already as declared is not. Only the goroutine
+// syncing s calls it.
+func (s *objectSet) proved(obj *lockedObject, live *unstructured.Unstructured) {
+	if obj.proof == nil || live == nil {
+		return
+	}
+	if v := s.spec.Verify; v != nil && wroteSince(live, v.Owners, v.Since) {
+		s.applied++
 	}
 }
 

@@ -70,6 +70,13 @@ type Result struct {
 	// Paused says the set is paused (see Engine.Pause): nothing was
 	// checked, and the rest of the Result is empty.
 	Paused bool
+	// Applied counts the objects of the declaration that needed
+	// verifying and that, when they were verified, showed a write of
+	// one of Verification.Owners at or after Verification.Since: the
+	// owner was seen applying this declaration. An object verified only
+	// because it already was as declared counts none: a declaration can
+	// restate what is live in another form without anyone applying it.
+	Applied int
 }
 
 // Waiting is a declared object held back until the Namespace it lives in,
@@ -285,6 +292,7 @@ func (e *Engine) summarize(key string, s *objectSet, todo []dirtyObject, res *Re
 	}
 	res.Objects = len(s.objects) + len(s.unresolved)
 	res.InLine = len(s.unresolved) == 0
+	res.Applied = int(s.applied)
 	for _, obj := range s.objects {
 		if holder := e.holderLocked(obj.ref); holder != key {
 			kind := ""

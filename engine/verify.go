@@ -97,17 +97,19 @@ func needsProof(spec ObjectSet, declared *unstructured.Unstructured) bool {
 // be corrected. It returns true once obj is verified; obj.inLine is set too
 // when a server-side dry run of patch showed the drift to be one of form
 // only (see noopPatch).
-func (e *Engine) verify(ctx context.Context, spec ObjectSet, obj *lockedObject, live *unstructured.Unstructured, desired map[string]any, patch *mergePatch) (bool, error) {
+func (e *Engine) verify(ctx context.Context, s *objectSet, obj *lockedObject, live *unstructured.Unstructured, desired map[string]any, patch *mergePatch) (bool, error) {
 	p := obj.proof
 	if p.checked && p.version == live.GetResourceVersion() {
 		return false, nil
 	}
+	spec := s.spec
 	v := spec.Verify
 	var paths []string
 	diffPaths(nil, live.Object, desired, &paths, -1)
 	k := e.rulesOf(obj).kindOf(desired)
 	owned := ownedPaths(live, k, paths, v.Owners)
 	if !p.checked && len(owned) == 0 && wroteSince(live, v.Owners, v.Since) && driftSince(live, k, desired, paths, v.Since) {
+		s.proved(obj, live)
 		obj.prove()
 		return true, nil
 	}
@@ -122,6 +124,7 @@ func (e *Engine) verify(ctx context.Context, spec ObjectSet, obj *lockedObject, 
 	}
 	if sameStored(out, live) {
 		obj.writes().noop = &noopPatch{resourceVersion: live.GetResourceVersion(), data: string(patch.Data)}
+		s.proved(obj, live)
 		obj.settle()
 		return true, nil
 	}

@@ -67,6 +67,9 @@ func TestVerification(t *testing.T) {
 		wantValue  string // "" when the object must not exist
 		want       []Unverified
 		wantDryRun int
+		// wantApplied is Result.Applied: the object showed the
+		// owner's write since, evidence the owner applied it.
+		wantApplied int
 	}{{
 		name: "missing object is not created", needed: true,
 		want: []Unverified{{Missing: true}},
@@ -74,8 +77,16 @@ func TestVerification(t *testing.T) {
 		name: "missing object carried over from a verified declaration is created", needed: false,
 		wantValue: "declared",
 	}, {
-		name: "object as declared is verified", needed: true,
+		name: "object as declared is verified, but shows no apply", needed: true,
 		live: ptr("declared"), managers: []metav1.ManagedFieldsEntry{managed("helm", before, true)},
+		wantValue: "declared",
+	}, {
+		name: "object as declared and written by the owner since counts as applied", needed: true,
+		live: ptr("declared"), managers: []metav1.ManagedFieldsEntry{managed("helm", after, true)},
+		wantValue: "declared", wantApplied: 1,
+	}, {
+		name: "object carried over counts as no apply", needed: false,
+		live: ptr("declared"), managers: []metav1.ManagedFieldsEntry{managed("helm", after, true)},
 		wantValue: "declared",
 	}, {
 		name: "value the owner applied for an older declaration stays", needed: true,
@@ -89,7 +100,7 @@ func TestVerification(t *testing.T) {
 		name: "drift by another writer after the owner's apply is reverted", needed: true,
 		live:      ptr("edited"),
 		managers:  []metav1.ManagedFieldsEntry{managed("helm", after, false), managed("kubectl-edit", after, true)},
-		wantValue: "declared",
+		wantValue: "declared", wantApplied: 1,
 	}, {
 		name: "drift of a key in a map the owner created is reverted", needed: true,
 		live: ptr("edited"),
@@ -97,7 +108,7 @@ func TestVerification(t *testing.T) {
 			{Manager: "helm", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &metav1.Time{Time: after},
 				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:data":{".":{},"f:other":{}}}`)}},
 			managed("kubectl-edit", after, true)},
-		wantValue: "declared",
+		wantValue: "declared", wantApplied: 1,
 	}, {
 		name: "another writer's value with no owner write since stays", needed: true,
 		live:      ptr("edited"),
@@ -169,6 +180,9 @@ func TestVerification(t *testing.T) {
 			}
 			if dryRuns != tc.wantDryRun {
 				t.Errorf("%d dry runs, want %d", dryRuns, tc.wantDryRun)
+			}
+			if res.Applied != tc.wantApplied {
+				t.Errorf("Applied = %d, want %d", res.Applied, tc.wantApplied)
 			}
 		})
 	}
