@@ -355,12 +355,29 @@ type VerifiedRevision struct {
 	// ManifestDigest is the sha256 of the revision's manifest, so that a
 	// revision rewritten in place after it was verified is not trusted.
 	ManifestDigest string `json:"manifestDigest"`
+	// ChartDigest is the sha256 of the revision's chart and user values
+	// as Helm stored them, recorded when the revision was verified: a
+	// Secret writer can rewrite both in place under an unchanged
+	// manifest, and a chart whose digest is not this one is never
+	// rendered. Empty in a status an older locker wrote.
+	ChartDigest string `json:"chartDigest,omitempty"`
 	// Chart, if set, is the older revision whose chart and values are
-	// trusted in this one's place: this revision changed no object, so
-	// Helm was never seen to apply it, and its Secret's chart, which a
-	// Secret writer may have forged, is never rendered. Unset, the
-	// revision's own chart is trusted.
+	// trusted in this one's place: Helm was never seen to apply this
+	// revision (no object it changed shows a write of Helm's since its
+	// Secret was created), so its Secret's chart, which a Secret writer
+	// may have forged, is never rendered. Unset, the revision's own chart
+	// is trusted.
 	Chart *ChartRevision `json:"chart,omitempty"`
+}
+
+// TrustedChart is the revision whose chart and values v trusts: v's own,
+// or the older one it names. The locker renders that chart alone, and so
+// does `helm-locker diff --rerender` of a locked release.
+func (v *VerifiedRevision) TrustedChart() ChartRevision {
+	if v.Chart != nil {
+		return *v.Chart
+	}
+	return ChartRevision{Revision: v.Revision, ManifestDigest: v.ManifestDigest, ChartDigest: v.ChartDigest}
 }
 
 // ChartRevision names a revision whose chart and values the locker trusts
@@ -372,6 +389,9 @@ type ChartRevision struct {
 	// ManifestDigest is the sha256 of that revision's manifest, as for
 	// VerifiedRevision.ManifestDigest.
 	ManifestDigest string `json:"manifestDigest"`
+	// ChartDigest is that revision's chart digest, as for
+	// VerifiedRevision.ChartDigest.
+	ChartDigest string `json:"chartDigest,omitempty"`
 }
 
 // MaxNotLocked bounds status.notLocked, so a broken release cannot make its

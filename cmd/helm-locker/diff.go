@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -9,8 +10,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -37,6 +40,7 @@ func newDiffCommand() *cobra.Command {
 		color         string
 		rerender      bool
 		helm          = newHelmFlag()
+		timeout       time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "diff (helmrelease/NAME | manifestlock/NAME | -f FILE | --rerender [-n NAMESPACE] RELEASE)",
@@ -55,9 +59,13 @@ changed it. It writes nothing.
                     kubectl does); --helm 3 reads them as Helm 3 does
 
 With --rerender, diff renders the chart of a Helm release again and prints
-how the render differs from the manifest Helm stored for the release's latest
-deployed revision (- stored, + rendered now), as "helm upgrade --reuse-values"
-of the same chart would render it against the cluster as it is now:
+how the render differs from the manifest Helm stored (- stored, + rendered
+now), as "helm upgrade --reuse-values" of the same chart would render it
+against the cluster as it is now. When a HelmRelease locks the release, it
+renders the chart that lock verified (status.verified), and refuses one
+whose Secret was rewritten since; with no lock it renders the latest
+deployed revision as its Secret stands, and warns that nothing verified it.
+--timeout bounds it:
 
   --rerender RELEASE            the release RELEASE in -n NAMESPACE (as helm -n)
   --rerender helmrelease/NAME   the release a HelmRelease CR names
@@ -80,7 +88,7 @@ a wrong call, as kubectl diff.`,
 			if err != nil {
 				return usageError(cmd, err)
 			}
-			target.helm = helm.h
+			target.helm, target.timeout = helm.h, timeout
 			if !slices.Contains([]string{"auto", "always", "never"}, color) {
 				return usageError(cmd, fmt.Errorf("--color %s: want auto, always or never", color))
 			}
@@ -101,6 +109,7 @@ a wrong call, as kubectl diff.`,
 	cmd.Flags().StringVar(&lockNamespace, "lock-namespace", "cattle-helm-system", "namespace of the HelmRelease or ManifestLock")
 	cmd.Flags().StringVar(&color, "color", "auto", "colour the diff: auto (on a terminal, unless NO_COLOR is set), always or never")
 	helm.add(cmd.Flags())
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long --rerender may take: its reads, renders and lookups")
 	cmd.Flags().BoolVar(&rerender, "rerender", false, "render the release's chart again, as you, against the cluster as it is now, and diff the render with the manifest Helm stored")
 	return cmd
 }
@@ -123,6 +132,8 @@ type diffTarget struct {
 	files []string
 	// helm is the Helm whose reading files are parsed with.
 	helm manifest.Helm
+	// timeout bounds a --rerender: its reads, renders and lookups.
+	timeout time.Duration
 	// rerender renders the release's chart again rather than diffing
 	// its live objects.
 	rerender bool
@@ -172,19 +183,23 @@ func runDiff(cmd *cobra.Command, client *clientFlags, target diffTarget, lockNam
 	}
 	ctx := cmd.Context()
 	if target.rerender {
+		dyn, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
 		rk := v1alpha1.ReleaseKey{Namespace: namespace, Name: target.name}
+		var hr *v1alpha1.HelmRelease
 		if target.kind == targetHelmRelease {
-			dyn, err := dynamic.NewForConfig(cfg)
-			if err != nil {
-				return nil, err
-			}
-			hr, err := readHelmRelease(cmd, dyn, lockNamespace, target.name)
-			if err != nil {
+			if hr, err = readHelmRelease(cmd, dyn, lockNamespace, target.name); err != nil {
 				return nil, err
 			}
 			rk = hr.Spec.Release
+		} else if hr, err = lockOf(ctx, dyn, lockNamespace, rk); err != nil {
+			return nil, err
 		}
-		return rerenderDiffs(ctx, cfg, rk)
+		ctx, cancel := context.WithTimeout(ctx, target.timeout)
+		defer cancel()
+		return rerenderDiffs(ctx, cfg, rk, hr, cmd.ErrOrStderr())
 	}
 	diffs, err := lockDiff(cmd, cfg, namespace, target, lockNamespace)
 	return lockDiffs(diffs), err
@@ -241,6 +256,31 @@ func lockDiff(cmd *cobra.Command, cfg *rest.Config, namespace string, target dif
 		opts = append(opts, engine.ServerSideApply(m))
 	}
 	return l.Diff(cmd.Context(), objs, opts...)
+}
+
+// lockOf is the HelmRelease that locks release rk, nil if none does: any
+// the user may list, in every namespace or, failing that, in
+// lockNamespace. Of several, the registration namespace's is taken, as
+// the locker holds it.
+func lockOf(ctx context.Context, dyn dynamic.Interface, lockNamespace string, rk v1alpha1.ReleaseKey) (*v1alpha1.HelmRelease, error) {
+	list, err := dyn.Resource(v1alpha1.Resource).List(ctx, metav1.ListOptions{})
+	if apierrors.IsForbidden(err) {
+		list, err = dyn.Resource(v1alpha1.Resource).Namespace(lockNamespace).List(ctx, metav1.ListOptions{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("finding the HelmRelease that locks release %s/%s: %w", rk.Namespace, rk.Name, err)
+	}
+	var found *v1alpha1.HelmRelease
+	for i := range list.Items {
+		hr := &v1alpha1.HelmRelease{}
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, hr) != nil || hr.Spec.Release != rk {
+			continue
+		}
+		if found == nil || hr.Namespace == lockNamespace {
+			found = hr
+		}
+	}
+	return found, nil
 }
 
 // readHelmRelease reads the HelmRelease CR namespace/name.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -33,10 +34,16 @@ import (
 // the user may not read.
 const hiddenValue = "(hidden: you may not read this Secret)"
 
-// rerenderDiffs renders the chart of rk's latest deployed revision again,
-// with cfg's credentials, against the cluster as it is now, and returns
-// how each object it renders differently differs from the stored one.
-func rerenderDiffs(ctx context.Context, cfg *rest.Config, rk v1alpha1.ReleaseKey) ([]shownDiff, error) {
+// rerenderDiffs renders the chart of release rk again, with cfg's
+// credentials, against the cluster as it is now, and returns how each
+// object it renders differently differs from the stored one. With hr, the
+// HelmRelease that locks rk, it renders the chart hr's status.verified
+// trusts, and only while its Secret holds what was verified: a chart a
+// Secret writer forged would otherwise run with the credentials of
+// whoever runs diff. Without one, nothing verified any revision, so it
+// renders the latest deployed revision as its Secret stands, and warns
+// on warn that it does.
+func rerenderDiffs(ctx context.Context, cfg *rest.Config, rk v1alpha1.ReleaseKey, hr *v1alpha1.HelmRelease, warn io.Writer) ([]shownDiff, error) {
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -45,11 +52,7 @@ func rerenderDiffs(ctx context.Context, cfg *rest.Config, rk v1alpha1.ReleaseKey
 	if err != nil {
 		return nil, err
 	}
-	secret, err := deployedReleaseSecret(ctx, kube, rk)
-	if err != nil {
-		return nil, err
-	}
-	rel, err := render.Decode(secret, rk.Namespace, rk.Name)
+	rel, err := releaseToRender(ctx, kube, rk, hr, warn)
 	if err != nil {
 		return nil, err
 	}
@@ -90,6 +93,35 @@ func rerenderDiffs(ctx context.Context, cfg *rest.Config, rk v1alpha1.ReleaseKey
 		return nil, fmt.Errorf("comparing the render of revision %d with its manifest: %w", rel.Version, err)
 	}
 	return renderDiffs(ctx, changes, rel.Helm, rel.Manifest, now, rk.Namespace, mapper, kube.AuthorizationV1())
+}
+
+// releaseToRender decodes the revision rerenderDiffs renders: the one
+// whose chart hr's verification trusts, or, with no hr, rk's latest
+// deployed one, unverified.
+func releaseToRender(ctx context.Context, kube kubernetes.Interface, rk v1alpha1.ReleaseKey, hr *v1alpha1.HelmRelease, warn io.Writer) (*render.Release, error) {
+	if hr == nil {
+		secret, err := deployedReleaseSecret(ctx, kube, rk)
+		if err != nil {
+			return nil, err
+		}
+		rel, err := render.DecodeUntrusted(secret, rk.Namespace, rk.Name)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(warn, "Warning: no HelmRelease locks release %s/%s, so nothing verified its revision %d: rendering the chart its Secret holds now, which anyone who may write Secrets in %s could have written\n", rk.Namespace, rk.Name, rel.Version, rk.Namespace)
+		return rel, nil
+	}
+	v := hr.Status.Verified
+	if v == nil || v.Release != rk {
+		return nil, fmt.Errorf("HelmRelease %s/%s has verified no revision of release %s/%s yet: there is no chart it trusts to render", hr.Namespace, hr.Name, rk.Namespace, rk.Name)
+	}
+	chart := v.TrustedChart()
+	name := storage.SecretName(rk.Name, chart.Revision)
+	secret, err := kube.CoreV1().Secrets(rk.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading the Secret of revision %d, whose chart HelmRelease %s/%s trusts: %w", chart.Revision, hr.Namespace, hr.Name, err)
+	}
+	return render.Decode(secret, rk.Namespace, rk.Name, render.Trusted{Revision: chart.Revision, ManifestDigest: chart.ManifestDigest, ChartDigest: chart.ChartDigest})
 }
 
 // deployedReleaseSecret is the Secret of rk's latest deployed revision.

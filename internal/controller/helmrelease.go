@@ -451,7 +451,7 @@ func (c *Controller) act(ctx context.Context, req *releaseSync) (status v1alpha1
 	req.revision = st.rel.Version
 	err = c.afterSync(ctx, &req.syncRequest, func(res engine.Result, syncErr error) {
 		if syncErr == nil && len(res.Unresolved) == 0 && len(res.Unverified) == 0 {
-			st.verified()
+			st.verified(res.Applied > 0)
 		}
 		c.reportDrifts(ctx, &hr.Spec.Release, &st.bookkeeping, res)
 		c.reportUnverified(hr, st, res)

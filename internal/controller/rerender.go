@@ -55,9 +55,11 @@ const renderDelay = 500 * time.Millisecond
 type renderTarget struct {
 	release  v1alpha1.ReleaseKey
 	revision int
-	// digest is the verified manifest's (see manifestDigest): a Secret
-	// rewritten since is not rendered.
-	digest string
+	// digest is the verified manifest's (see manifestDigest), and
+	// chartDigest the verified chart and values' (see
+	// storage.Release.ChartDigest): a Secret rewritten since is not
+	// rendered.
+	digest, chartDigest string
 	// writer is the ServiceAccount, in the release namespace, that
 	// lookups impersonate; "" for none.
 	writer string
@@ -134,7 +136,7 @@ func (c *Controller) wantRender(key lockKey, hr *v1alpha1.HelmRelease, st *relea
 	held := chart != nil &&
 		(st.lock.Holding() || st.lock.Phase == lock.Reconciling && rs.target.revision == chart.Revision && rs.target.digest == chart.ManifestDigest)
 	if held {
-		target.revision, target.digest = chart.Revision, chart.ManifestDigest
+		target.revision, target.digest, target.chartDigest = chart.Revision, chart.ManifestDigest, chart.ChartDigest
 	}
 	changed := rs.target != target
 	if changed && held && rs.target.revision != target.revision {
@@ -319,14 +321,15 @@ func (c *Controller) render(ctx context.Context, target renderTarget, causes []s
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	rel, err := render.Decode(secret, rk.Namespace, rk.Name)
+	// A tenant may write release Secrets: only the manifest, chart and
+	// values that were verified are rendered.
+	rel, err := render.Decode(secret, rk.Namespace, rk.Name, render.Trusted{Revision: target.revision, ManifestDigest: target.digest, ChartDigest: target.chartDigest})
+	var untrusted *render.UntrustedError
+	if errors.As(err, &untrusted) {
+		return failed(v1alpha1.ReasonUnverifiedChart, err.Error())
+	}
 	if err != nil {
 		return failed(v1alpha1.ReasonRenderFailed, err.Error())
-	}
-	if manifestDigest(rel.Manifest) != target.digest {
-		// A tenant may write release Secrets: only what was verified
-		// is rendered.
-		return failed(v1alpha1.ReasonRenderFailed, fmt.Sprintf("the Secret %s/%s was rewritten since revision %d was verified; it is not rendered", rk.Namespace, name, target.revision))
 	}
 	// A chart that declares a kubeVersion may fail to render on this
 	// cluster's, and render on the next one's.

@@ -299,13 +299,17 @@ func waitFor(t *testing.T, cond func() bool) {
 
 // TestRenderReportsWhatItReads: a render that fails still says that its
 // chart declares a kubeVersion, so that the next Kubernetes version
-// renders it again; a Secret rewritten since it was verified is never
-// rendered.
+// renders it again; a Secret rewritten since it was verified, its
+// manifest or in place under it its chart, is never rendered.
 func TestRenderReportsWhatItReads(t *testing.T) {
 	chart := map[string]any{"metadata": map[string]any{"name": "web", "version": "1.0.0", "apiVersion": "v2", "kubeVersion": ">=9.0.0-0"}}
 	secret := releaseSecretWith(t, "deployed", 1, func(rel map[string]any) { rel["chart"] = chart })
 	c, _ := newTestController(t, helmRelease(nil), secret, nil)
-	target := renderTarget{release: v1alpha1.ReleaseKey{Name: "rel", Namespace: "apps"}, revision: 1, digest: manifestDigest(manifestYAML), writer: "writer", mode: v1alpha1.RerenderReport}
+	stored, err := storage.Read(secret, "apps", "rel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := renderTarget{release: v1alpha1.ReleaseKey{Name: "rel", Namespace: "apps"}, revision: 1, digest: manifestDigest(manifestYAML), chartDigest: stored.ChartDigest(), writer: "writer", mode: v1alpha1.RerenderReport}
 
 	res, _, _, err := c.render(context.Background(), target, nil, nil)
 	if err != nil {
@@ -315,12 +319,16 @@ func TestRenderReportsWhatItReads(t *testing.T) {
 		t.Errorf("render = %+v, reads kubeVersion %v: want a failure that still reads the Kubernetes version", res.cond, res.readsKubeVersion)
 	}
 
-	target.digest = "another manifest"
-	res, _, _, err = c.render(context.Background(), target, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.cond.Reason != v1alpha1.ReasonRenderFailed || !strings.Contains(res.cond.Message, "rewritten since revision 1 was verified") {
-		t.Errorf("render of a rewritten Secret = %+v, want RenderFailed saying it was rewritten", res.cond)
+	for _, rewritten := range []renderTarget{
+		{release: target.release, revision: 1, digest: "another manifest", chartDigest: target.chartDigest, writer: "writer", mode: v1alpha1.RerenderReport},
+		{release: target.release, revision: 1, digest: target.digest, chartDigest: "another chart", writer: "writer", mode: v1alpha1.RerenderReport},
+	} {
+		res, _, _, err = c.render(context.Background(), rewritten, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.cond.Reason != v1alpha1.ReasonUnverifiedChart || !strings.Contains(res.cond.Message, "revision 1 was verified with: it was rewritten since") {
+			t.Errorf("render of a rewritten Secret = %+v, want UnverifiedChart saying it was rewritten", res.cond)
+		}
 	}
 }

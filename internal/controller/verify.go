@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -35,14 +34,15 @@ type trust struct {
 type candidate struct {
 	record  v1alpha1.VerifiedRevision
 	objects objectDigests
+	// chart is the chart the verified revision trusts, which the
+	// candidate's record names in its own's place unless Helm is seen
+	// to apply the candidate (see verified).
+	chart *v1alpha1.ChartRevision
 }
 
 // manifestDigest is the sha256 of a manifest, as a VerifiedRevision and a
 // ManifestLock record it.
-func manifestDigest(m string) string {
-	sum := sha256.Sum256([]byte(m))
-	return hex.EncodeToString(sum[:])
-}
+func manifestDigest(m string) string { return storage.Digest(m) }
 
 // objectID names a manifest object as the manifest does: the same ID in
 // two revisions of one release is the same object.
@@ -106,7 +106,7 @@ func (d objectDigests) has(obj *unstructured.Unstructured) bool {
 //     over unchanged from the verified revision are trusted.
 func (c *Controller) verification(ctx context.Context, st *releaseState, latest *metav1.PartialObjectMetadata, rel *storage.Release, objs []*unstructured.Unstructured) *engine.Verification {
 	rk := st.release
-	record := v1alpha1.VerifiedRevision{Release: rk, Revision: rel.Version, ManifestDigest: manifestDigest(rel.Manifest)}
+	record := v1alpha1.VerifiedRevision{Release: rk, Revision: rel.Version, ManifestDigest: manifestDigest(rel.Manifest), ChartDigest: rel.ChartDigest()}
 	digests := digestsOf(objs)
 	v := st.trust.verified
 	switch {
@@ -118,6 +118,12 @@ func (c *Controller) verification(ctx context.Context, st *releaseState, latest 
 	case v.Release == record.Release && v.Revision == record.Revision && v.ManifestDigest == record.ManifestDigest:
 		if st.trust.objects == nil {
 			st.trust.objects = digests
+		}
+		if v.ChartDigest == "" {
+			// A status written before chart digests were kept: the
+			// revision it verified is trusted again, as it was, and
+			// its chart as it is now.
+			v.ChartDigest = record.ChartDigest
 		}
 		st.candidate = nil
 		return nil
@@ -135,7 +141,7 @@ func (c *Controller) verification(ctx context.Context, st *releaseState, latest 
 		// may have forged, is not trusted; the verified one's is.
 		record.Chart = chartOf(v)
 	}
-	st.candidate = &candidate{record: record, objects: digests}
+	st.candidate = &candidate{record: record, objects: digests, chart: chartOf(v)}
 	since := latest.CreationTimestamp.Time
 	if rel.Version <= v.Revision {
 		// Helm never rewrites a revision's manifest, nor goes back to
@@ -165,20 +171,28 @@ func (c *Controller) verification(ctx context.Context, st *releaseState, latest 
 // chartOf is the revision whose chart v trusts: v's own, or the one v
 // names.
 func chartOf(v *v1alpha1.VerifiedRevision) *v1alpha1.ChartRevision {
-	if v.Chart != nil {
-		chart := *v.Chart
-		return &chart
-	}
-	return &v1alpha1.ChartRevision{Revision: v.Revision, ManifestDigest: v.ManifestDigest}
+	chart := v.TrustedChart()
+	return &chart
 }
 
-// verified records that the candidate revision was verified: Helm was seen
-// to apply every object of it.
-func (st *releaseState) verified() {
-	if st.candidate == nil {
+// verified records that the candidate revision was verified: every object
+// of it is as it declares. Its own chart is trusted only when applied says
+// Helm was seen to apply it (engine.Result.Applied): a write of Helm's, at
+// or after its Secret was created, to an object it changed. Objects that
+// were already as declared prove nothing, since a Secret writer can
+// restate what is live in another form (a namespace written out, a
+// server default spelled out) and have every object "in line" without
+// any write; such a revision is held, but its chart is the last trusted
+// one's.
+func (st *releaseState) verified(applied bool) {
+	c := st.candidate
+	if c == nil {
 		return
 	}
-	st.trust = trust{verified: &st.candidate.record, objects: st.candidate.objects}
+	if c.record.Chart == nil && !applied {
+		c.record.Chart = c.chart
+	}
+	st.trust = trust{verified: &c.record, objects: c.objects}
 	st.candidate = nil
 }
 

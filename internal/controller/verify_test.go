@@ -83,18 +83,28 @@ func TestChartTrust(t *testing.T) {
 		name     string
 		verified v1alpha1.VerifiedRevision
 		objs     []*unstructured.Unstructured
-		want     *v1alpha1.ChartRevision
+		// applied is whether Helm was seen to apply the revision
+		// (engine.Result.Applied) by the time it was verified.
+		applied bool
+		want    *v1alpha1.ChartRevision
 	}{
-		{"every object carried over", v1alpha1.VerifiedRevision{Release: rk, Revision: 1, ManifestDigest: "d1"},
-			[]*unstructured.Unstructured{cm("a", "1"), cm("b", "2")}, &v1alpha1.ChartRevision{Revision: 1, ManifestDigest: "d1"}},
-		{"fewer objects, all carried over", v1alpha1.VerifiedRevision{Release: rk, Revision: 1, ManifestDigest: "d1"},
-			[]*unstructured.Unstructured{cm("a", "1")}, &v1alpha1.ChartRevision{Revision: 1, ManifestDigest: "d1"}},
-		{"the verified one names another's chart", v1alpha1.VerifiedRevision{Release: rk, Revision: 2, ManifestDigest: "d2", Chart: &v1alpha1.ChartRevision{Revision: 1, ManifestDigest: "d1"}},
-			[]*unstructured.Unstructured{cm("a", "1"), cm("b", "2")}, &v1alpha1.ChartRevision{Revision: 1, ManifestDigest: "d1"}},
-		{"an object changed", v1alpha1.VerifiedRevision{Release: rk, Revision: 1, ManifestDigest: "d1"},
-			[]*unstructured.Unstructured{cm("a", "1"), cm("b", "changed")}, nil},
-		{"an object added", v1alpha1.VerifiedRevision{Release: rk, Revision: 1, ManifestDigest: "d1"},
-			[]*unstructured.Unstructured{cm("a", "1"), cm("b", "2"), cm("c", "3")}, nil},
+		{"every object carried over", v1alpha1.VerifiedRevision{Release: rk, Revision: 1, ManifestDigest: "d1", ChartDigest: "c1"},
+			[]*unstructured.Unstructured{cm("a", "1"), cm("b", "2")}, true, &v1alpha1.ChartRevision{Revision: 1, ManifestDigest: "d1", ChartDigest: "c1"}},
+		{"fewer objects, all carried over", v1alpha1.VerifiedRevision{Release: rk, Revision: 1, ManifestDigest: "d1", ChartDigest: "c1"},
+			[]*unstructured.Unstructured{cm("a", "1")}, false, &v1alpha1.ChartRevision{Revision: 1, ManifestDigest: "d1", ChartDigest: "c1"}},
+		{"the verified one names another's chart", v1alpha1.VerifiedRevision{Release: rk, Revision: 2, ManifestDigest: "d2", Chart: &v1alpha1.ChartRevision{Revision: 1, ManifestDigest: "d1", ChartDigest: "c1"}},
+			[]*unstructured.Unstructured{cm("a", "1"), cm("b", "2")}, false, &v1alpha1.ChartRevision{Revision: 1, ManifestDigest: "d1", ChartDigest: "c1"}},
+		{"an object changed, and Helm was seen to apply it", v1alpha1.VerifiedRevision{Release: rk, Revision: 1, ManifestDigest: "d1", ChartDigest: "c1"},
+			[]*unstructured.Unstructured{cm("a", "1"), cm("b", "changed")}, true, nil},
+		{"an object added, and Helm was seen to apply it", v1alpha1.VerifiedRevision{Release: rk, Revision: 1, ManifestDigest: "d1", ChartDigest: "c1"},
+			[]*unstructured.Unstructured{cm("a", "1"), cm("b", "2"), cm("c", "3")}, true, nil},
+		// The review's forged revision: it restates an object in a
+		// form the live one already matches, so it is verified with no
+		// write at all. Its chart is never trusted.
+		{"an object restated, verified with no write", v1alpha1.VerifiedRevision{Release: rk, Revision: 1, ManifestDigest: "d1", ChartDigest: "c1"},
+			[]*unstructured.Unstructured{cm("a", "1"), cm("b", "changed")}, false, &v1alpha1.ChartRevision{Revision: 1, ManifestDigest: "d1", ChartDigest: "c1"}},
+		{"the verified one names another's chart, and the next is verified with no write", v1alpha1.VerifiedRevision{Release: rk, Revision: 2, ManifestDigest: "d2", ChartDigest: "c2", Chart: &v1alpha1.ChartRevision{Revision: 1, ManifestDigest: "d1", ChartDigest: "c1"}},
+			[]*unstructured.Unstructured{cm("a", "1"), cm("b", "changed")}, false, &v1alpha1.ChartRevision{Revision: 1, ManifestDigest: "d1", ChartDigest: "c1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,8 +117,12 @@ func TestChartTrust(t *testing.T) {
 			if st.candidate == nil {
 				t.Fatal("no candidate revision")
 			}
-			if diff := cmp.Diff(tt.want, st.candidate.record.Chart); diff != "" {
-				t.Errorf("candidate's chart (-want +got):\n%s", diff)
+			st.verified(tt.applied)
+			if st.trust.verified.Revision != rel.Version || st.trust.verified.ChartDigest != rel.ChartDigest() {
+				t.Errorf("verified %+v, want revision %d with its chart digest", st.trust.verified, rel.Version)
+			}
+			if diff := cmp.Diff(tt.want, st.trust.verified.Chart); diff != "" {
+				t.Errorf("verified revision's chart (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -55,20 +55,75 @@ type Release struct {
 	readsAPIVersions, readsKubeVersion bool
 }
 
+// Trusted is what a lock's verification recorded of the revision whose
+// chart it trusts (status.verified): its number, and the digests of its
+// manifest and of its chart and user values as Helm stored them. Anyone
+// who may write Secrets in the release namespace can rewrite a revision's
+// chart and values in place, under its manifest, so only a Secret that
+// still holds what was recorded is rendered (see Decode).
+type Trusted struct {
+	Revision                    int
+	ManifestDigest, ChartDigest string
+}
+
+// UntrustedError says a revision's Secret no longer holds what its lock
+// verified: its manifest, or its chart and values, were rewritten since.
+// Nothing of its chart was decoded.
+type UntrustedError struct {
+	// Secret is the Secret's namespace/name.
+	Secret   string
+	Revision int
+	// What is what differs: "manifest", or "chart and values".
+	What string
+}
+
+func (e *UntrustedError) Error() string {
+	return fmt.Sprintf("Secret %s no longer holds the %s revision %d was verified with: it was rewritten since, and is not rendered", e.Secret, e.What, e.Revision)
+}
+
 // Decode reads the whole release a release Secret stores, chart and user
 // values included, which storage.Read leaves out to keep the lock's hot
-// path small. A tenant who may write Secrets can write anything into one,
-// so the Secret goes through storage.Read's checks (type, labels, name,
-// bounded size, the identity it decodes to), inflated once by
-// storage.ReadJSON, before its chart and values are decoded: they are
-// rendered as release namespace/name. The Helm that wrote the revision is
-// storage.Release.Helm's word, read from the same JSON, and the release is
-// decoded into that Helm's types. Its errors are *storage.InvalidError,
-// naming the Secret.
-func Decode(secret *corev1.Secret, namespace, name string) (*Release, error) {
+// path small, once it holds the manifest, chart and values t records. A
+// tenant who may write Secrets can write anything into one, so the Secret
+// goes through storage.Read's checks (type, labels, name, bounded size, the
+// identity it decodes to), inflated once by storage.ReadJSON, and its
+// digests are compared with t's before its chart and values are decoded:
+// they are rendered as release namespace/name, with lookups as its write
+// identity. A Secret rewritten since t was recorded is an
+// *UntrustedError; other errors are *storage.InvalidError, naming the
+// Secret. The Helm that wrote the revision is storage.Release.Helm's word,
+// read from the same JSON, and the release is decoded into that Helm's
+// types.
+func Decode(secret *corev1.Secret, namespace, name string, t Trusted) (*Release, error) {
+	return decode(secret, namespace, name, &t)
+}
+
+// DecodeUntrusted is Decode with no verified revision to hold the Secret
+// to. It is for `helm-locker diff --rerender` of a release no lock has
+// verified, which renders with its user's own credentials and says it
+// renders an unverified chart; a lock never calls it.
+func DecodeUntrusted(secret *corev1.Secret, namespace, name string) (*Release, error) {
+	return decode(secret, namespace, name, nil)
+}
+
+func decode(secret *corev1.Secret, namespace, name string, t *Trusted) (*Release, error) {
 	stored, raw, err := storage.ReadJSON(secret, namespace, name)
 	if err != nil {
 		return nil, err
+	}
+	if t != nil {
+		untrusted := &UntrustedError{Secret: secret.Namespace + "/" + secret.Name, Revision: t.Revision}
+		switch {
+		case stored.Version != t.Revision || storage.Digest(stored.Manifest) != t.ManifestDigest:
+			untrusted.What = "manifest"
+			return nil, untrusted
+		case t.ChartDigest == "" || stored.ChartDigest() != t.ChartDigest:
+			// An empty record is a status written before chart
+			// digests were kept: nothing says which chart was
+			// verified.
+			untrusted.What = "chart and values"
+			return nil, untrusted
+		}
 	}
 	invalid := func(format string, args ...any) error {
 		return &storage.InvalidError{Secret: secret.Namespace + "/" + secret.Name, Problem: fmt.Sprintf(format, args...)}

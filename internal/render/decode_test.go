@@ -82,7 +82,7 @@ func TestDecode(t *testing.T) {
 		{"Helm 4, client-side", byHelm4("csa"), manifest.Helm4},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			rel, err := Decode(tt.secret, "apps", "web")
+			rel, err := DecodeUntrusted(tt.secret, "apps", "web")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -144,7 +144,7 @@ func TestDecode(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := good.DeepCopy()
 			tt.edit(s)
-			_, err := Decode(s, "apps", "web")
+			_, err := DecodeUntrusted(s, "apps", "web")
 			var invalid *storage.InvalidError
 			if !errors.As(err, &invalid) || invalid.Secret != "apps/sh.helm.release.v1.web.v3" || !strings.Contains(invalid.Problem, tt.want) {
 				t.Errorf("Decode error %v, want an InvalidError naming apps/sh.helm.release.v1.web.v3 saying %q", err, tt.want)
@@ -172,6 +172,91 @@ func TestAsHelm3(t *testing.T) {
 		}
 		if (got == stored) != (h == manifest.Helm3) {
 			t.Errorf("%s: AsHelm3 returned the release decoded: %t", h, got == stored)
+		}
+	}
+}
+
+// trustedOf is what a lock's verification records of the revision s
+// holds, as the controller records it.
+func trustedOf(t *testing.T, s *corev1.Secret) Trusted {
+	t.Helper()
+	rel, err := storage.Read(s, s.Namespace, s.Labels[storage.LabelName])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Trusted{Revision: rel.Version, ManifestDigest: storage.Digest(rel.Manifest), ChartDigest: rel.ChartDigest()}
+}
+
+// TestDecodeOnlyWhatWasVerified: a Secret whose chart or values were
+// rewritten in place under the same manifest, as a tenant who may write
+// Secrets can, is never decoded for a render; one Helm itself wrote again
+// (marking it superseded, with the types it decoded it into) still is.
+func TestDecodeOnlyWhatWasVerified(t *testing.T) {
+	for _, h := range []manifest.Helm{manifest.Helm3, manifest.Helm4} {
+		secret := installedBy(t, h, "testdata/null-probe", nil)
+		trusted := trustedOf(t, secret)
+		// rewrite is secret with its release edited in the types of
+		// h, then written by h's own Secret driver.
+		rewrite := func(edit3 func(*release.Release), edit4 func(*releasev4.Release)) *corev1.Secret {
+			raw, err := storage.DecodeJSON(secret.Data["release"])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h == manifest.Helm3 {
+				var rel release.Release
+				if err := json.Unmarshal(raw, &rel); err != nil {
+					t.Fatal(err)
+				}
+				edit3(&rel)
+				return helmSecret(t, &rel)
+			}
+			var rel releasev4.Release
+			if err := json.Unmarshal(raw, &rel); err != nil {
+				t.Fatal(err)
+			}
+			edit4(&rel)
+			return helm4Secret(t, &rel)
+		}
+		const forged = `{{ lookup "v1" "Secret" "kube-system" "admin" }}`
+		tests := []struct {
+			name   string
+			secret *corev1.Secret
+			what   string // "" when it decodes
+		}{
+			{"as verified", secret, ""},
+			{"written again by Helm, superseded", rewrite(
+				func(r *release.Release) { r.SetStatus(release.StatusSuperseded, "Upgrade complete") },
+				func(r *releasev4.Release) { r.Info.Status = "superseded" }), ""},
+			{"a template rewritten in place", rewrite(
+				func(r *release.Release) { r.Chart.Templates[0].Data = []byte(forged) },
+				func(r *releasev4.Release) { r.Chart.Templates[0].Data = []byte(forged) }), "chart and values"},
+			{"values rewritten in place", rewrite(
+				func(r *release.Release) { r.Config = map[string]any{"injected": true} },
+				func(r *releasev4.Release) { r.Config = map[string]any{"injected": true} }), "chart and values"},
+			{"manifest rewritten", rewrite(
+				func(r *release.Release) { r.Manifest += "# more\n" },
+				func(r *releasev4.Release) { r.Manifest += "# more\n" }), "manifest"},
+		}
+		for _, tt := range tests {
+			t.Run(h.String()+"/"+tt.name, func(t *testing.T) {
+				rel, err := Decode(tt.secret, "apps", "web", trusted)
+				var untrusted *UntrustedError
+				switch {
+				case tt.what == "" && err != nil:
+					t.Fatalf("Decode: %v", err)
+				case tt.what == "" && rel.Helm != h:
+					t.Errorf("decoded as written by %v", rel.Helm)
+				case tt.what != "" && (!errors.As(err, &untrusted) || untrusted.What != tt.what || untrusted.Revision != 1):
+					t.Errorf("Decode error = %v, want an UntrustedError of revision 1's %s", err, tt.what)
+				}
+			})
+		}
+		// A status an older locker wrote has no chart digest: nothing
+		// says which chart was verified.
+		noChart := trusted
+		noChart.ChartDigest = ""
+		if _, err := Decode(secret, "apps", "web", noChart); err == nil {
+			t.Errorf("%v: a revision verified with no chart digest decoded", h)
 		}
 	}
 }

@@ -3,8 +3,10 @@ package storage
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -32,6 +34,40 @@ type Release struct {
 	// ApplyMethod is "ssa" when Helm 4 applied the release with server-side
 	// apply, and empty or "csa" for client-side apply.
 	ApplyMethod string `json:"apply_method,omitempty"`
+	// ChartJSON and ConfigJSON are digests of the chart and the user
+	// values as stored (see ChartDigest); decoding them costs a hash of
+	// their bytes, not a copy.
+	ChartJSON  jsonDigest `json:"chart"`
+	ConfigJSON jsonDigest `json:"config"`
+}
+
+// jsonDigest is the sha256 of a JSON value as it is written.
+type jsonDigest [sha256.Size]byte
+
+func (d *jsonDigest) UnmarshalJSON(b []byte) error {
+	*d = sha256.Sum256(b)
+	return nil
+}
+
+// ChartDigest identifies the chart and the user values the revision
+// stores, which a render of the revision runs: a Secret writer can rewrite
+// both in place and leave the manifest as it was, so a lock records this
+// digest with the revision it verifies, and renders only a chart whose
+// digest is still the one recorded. It is a digest of the JSON as Helm
+// wrote it, which Helm writes again unchanged when it marks the revision
+// superseded (it decodes and encodes the same types).
+func (r *Release) ChartDigest() string {
+	h := sha256.New()
+	h.Write(r.ChartJSON[:])
+	h.Write(r.ConfigJSON[:])
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Digest is the sha256 of s in hex, as a verified revision records its
+// manifest's.
+func Digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }
 
 // Helm is the Helm that wrote the revision: Helm 4 records an apply_method
