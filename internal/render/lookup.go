@@ -2,6 +2,8 @@ package render
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 
 	enginev3 "helm.sh/helm/v3/pkg/engine"
@@ -12,6 +14,21 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+)
+
+// A list lookup is read in pages and cut off: a chart that lists a
+// namespace of thousands of Secrets would otherwise have every one of them
+// read at once, held by the locker, and handed to its template.
+const (
+	// ListLookupBytes is the most a list lookup reads: its items, about
+	// as many bytes as their JSON.
+	ListLookupBytes = 8 << 20
+	// listPageItems is the most items a page of a list lookup asks for.
+	listPageItems = 500
+	// listFirstPageItems is the first page's: an object may be 1.5 MiB
+	// (etcd's limit), so the first page is small, and each later one as
+	// large as the bytes left allow at the items' size so far.
+	listFirstPageItems = 20
 )
 
 // Lookup is one read a chart's `lookup` made. A render's output depends
@@ -69,6 +86,18 @@ type LookupError struct {
 func (e *LookupError) Error() string { return "lookup of " + e.Lookup.String() + ": " + e.Err.Error() }
 
 func (e *LookupError) Unwrap() error { return e.Err }
+
+// ListCutOffError says a list lookup found more than a render may read
+// (ListLookupBytes): it is cut off, and the render fails, since a chart
+// handed part of a list would render something Helm never would.
+type ListCutOffError struct {
+	// Items and Bytes are what was read when it was cut off.
+	Items, Bytes int
+}
+
+func (e *ListCutOffError) Error() string {
+	return fmt.Sprintf("cut off after %d items (%d bytes): a list lookup reads at most %d MiB", e.Items, e.Bytes, ListLookupBytes>>20)
+}
 
 // recorder is the engine.ClientProvider a render's lookups go through. It
 // reads with the caller's client, records each read, and after a read
@@ -167,14 +196,87 @@ func (c *lookupClient) Get(_ context.Context, name string, opts metav1.GetOption
 	return obj, c.recorder.end(l, err)
 }
 
-// List is Get for a lookup without a name.
-func (c *lookupClient) List(_ context.Context, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+// List is Get for a lookup without a name, read in pages and cut off
+// past ListLookupBytes (see listBounded). Helm's lookup lists with no
+// options, so opts is not read.
+func (c *lookupClient) List(_ context.Context, _ metav1.ListOptions) (*unstructured.UnstructuredList, error) {
 	l := c.lookup("")
 	if err := c.recorder.begin(l, c.unmapped); err != nil {
 		return nil, err
 	}
-	list, err := c.resource().List(c.recorder.ctx, opts)
+	list, err := listBounded(c.recorder.ctx, c.resource())
 	return list, c.recorder.end(l, err)
+}
+
+// listBounded lists res in pages, and fails with a *ListCutOffError once
+// the items read pass ListLookupBytes. The pages are one consistent list
+// (the API server's continue tokens keep the first page's
+// resourceVersion), returned as one, as a list without a limit would be.
+func listBounded(ctx context.Context, res dynamic.ResourceInterface) (*unstructured.UnstructuredList, error) {
+	var all *unstructured.UnstructuredList
+	size := 0
+	opts := metav1.ListOptions{Limit: listFirstPageItems}
+	for {
+		page, err := res.List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		for _, item := range page.Items {
+			size += jsonSize(item.Object)
+		}
+		if all == nil {
+			all = page
+		} else {
+			all.Items = append(all.Items, page.Items...)
+		}
+		if size > ListLookupBytes {
+			return nil, &ListCutOffError{Items: len(all.Items), Bytes: size}
+		}
+		opts.Continue = page.GetContinue()
+		if opts.Continue == "" {
+			break
+		}
+		opts.Limit = listPageItems
+		if n := len(all.Items); n > 0 && size > 0 {
+			opts.Limit = min(listPageItems, max(1, int64((ListLookupBytes-size)/(size/n+1))+1))
+		}
+	}
+	all.SetContinue("")
+	all.SetRemainingItemCount(nil)
+	return all, nil
+}
+
+// jsonSize is about the length of v's JSON (escapes aside): what an
+// object read weighs, without encoding it again.
+func jsonSize(v any) int {
+	switch v := v.(type) {
+	case map[string]any:
+		n := 2 + max(len(v)-1, 0)
+		for k, e := range v {
+			n += len(k) + 3 + jsonSize(e)
+		}
+		return n
+	case []any:
+		n := 2 + max(len(v)-1, 0)
+		for _, e := range v {
+			n += jsonSize(e)
+		}
+		return n
+	case string:
+		return len(v) + 2
+	case int64:
+		var buf [20]byte
+		return len(strconv.AppendInt(buf[:0], v, 10))
+	case float64:
+		var buf [32]byte
+		return len(strconv.AppendFloat(buf[:0], v, 'g', -1, 64))
+	case bool:
+		if v {
+			return 4
+		}
+		return 5
+	}
+	return 4 // null, and what JSON does not decode to
 }
 
 func (c *lookupClient) lookup(name string) Lookup {
@@ -188,3 +290,54 @@ func (c *lookupClient) resource() dynamic.ResourceInterface {
 	}
 	return res
 }
+
+// Lookups makes the lookups of a render that runs in another process
+// (internal/sandbox), as that process's chart asks for them: each as
+// Helm's lookup function makes it, through the recorder Render's own
+// lookups go through, so that they are read as the caller's client,
+// bounded and recorded alike. The process that renders holds no client,
+// and what it renders is recorded here, where it cannot be misreported.
+// A Lookups is for one render, and one goroutine.
+type Lookups struct{ rec *recorder }
+
+// NewLookups returns the lookups of one render on c, read with ctx.
+func NewLookups(ctx context.Context, c Cluster) *Lookups {
+	return &Lookups{rec: newRecorder(ctx, c)}
+}
+
+// Lookup is Helm's lookup function (engine.newLookupFunction, alike in
+// Helm 3 and 4), the namespace given only for a namespaced kind, but it
+// returns a NotFound as the error it is: the renderer's own lookup turns
+// it into the empty map Helm gives a template. It returns the object, or
+// for a lookup without a name the list's content.
+func (l *Lookups) Lookup(apiVersion, kind, namespace, name string) (map[string]any, error) {
+	c, namespaced, err := l.rec.GetClientFor(apiVersion, kind)
+	if err != nil {
+		return nil, err
+	}
+	var client dynamic.ResourceInterface = c
+	if namespaced && namespace != "" {
+		client = c.Namespace(namespace)
+	}
+	if name != "" {
+		obj, err := client.Get(l.rec.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return obj.UnstructuredContent(), nil
+	}
+	list, err := client.List(l.rec.ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return list.UnstructuredContent(), nil
+}
+
+// Recorded are the lookups made, each once, in the order they were first
+// made: the render's Output.Lookups.
+func (l *Lookups) Recorded() []Lookup { return l.rec.lookups }
+
+// Failed is the lookup that failed, or nil. Helm stops a render at its
+// first failed lookup, and this is the render's error then, as Render
+// returns it.
+func (l *Lookups) Failed() *LookupError { return l.rec.failed }
