@@ -31,7 +31,7 @@ func (e *Engine) syncObject(ctx context.Context, s *objectSet, obj *lockedObject
 				return nil, err
 			}
 		}
-		s.proved(obj, o.live)
+		e.proved(s, obj, o.live)
 		obj.settle()
 		return nil, nil
 	}

@@ -204,17 +204,26 @@ func (o *lockedObject) settle() {
 }
 
 // proved records that obj, verified on live, no longer needs verifying,
-// and counts it as applied when live shows an owner's write at or after
-// Verification.Since: evidence that the owner applied this declaration,
-// which an object that was already as declared is not. Only the goroutine
-// syncing s calls it.
-func (s *objectSet) proved(obj *lockedObject, live *unstructured.Unstructured) {
-	if obj.proof == nil || live == nil {
+// and counts it in s as applied when live shows the owner applied this
+// declaration (see Result.Applied): one of the owners wrote it at or after
+// Verification.Since, and it is no longer as the last verified declaration
+// had it (its Fallback), or had no such declaration. An object that is
+// still as the last one had it proves nothing of this one, however recent
+// the owner's write: managedFields keep times to the second, and a
+// declaration that restates the last one in another form is in line with
+// no write at all. Only the goroutine syncing s calls it.
+func (e *Engine) proved(s *objectSet, obj *lockedObject, live *unstructured.Unstructured) {
+	v := s.spec.Verify
+	if obj.proof == nil || live == nil || v == nil || !wroteSince(live, v.Owners, v.Since) {
 		return
 	}
-	if v := s.spec.Verify; v != nil && wroteSince(live, v.Owners, v.Since) {
-		s.applied++
+	if obj.fallback != nil {
+		held, err := unpackDeclaration(*obj.fallback)
+		if err != nil || e.rulesOf(obj).holds(live.Object, held.Object) {
+			return
+		}
 	}
+	s.applied++
 }
 
 // prove records that the object is verified: it is held as declared.

@@ -72,10 +72,11 @@ type Result struct {
 	Paused bool
 	// Applied counts the objects of the declaration that needed
 	// verifying and that, when they were verified, showed a write of
-	// one of Verification.Owners at or after Verification.Since: the
-	// owner was seen applying this declaration. An object verified only
-	// because it already was as declared counts none: a declaration can
-	// restate what is live in another form without anyone applying it.
+	// one of Verification.Owners at or after Verification.Since, and
+	// were no longer as Verification.Fallback had them: the owner was
+	// seen applying this declaration. An object verified only because
+	// it already was as declared counts none: a declaration can restate
+	// what is live in another form without anyone applying it.
 	Applied int
 }
 

@@ -109,7 +109,7 @@ func (e *Engine) verify(ctx context.Context, s *objectSet, obj *lockedObject, li
 	k := e.rulesOf(obj).kindOf(desired)
 	owned := ownedPaths(live, k, paths, v.Owners)
 	if !p.checked && len(owned) == 0 && wroteSince(live, v.Owners, v.Since) && driftSince(live, k, desired, paths, v.Since) {
-		s.proved(obj, live)
+		e.proved(s, obj, live)
 		obj.prove()
 		return true, nil
 	}
@@ -124,7 +124,7 @@ func (e *Engine) verify(ctx context.Context, s *objectSet, obj *lockedObject, li
 	}
 	if sameStored(out, live) {
 		obj.writes().noop = &noopPatch{resourceVersion: live.GetResourceVersion(), data: string(patch.Data)}
-		s.proved(obj, live)
+		e.proved(s, obj, live)
 		obj.settle()
 		return true, nil
 	}

@@ -70,6 +70,9 @@ func TestVerification(t *testing.T) {
 		// wantApplied is Result.Applied: the object showed the
 		// owner's write since, evidence the owner applied it.
 		wantApplied int
+		// fallback is data.key as the last verified declaration had
+		// it; "" for no such declaration.
+		fallback string
 	}{{
 		name: "missing object is not created", needed: true,
 		want: []Unverified{{Missing: true}},
@@ -83,6 +86,14 @@ func TestVerification(t *testing.T) {
 	}, {
 		name: "object as declared and written by the owner since counts as applied", needed: true,
 		live: ptr("declared"), managers: []metav1.ManagedFieldsEntry{managed("helm", after, true)},
+		wantValue: "declared", wantApplied: 1,
+	}, {
+		name: "object restated, written by the owner since but as the last declaration had it, counts as no apply", needed: true,
+		live: ptr("declared"), managers: []metav1.ManagedFieldsEntry{managed("helm", after, true)}, fallback: "declared",
+		wantValue: "declared",
+	}, {
+		name: "object changed from the last declaration and written by the owner since counts as applied", needed: true,
+		live: ptr("declared"), managers: []metav1.ManagedFieldsEntry{managed("helm", after, true)}, fallback: "old",
 		wantValue: "declared", wantApplied: 1,
 	}, {
 		name: "object carried over counts as no apply", needed: false,
@@ -149,7 +160,13 @@ func TestVerification(t *testing.T) {
 				Objects:          []*unstructured.Unstructured{configMap(t, "declared")},
 				DefaultNamespace: "ns",
 				Verify: &Verification{Owners: []string{"helm"}, Since: since,
-					Needed: func(*unstructured.Unstructured) bool { return tc.needed }},
+					Needed: func(*unstructured.Unstructured) bool { return tc.needed },
+					Fallback: func(*unstructured.Unstructured) *unstructured.Unstructured {
+						if tc.fallback == "" {
+							return nil
+						}
+						return configMap(t, tc.fallback)
+					}},
 			})
 			// Twice: an object found unverified is not checked again
 			// while it does not change.
