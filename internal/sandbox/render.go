@@ -93,14 +93,14 @@ func (r *Renderer) run(ctx context.Context, rel *render.Release, c render.Cluste
 	case ctx.Err() != nil:
 		return nil, used, ctx.Err()
 	case context.Cause(runCtx) == errDeadline:
-		return nil, used, &TimeoutError{Timeout: r.opts.Timeout}
+		return nil, used, &TimeoutError{Timeout: r.opts.Timeout, Lookups: lookups.Recorded()}
 	}
 	var tooLarge *frameTooLargeError
 	if errors.As(talkErr, &tooLarge) {
-		return nil, used, &TooLargeError{Limit: maxFromChild, Output: true}
+		return nil, used, &TooLargeError{Limit: maxFromChild, Output: true, Lookups: lookups.Recorded()}
 	}
 	if oom, detail := outOfMemory(child.cmd.ProcessState, child.output.String()); oom {
-		return nil, used, &TooLargeError{Limit: r.opts.MemoryLimit, Detail: detail}
+		return nil, used, &TooLargeError{Limit: r.opts.MemoryLimit, Detail: detail, Lookups: lookups.Recorded()}
 	}
 	if waitErr == nil {
 		waitErr = talkErr

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"fmt"
 	"time"
+
+	"github.com/helm-locker/helm-locker/internal/render"
 )
 
 // Defaults of Options.
@@ -53,6 +55,9 @@ func (o Options) Validate() error {
 // TimeoutError says a render ran past its deadline and was stopped.
 type TimeoutError struct {
 	Timeout time.Duration
+	// Lookups are what the render looked up before it was stopped: a
+	// change of one may be what lets it render again.
+	Lookups []render.Lookup
 }
 
 func (e *TimeoutError) Error() string {
@@ -70,6 +75,8 @@ type TooLargeError struct {
 	Output bool
 	// Detail is what the process printed as it failed, if anything.
 	Detail string
+	// Lookups are what the render looked up before it was stopped.
+	Lookups []render.Lookup
 }
 
 func (e *TooLargeError) Error() string {

@@ -270,12 +270,15 @@ func TestRenderStopped(t *testing.T) {
 		is     func(t *testing.T, err error)
 	}{
 		{
-			name:     "nested ranges",
-			template: `{{ range until 100000 }}{{ range until 100000 }}{{ end }}{{ end }}`,
+			name:     "nested ranges, after a lookup",
+			template: `{{ $n := lookup "v1" "ConfigMap" "apps" "settings" | dig "data" "n" "100000" | int }}{{ range until $n }}{{ range until $n }}{{ end }}{{ end }}`,
 			is: func(t *testing.T, err error) {
 				var te *TimeoutError
 				if !errors.As(err, &te) || te.Timeout != timeout {
-					t.Errorf("error %v, want a *TimeoutError of %s", err, timeout)
+					t.Fatalf("error %v, want a *TimeoutError of %s", err, timeout)
+				}
+				if len(te.Lookups) != 1 || te.Lookups[0].String() != "ConfigMap apps/settings" {
+					t.Errorf("the render looked up %v before it was stopped, want ConfigMap apps/settings", te.Lookups)
 				}
 			},
 		},
