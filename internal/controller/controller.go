@@ -105,6 +105,11 @@ type Config struct {
 	// mode's webhook, for ConditionAdmissionAnswered; nil with the
 	// webhook off.
 	Admission AdmissionProbe
+	// Renderer renders charts again, for spec.rerender: the operator's
+	// runs each render in a process of its own, with a deadline and a
+	// memory cap (internal/sandbox). Nil renders in this process
+	// (render.Render), as unit tests do.
+	Renderer Renderer
 }
 
 // Controller locks the releases that HelmRelease CRs name.

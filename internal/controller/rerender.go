@@ -26,6 +26,7 @@ import (
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
 	"github.com/helm-locker/helm-locker/internal/render"
+	"github.com/helm-locker/helm-locker/internal/sandbox"
 	"github.com/helm-locker/helm-locker/internal/storage"
 	"github.com/helm-locker/helm-locker/internal/upgrade"
 	"github.com/helm-locker/helm-locker/internal/worker"
@@ -49,6 +50,27 @@ const renderStartLimit = time.Minute
 // renderDelay gathers the causes of a render that come together, such as
 // every lookup target a `helm upgrade` of another release rewrites.
 const renderDelay = 500 * time.Millisecond
+
+// Renderer renders a revision's chart on a cluster, as render.Render
+// does, wherever it runs it.
+type Renderer interface {
+	Render(ctx context.Context, rel *render.Release, c render.Cluster) (*render.Output, error)
+}
+
+// inProcess is the Renderer of a Config that names none.
+type inProcess struct{}
+
+func (inProcess) Render(ctx context.Context, rel *render.Release, c render.Cluster) (*render.Output, error) {
+	return render.Render(ctx, rel, c)
+}
+
+// renderer is the Renderer renders run with.
+func (c *Controller) renderer() Renderer {
+	if c.cfg.Renderer != nil {
+		return c.cfg.Renderer
+	}
+	return inProcess{}
+}
 
 // renderTarget is what a render renders: the verified revision the lock
 // holds, as the identity the lock writes as.
@@ -343,13 +365,9 @@ func (c *Controller) render(ctx context.Context, target renderTarget, causes []s
 		return nil, nil, nil, err
 	}
 	env := render.Cluster{KubeVersion: cluster.version, APIVersions: cluster.apiVersions, Client: client, Mapper: c.cfg.Mapper}
-	out, err := render.Render(ctx, rel, env)
+	out, err := c.renderer().Render(ctx, rel, env)
 	if err != nil {
-		var lookupErr *render.LookupError
-		if errors.As(err, &lookupErr) && apierrors.IsForbidden(lookupErr.Err) {
-			return failed(v1alpha1.ReasonRenderForbidden, fmt.Sprintf("lookup of %s is forbidden to %s; nothing was read", lookupErr.Lookup, impersonated(rk.Namespace, target.writer)))
-		}
-		return failed(v1alpha1.ReasonRenderFailed, fmt.Sprintf("rendering revision %d: %v", target.revision, err))
+		return renderFailed(res, target, "", err)
 	}
 	res.readsAPIVersions, res.readsKubeVersion = out.ReadsAPIVersions, res.readsKubeVersion || out.ReadsKubeVersion
 	for i, l := range out.Lookups {
@@ -362,9 +380,9 @@ func (c *Controller) render(ctx context.Context, target renderTarget, causes []s
 	if err == nil && len(changes) > 0 {
 		// Rendered twice, what generates itself (randAlphaNum, genCA)
 		// differs and is left out.
-		again, againErr := render.Render(ctx, rel, env)
+		again, againErr := c.renderer().Render(ctx, rel, env)
 		if againErr != nil {
-			return failed(v1alpha1.ReasonRenderFailed, fmt.Sprintf("rendering revision %d again: %v", target.revision, againErr))
+			return renderFailed(res, target, " again", againErr)
 		}
 		changes, err = render.Compare(rel.Helm, rel.Manifest, out.Manifest, again.Manifest)
 	}
@@ -383,6 +401,40 @@ func (c *Controller) render(ctx context.Context, target renderTarget, causes []s
 	res.cond = condition(v1alpha1.ConditionRendered, false, v1alpha1.ReasonClusterChanged,
 		limit(fmt.Sprintf("%s: %s would change (helm-locker diff --rerender -n %s %s)", res.status.Cause, describeChanges(res.status.Changes, res.status.MoreChanges), rk.Namespace, rk.Name)))
 	return res, rel, out.Lookups, nil
+}
+
+// renderFailed reports a render of target that failed with err (of the
+// render again, with again " again"), and returns what it looked up that
+// is to be watched. A lookup its write identity may not make is
+// Forbidden. A render stopped at its deadline or its memory cap is not
+// tried again until something changes: the revision, the cluster, or an
+// object it looked up before it was stopped, which may be what made it
+// loop or grow.
+func renderFailed(res *renderResult, target renderTarget, again string, err error) (*renderResult, *render.Release, []render.Lookup, error) {
+	reason, message := v1alpha1.ReasonRenderFailed, fmt.Sprintf("rendering revision %d%s: %v", target.revision, again, err)
+	const next = "; it is rendered again when the revision, the cluster or an object it looked up changes"
+	var (
+		lookups   []render.Lookup
+		lookupErr *render.LookupError
+		timeout   *sandbox.TimeoutError
+		tooLarge  *sandbox.TooLargeError
+	)
+	switch {
+	case errors.As(err, &timeout):
+		reason, lookups = v1alpha1.ReasonRenderTimeout, timeout.Lookups
+		message += " (--render-timeout)" + next
+	case errors.As(err, &tooLarge):
+		reason, lookups = v1alpha1.ReasonRenderTooLarge, tooLarge.Lookups
+		if !tooLarge.Output {
+			message += " (--render-memory-limit)"
+		}
+		message += next
+	case errors.As(err, &lookupErr) && apierrors.IsForbidden(lookupErr.Err):
+		reason = v1alpha1.ReasonRenderForbidden
+		message = fmt.Sprintf("lookup of %s is forbidden to %s; nothing was read", lookupErr.Lookup, impersonated(target.release.Namespace, target.writer))
+	}
+	res.cond = condition(v1alpha1.ConditionRendered, false, reason, limit(message))
+	return res, nil, lookups, nil
 }
 
 func digestOf(s string) string {
