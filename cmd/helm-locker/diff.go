@@ -258,14 +258,17 @@ func lockDiff(cmd *cobra.Command, cfg *rest.Config, namespace string, target dif
 	return l.Diff(cmd.Context(), objs, opts...)
 }
 
-// lockOf is the HelmRelease that locks release rk, nil if none does: any
-// the user may list, in every namespace or, failing that, in
-// lockNamespace. Of several, the registration namespace's is taken, as
-// the locker holds it.
+// lockOf is the HelmRelease that locks release rk, nil if none the user
+// may read does: any the user may list, in every namespace or, failing
+// that, in lockNamespace. Of several, the registration namespace's is
+// taken, as the locker holds it.
 func lockOf(ctx context.Context, dyn dynamic.Interface, lockNamespace string, rk v1alpha1.ReleaseKey) (*v1alpha1.HelmRelease, error) {
 	list, err := dyn.Resource(v1alpha1.Resource).List(ctx, metav1.ListOptions{})
 	if apierrors.IsForbidden(err) {
 		list, err = dyn.Resource(v1alpha1.Resource).Namespace(lockNamespace).List(ctx, metav1.ListOptions{})
+	}
+	if apierrors.IsForbidden(err) {
+		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("finding the HelmRelease that locks release %s/%s: %w", rk.Namespace, rk.Name, err)

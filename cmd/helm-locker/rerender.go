@@ -108,7 +108,7 @@ func releaseToRender(ctx context.Context, kube kubernetes.Interface, rk v1alpha1
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(warn, "Warning: no HelmRelease locks release %s/%s, so nothing verified its revision %d: rendering the chart its Secret holds now, which anyone who may write Secrets in %s could have written\n", rk.Namespace, rk.Name, rel.Version, rk.Namespace)
+		fmt.Fprintf(warn, "Warning: no HelmRelease you may read locks release %s/%s, so nothing verified its revision %d: rendering the chart its Secret holds now, which anyone who may write Secrets in %s could have written\n", rk.Namespace, rk.Name, rel.Version, rk.Namespace)
 		return rel, nil
 	}
 	v := hr.Status.Verified
