@@ -65,6 +65,8 @@ func TestChartValuesCoverEveryFlag(t *testing.T) {
 		"install-crds":                {map[string]any{"installCRDs": true}, "true"},
 		"default-service-account":     {map[string]any{"defaultServiceAccount": "deployer"}, "deployer"},
 		"default-rerender":            {map[string]any{"defaultRerender": "Report"}, "Report"},
+		"render-timeout":              {map[string]any{"renderTimeout": "30s"}, "30s"},
+		"render-memory-limit":         {map[string]any{"renderMemoryLimit": "512Mi"}, "512Mi"},
 		"watch-label-selector":        {map[string]any{"shards": []any{"a"}}, "sharding.helm-locker.io/shard=a"},
 		"leader-elect-lease-name":     {map[string]any{"shards": []any{"a"}}, "helm-locker-a"},
 		"webhook-service":             {map[string]any{"shards": []any{"a"}}, "helm-locker-webhook-a"},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/internal/controller"
+	"github.com/helm-locker/helm-locker/internal/sandbox"
 )
 
 // options are the operator's flags. The first four are rancher/helm-locker's,
@@ -45,12 +46,14 @@ type options struct {
 	exemptGroups   []string
 	helmTimeout    time.Duration
 	installCRDs    bool
+	renderTimeout  time.Duration
+	renderMemory   *bytesFlag
 }
 
 // newRootCommand builds the command tree. Run with no subcommand, it runs
 // the operator. Errors are printed once, by main.
 func newRootCommand() *cobra.Command {
-	opts := &options{}
+	opts := &options{renderMemory: newBytesFlag(sandbox.DefaultMemoryLimit)}
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	root := &cobra.Command{
@@ -113,9 +116,11 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.StringVar(&opts.webhookCertDir, "webhook-cert-dir", "", "folder with the webhook's ca.crt, tls.crt and tls.key, such as a cert-manager Secret; empty keeps a self-signed CA and certificate in the Secret <--leader-elect-lease-name>-webhook in the registration namespace")
 	f.DurationVar(&opts.helmTimeout, "helm-operation-timeout", controller.DefaultHelmOperationTimeout, "how long a release revision may stay pending or uninstalling before the lock holds the last verified revision again (a Helm killed mid-way never finishes; Helm's own --timeout is 5m)")
 	f.BoolVar(&opts.installCRDs, "install-crds", true, "create or update the HelmRelease and ManifestLock CRDs at startup; false when something else installs them (the Helm chart's crds/), so the locker needs no write on CRDs")
+	f.DurationVar(&opts.renderTimeout, "render-timeout", sandbox.DefaultTimeout, "how long rendering a chart again (spec.rerender) may take, lookups included: past it, the render's process is killed and the HelmRelease says Rendered=False, reason RenderTimeout, until the revision, the cluster or an object it looked up changes")
+	f.Var(opts.renderMemory, "render-memory-limit", "memory a render's process may map (its RLIMIT_DATA): past it, the render is stopped and the HelmRelease says Rendered=False, reason RenderTooLarge. Two renders run at once, each in a process beside the locker's: leave room for them in the container's memory limit")
 	f.StringSliceVar(&opts.exemptGroups, "prevent-exempt-groups", nil, "groups whose writes to objects Prevent locks hold pass admission (break glass; the revert still applies unless the lock is suspended); Kubernetes' garbage collector and namespace controller always pass")
 	f.AddGoFlag(klogFlags.Lookup("v"))
-	root.AddCommand(newVersionCommand(), newInspectCommand(), newDiffCommand(), newLockCommand())
+	root.AddCommand(newVersionCommand(), newInspectCommand(), newDiffCommand(), newLockCommand(), newRenderSandboxCommand())
 	exitUsageOnBadCalls(root)
 	return root
 }
@@ -134,5 +139,16 @@ func (o *options) validate() error {
 			return err
 		}
 	}
+	if o.renderTimeout <= 0 {
+		return fmt.Errorf("--render-timeout %s: want more than 0", o.renderTimeout)
+	}
+	if o.renderMemory.bytes() < sandbox.MinMemoryLimit {
+		return fmt.Errorf("--render-memory-limit %s: want at least %dMi, which a render's process needs to start", o.renderMemory, sandbox.MinMemoryLimit>>20)
+	}
 	return nil
+}
+
+// renderOptions are the options of the operator's renders.
+func (o *options) renderOptions() sandbox.Options {
+	return sandbox.Options{Timeout: o.renderTimeout, MemoryLimit: o.renderMemory.bytes()}
 }

@@ -41,6 +41,7 @@ import (
 	"github.com/helm-locker/helm-locker/internal/events"
 	"github.com/helm-locker/helm-locker/internal/leader"
 	"github.com/helm-locker/helm-locker/internal/metrics"
+	"github.com/helm-locker/helm-locker/internal/sandbox"
 	"github.com/helm-locker/helm-locker/internal/webhook"
 )
 
@@ -249,8 +250,12 @@ func (op *operator) newController(readOnly bool) *controller.Controller {
 		Metrics:               op.metrics,
 		Readiness:             op.readiness,
 		Admission:             admissionProbe,
+		Renderer:              sandbox.New(op.opts.renderOptions()),
 	})
 }
+
+// Renders run in a sandbox process (see newRenderSandboxCommand).
+var _ controller.Renderer = (*sandbox.Renderer)(nil)
 
 // serve starts, until ctx is done, the servers every replica runs,
 // leader or not: metrics, health probes and, with admission on, the

@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/helm-locker/helm-locker/internal/sandbox"
 )
 
 // TestExitStatus holds every subcommand to the exit statuses its help
@@ -27,6 +29,10 @@ func TestExitStatus(t *testing.T) {
 		{[]string{"--watch-label-selector=a=b=c"}, 2, "--watch-label-selector"},
 		{[]string{"--webhook-url=http://127.0.0.1:9443/validate"}, 2, "--webhook-url"},
 		{[]string{"--config=" + t.TempDir() + "/none.yaml"}, 2, "reading config file"},
+		{[]string{"--render-timeout=0s"}, 2, "--render-timeout 0s: want more than 0"},
+		{[]string{"--render-memory-limit=lots"}, 2, `invalid argument "lots" for "--render-memory-limit" flag: want a size such as 256Mi`},
+		{[]string{"--render-memory-limit=16Mi"}, 2, "--render-memory-limit 16Mi: want at least 64Mi"},
+		{[]string{sandbox.Subcommand, "extra"}, 2, `unknown command "extra" for "helm-locker render-sandbox"`},
 
 		{[]string{"version", "--bogus"}, 2, "unknown flag: --bogus\nSee 'helm-locker version --help' for usage."},
 		{[]string{"version", "extra"}, 2, `unknown command "extra" for "helm-locker version"`},
