@@ -26,6 +26,7 @@ import (
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
 	"github.com/helm-locker/helm-locker/internal/render"
+	"github.com/helm-locker/helm-locker/internal/sandbox"
 	"github.com/helm-locker/helm-locker/internal/storage"
 	"github.com/helm-locker/helm-locker/manifest"
 )
@@ -68,8 +69,12 @@ func rerenderDiffs(ctx context.Context, cfg *rest.Config, rk v1alpha1.ReleaseKey
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(disc)
 	cluster := render.Cluster{KubeVersion: version.GitVersion, APIVersions: apiVersions, Client: dyn, Mapper: mapper}
+	// Rendering a chart is running code: each render runs in a process
+	// of its own, with the operator's default deadline and memory cap,
+	// and its lookups are made here, with the user's credentials.
+	renderer := sandbox.New(sandbox.DefaultOptions())
 	renderOnce := func() (string, error) {
-		out, err := render.Render(ctx, rel, cluster)
+		out, err := renderer.Render(ctx, rel, cluster)
 		if err != nil {
 			return "", fmt.Errorf("rendering revision %d of release %s/%s: %w", rel.Version, rk.Namespace, rk.Name, err)
 		}
