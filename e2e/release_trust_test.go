@@ -55,18 +55,21 @@ func plantRevision(t *testing.T, client kubernetes.Interface, ns, release string
 	return name
 }
 
-// waitInvalid waits until the CR's lock is open as InvalidRelease, with a
-// message naming the Secret and saying what is wrong.
+// waitInvalid waits until the CR says, as Ready=False/InvalidRelease,
+// that the latest revision, revision, is not one Helm wrote, naming the
+// Secret and what is wrong, while the lock still holds the last verified
+// revision, 1: anyone who may write Secrets can plant an invalid one, and
+// it must not open the lock.
 func waitInvalid(t *testing.T, registration, cr string, revision int, secret, problem string) {
 	t.Helper()
 	env.Eventually(t, 30*time.Second, func() error {
 		hr := env.HelmReleaseIn(t, registration, cr)
-		c := findCondition(hr, v1alpha1.ConditionLocked)
-		if hr.Status.State != v1alpha1.StateError || hr.Status.Version != revision || c == nil || c.Status != metav1.ConditionFalse || c.Reason != "InvalidRelease" {
-			return fmt.Errorf("state %s/%d, Locked %+v; want Error/%d, Locked=False/InvalidRelease", hr.Status.State, hr.Status.Version, c, revision)
+		locked, ready := findCondition(hr, v1alpha1.ConditionLocked), findCondition(hr, v1alpha1.ConditionReady)
+		if hr.Status.Version != 1 || locked == nil || locked.Status != metav1.ConditionTrue || ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != v1alpha1.ReasonInvalidRelease {
+			return fmt.Errorf("revision %d, Locked %+v, Ready %+v; want revision 1 held, Ready=False/InvalidRelease", hr.Status.Version, locked, ready)
 		}
-		if !strings.Contains(c.Message, secret) || !strings.Contains(c.Message, problem) {
-			return fmt.Errorf("Locked says %q; want it to name Secret %s and say %q", c.Message, secret, problem)
+		if want := fmt.Sprintf("the latest revision, %d, is not one Helm wrote", revision); !strings.Contains(ready.Message, want) || !strings.Contains(ready.Message, secret) || !strings.Contains(ready.Message, problem) {
+			return fmt.Errorf("Ready says %q; want it to say %q, name Secret %s and say %q", ready.Message, want, secret, problem)
 		}
 		return nil
 	})

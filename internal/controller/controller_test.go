@@ -443,3 +443,47 @@ func TestInvalidRelease(t *testing.T) {
 		t.Errorf("an unreadable Secret was reported as %+v", c)
 	}
 }
+
+// TestInvalidLatestRevisionKeepsTheVerifiedOneHeld: a latest revision
+// whose Secret is not one Helm wrote, which anyone who may write Secrets
+// can plant, opens nothing: the last verified revision stays held, and
+// Ready says InvalidRelease, naming the Secret.
+func TestInvalidLatestRevisionKeepsTheVerifiedOneHeld(t *testing.T) {
+	first := releaseSecret(t, "deployed", 1)
+	first.UID = "uid-1"
+	c, dyn := newTestController(t, helmRelease(nil), first, nil)
+	key := helmReleaseKey("cattle-helm-system", "hr")
+	if _, err := c.sync(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	if v := statusOf(t, dyn).Verified; v == nil || v.Revision != 1 {
+		t.Fatalf("status.verified = %+v, want revision 1", v)
+	}
+	forged := releaseSecretWith(t, "deployed", 2, func(rel map[string]any) { rel["namespace"] = "kube-system" })
+	forged.UID = "uid-2"
+	if _, err := c.cfg.Kube.CoreV1().Secrets("apps").Create(context.Background(), forged, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	meta2 := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: forged.ObjectMeta}
+	if _, err := c.cfg.Metadata.(*metadatafake.FakeMetadataClient).Resource(corev1.SchemeGroupVersion.WithResource("secrets")).Namespace("apps").(metadatafake.MetadataClient).CreateFake(meta2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return c.latestSecret(v1alpha1.ReleaseKey{Namespace: "apps", Name: "rel"}).GetName() == forged.Name })
+	for range 2 {
+		if _, err := c.sync(context.Background(), key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status := statusOf(t, dyn)
+	locked := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionLocked)
+	ready := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady)
+	if locked == nil || locked.Status != metav1.ConditionTrue || status.Version != 1 {
+		t.Errorf("status %s revision %d, Locked %+v; want revision 1 held", status.State, status.Version, locked)
+	}
+	if ready == nil || ready.Reason != v1alpha1.ReasonInvalidRelease || !strings.Contains(ready.Message, "sh.helm.release.v1.rel.v2") || !strings.Contains(ready.Message, "Revision 1, the last verified, stays held") {
+		t.Errorf("Ready = %+v; want InvalidRelease naming the Secret and the revision held", ready)
+	}
+	if _, err := dyn.Resource(cmGVR).Namespace("kube-system").Get(context.Background(), "cm", metav1.GetOptions{}); err == nil {
+		t.Error("the ConfigMap was created in the namespace the forged release names")
+	}
+}

@@ -399,10 +399,26 @@ func (c *Controller) decide(ctx context.Context, req *releaseSync) (status v1alp
 	}
 
 	if st.rel == nil || st.secretUID != latest.GetUID() || st.secretVersion != latest.GetResourceVersion() || st.generation != hr.Generation {
-		rel, objs, err := st.rejected.read(latest, func() (*storage.Release, []*unstructured.Unstructured, error) {
-			return c.readRelease(ctx, rk, latest)
-		})
+		read := func(secret *metav1.PartialObjectMetadata) (*storage.Release, []*unstructured.Unstructured, error) {
+			return st.rejected.read(secret, func() (*storage.Release, []*unstructured.Unstructured, error) {
+				return c.readRelease(ctx, rk, secret)
+			})
+		}
+		rel, objs, err := read(latest)
 		var invalid *storage.InvalidError
+		if errors.As(err, &invalid) && st.stuck == nil {
+			// Anyone who may write Secrets can write an invalid
+			// latest revision: it opens nothing. The last verified
+			// revision stays held, and the status says why.
+			if verified := c.verifiedSecret(st); verified != nil && verified.GetUID() != latest.GetUID() {
+				st.stuck = &stuckRevision{revision: revision, invalid: err.Error()}
+				latest, revision = verified, st.trust.verified.Revision
+				if st.rel != nil && st.secretUID == latest.GetUID() && st.secretVersion == latest.GetResourceVersion() && st.generation == hr.Generation {
+					return hr.Status, false, nil
+				}
+				rel, objs, err = read(latest)
+			}
+		}
 		switch {
 		case errors.As(err, &invalid):
 			c.pauseState(ctx, key, hr, st)

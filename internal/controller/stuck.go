@@ -27,16 +27,25 @@ type stuckRevision struct {
 	// upgradeFailed says Upgrade mode's upgrade wrote the revision and
 	// failed (see failedUpgrade).
 	upgradeFailed bool
+	// invalid, if set, says the revision's Secret is not one Helm wrote
+	// for the release (a storage.InvalidError), and why.
+	invalid string
 }
 
 func (s *stuckRevision) reason() string {
-	if s.upgradeFailed {
+	switch {
+	case s.invalid != "":
+		return v1alpha1.ReasonInvalidRelease
+	case s.upgradeFailed:
 		return v1alpha1.ReasonUpgradeFailed
 	}
 	return v1alpha1.ReasonHelmOperationStuck
 }
 
 func (s *stuckRevision) message(timeout time.Duration, held int) string {
+	if s.invalid != "" {
+		return fmt.Sprintf("the latest revision, %d, is not one Helm wrote: %s. Revision %d, the last verified, stays held; a valid newer revision is locked as usual", s.revision, s.invalid, held)
+	}
 	if s.upgradeFailed {
 		return fmt.Sprintf("revision %d, which the locker's Upgrade mode wrote, failed and could not be rolled back: revision %d, the last verified, stays held; a newer revision opens the lock as usual", s.revision, held)
 	}
