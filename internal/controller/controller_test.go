@@ -468,7 +468,9 @@ func TestInvalidLatestRevisionKeepsTheVerifiedOneHeld(t *testing.T) {
 	if _, err := c.cfg.Metadata.(*metadatafake.FakeMetadataClient).Resource(corev1.SchemeGroupVersion.WithResource("secrets")).Namespace("apps").(metadatafake.MetadataClient).CreateFake(meta2, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return c.latestSecret(v1alpha1.ReleaseKey{Namespace: "apps", Name: "rel"}).GetName() == forged.Name })
+	waitFor(t, func() bool {
+		return c.latestSecret(v1alpha1.ReleaseKey{Namespace: "apps", Name: "rel"}).GetName() == forged.Name
+	})
 	for range 2 {
 		if _, err := c.sync(context.Background(), key); err != nil {
 			t.Fatal(err)
