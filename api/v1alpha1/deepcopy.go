@@ -23,6 +23,10 @@ func (s *HelmReleaseStatus) DeepCopy() *HelmReleaseStatus {
 		out.Verified = &v
 	}
 	out.Rerender = s.Rerender.DeepCopy()
+	if s.FailedUpgrade != nil {
+		f := *s.FailedUpgrade
+		out.FailedUpgrade = &f
+	}
 	return &out
 }
 

@@ -175,6 +175,14 @@ const (
 	// message gives Helm's error. It is not retried for the same cause,
 	// and the last deployed revision stays held.
 	ReasonUpgradeFailed = "UpgradeFailed"
+	// ReasonUpgradeThrottled: in Upgrade mode, the chart would render
+	// differently now, and the upgrade is held back: the release was
+	// upgraded less than --rerender-upgrade-interval ago (an interval
+	// that doubles while the cause keeps changing), or
+	// --rerender-upgrade-max-per-hour times within the hour. The message
+	// names what would change and when the upgrade is tried next; it is
+	// then tried without another change.
+	ReasonUpgradeThrottled = "UpgradeThrottled"
 	// ReasonUnverifiedChart: the chart or the user values in the
 	// Secret of the revision whose chart the lock trusts are not the
 	// ones recorded when it was verified (status.verified): a Secret

@@ -252,7 +252,43 @@ type HelmReleaseStatus struct {
 	// Rerender is what the last render of the chart found, with
 	// spec.rerender Report or Upgrade.
 	Rerender *RenderStatus `json:"rerender,omitempty"`
+	// FailedUpgrade is the last upgrade of spec.rerender Upgrade that
+	// Helm failed (see FailedUpgrade); unset once an upgrade is tried
+	// again.
+	FailedUpgrade *FailedUpgrade `json:"failedUpgrade,omitempty"`
 }
+
+// FailedUpgrade records an upgrade of spec.rerender Upgrade that Helm
+// failed. Kept in the status, it outlives a restart of the locker and a
+// change of leader: the upgrade is not tried again for the same render,
+// and a revision it left failed does not open the lock.
+type FailedUpgrade struct {
+	// Release is the release the upgrade was of.
+	Release ReleaseKey `json:"release"`
+	// RenderDigest is the sha256 of the render the upgrade was tried
+	// with: it is not tried again for that render.
+	RenderDigest string `json:"renderDigest"`
+	// Cause is what made the chart render differently, as
+	// status.rerender.cause said then.
+	Cause string `json:"cause,omitempty"`
+	// Error is Helm's error, at most MaxFailedUpgradeError bytes of it.
+	Error string `json:"error,omitempty"`
+	// Revision is the revision Helm left failed as the release's
+	// latest (the upgrade's, or that of the rollback after it): while
+	// its Secret, SecretUID, is the latest revision, the lock holds the
+	// last verified revision past it. Zero when Helm rolled the failure
+	// back to a deployed revision.
+	Revision int `json:"revision,omitempty"`
+	// SecretUID is the UID of Revision's Secret. A Secret of that
+	// revision written by anyone else has another UID, and opens the
+	// lock as any failed revision does.
+	SecretUID string `json:"secretUID,omitempty"`
+	// Time is when the upgrade failed.
+	Time metav1.Time `json:"time"`
+}
+
+// MaxFailedUpgradeError bounds FailedUpgrade.Error.
+const MaxFailedUpgradeError = 1024
 
 // RenderStatus reports the last render of a release's chart against the
 // cluster as it is now. It names paths, never values: a Secret's data
