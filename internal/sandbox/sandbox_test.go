@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,7 +42,26 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if len(os.Args) == 2 && os.Args[1] == loopingParent {
+		os.Exit(renderLoop())
+	}
 	os.Exit(runTests(m))
+}
+
+// loopingParent runs this test binary as a process that renders a chart
+// that loops, until it is killed (see TestChildDiesWithParent).
+const loopingParent = "render-a-loop"
+
+func renderLoop() int {
+	c, _ := cluster()
+	var command []string
+	if bin := os.Getenv("SANDBOX_TEST_CHILD"); bin != "" {
+		command = []string{bin, Subcommand}
+	}
+	rel := releaseOf(&testing.T{}, manifest.Helm3, chartOf(map[string]string{"a.yaml": `{{ range until 100000 }}{{ range until 100000 }}{{ end }}{{ end }}`}), nil)
+	_, err := New(Options{Timeout: time.Minute, Command: command}).Render(context.Background(), rel, c)
+	fmt.Fprintln(os.Stderr, err)
+	return 1
 }
 
 // childCommand is Options.Command for the tests: this test binary's own,
@@ -369,16 +389,23 @@ func tooLarge(limit int64, output bool) func(t *testing.T, err error) {
 
 // children are the render processes this test binary started that still
 // run, or were not reaped.
-func children(t *testing.T) []string {
+func children(t *testing.T) []int {
+	t.Helper()
+	return childrenOf(t, os.Getpid())
+}
+
+// childrenOf are the render processes whose parent is pid.
+func childrenOf(t *testing.T, pid int) []int {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Skip("no /proc to read processes from")
 	}
-	self := strconv.Itoa(os.Getpid())
-	var out []string
+	parent := strconv.Itoa(pid)
+	var out []int
 	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
 			continue
 		}
 		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
@@ -387,10 +414,10 @@ func children(t *testing.T) []string {
 		}
 		// pid (comm) state ppid ...: comm may hold spaces.
 		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(fields) > 1 && fields[1] == self {
+		if len(fields) > 1 && fields[1] == parent {
 			cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 			if strings.Contains(string(cmdline), Subcommand) {
-				out = append(out, e.Name()+" "+fields[0])
+				out = append(out, child)
 			}
 		}
 	}
@@ -409,5 +436,48 @@ func TestRenderBadOptions(t *testing.T) {
 	}
 	if _, err := New(Options{Command: []string{"/nonexistent/helm-locker"}}).Render(context.Background(), rel, c); !errors.As(err, new(*ProcessError)) {
 		t.Errorf("Render with no executable: %v, want a *ProcessError", err)
+	}
+}
+
+// TestChildDiesWithParent: a locker that dies, however it dies, takes its
+// render's process with it; the kernel kills it (Pdeathsig).
+func TestChildDiesWithParent(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := exec.Command(self, loopingParent)
+	if len(childCommand) > 0 {
+		parent.Env = append(os.Environ(), "SANDBOX_TEST_CHILD="+childCommand[0])
+	}
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var child int
+	deadline := time.Now().Add(10 * time.Second)
+	for child == 0 && time.Now().Before(deadline) {
+		if pids := childrenOf(t, parent.Process.Pid); len(pids) > 0 {
+			child = pids[0]
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if child == 0 {
+		_ = parent.Process.Kill()
+		_ = parent.Wait()
+		t.Fatal("the parent started no render process within 10 s")
+	}
+	_ = parent.Process.Kill()
+	_ = parent.Wait()
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		// Orphaned, the child is reaped by init once it dies.
+		if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(child))); os.IsNotExist(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(child, syscall.SIGKILL)
+			t.Fatalf("the render process %d outlived its parent by 5 s", child)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
