@@ -19,11 +19,16 @@ func (e *Engine) syncObject(ctx context.Context, s *objectSet, obj *lockedObject
 		return nil, err
 	}
 	if o.live == nil {
+		obj.markUnchecked(nil)
 		return e.recreate(ctx, s, obj, o.declared)
 	}
 	c, err := e.compare(ctx, s.spec, obj, o)
 	if err != nil {
 		return nil, err
+	}
+	obj.markUnchecked(c.unchecked)
+	if c.unchecked != nil {
+		return nil, nil
 	}
 	if c.patch == nil {
 		if !s.spec.ReportOnly {
@@ -112,6 +117,16 @@ type comparison struct {
 	// run canonicalize made: the write would get it too, so it is not
 	// sent.
 	refused error
+	// unchecked is set when the API server refused every dry run that
+	// would tell the mismatch from its own form: it is neither reported
+	// nor written (see Unchecked).
+	unchecked *Unchecked
+}
+
+// paths lists where live differs from c.desired (see driftPaths), at most
+// maxDriftPaths of them.
+func (c comparison) paths(live *unstructured.Unstructured) []string {
+	return limitPaths(c.rules.kindOf(c.desired).driftPaths(live.Object, c.desired))
 }
 
 // compare works out what o.live should be, and the patch that makes it so.
@@ -135,25 +150,53 @@ func (e *Engine) compare(ctx context.Context, spec ObjectSet, obj *lockedObject,
 		return c, err
 	}
 	// A mismatch where the declaration may just be in another form than
-	// the stored one is dry-run once (see canonicalize); an unverified
-	// object's is, by the dry run its verification makes.
-	if c.patch != nil && fresh && !obj.canonical && obj.proof == nil {
-		obj.canonical = true
-		canon, refused, err := e.canonicalize(ctx, spec, obj, rules, declared, c.patch)
-		c.refused = refused
-		if err == nil {
-			if c.desired, err = obj.desired(rules, live.Object, canon.Object); err != nil {
-				return c, err
-			}
-			if c.patch, err = computePatch(live.Object, c.desired); err != nil {
-				return c, err
-			}
+	// the stored one is dry-run once, and again while every dry run is
+	// refused (see Unchecked); an unverified object's is, by the dry run
+	// its verification makes.
+	if c.patch != nil && (fresh || obj.unchecked() != nil) && !obj.canonical && obj.proof == nil {
+		if err := e.learnStoredForm(ctx, spec, obj, live, declared, &c); err != nil || c.unchecked != nil {
+			return c, err
 		}
 	}
 	if c.patch != nil && obj.noop(live.GetResourceVersion(), string(c.patch.Data)) {
 		c.patch = nil
 	}
 	return c, nil
+}
+
+// learnStoredForm dry-runs c's patch to put obj's declaration in the form
+// the API server stores it (see canonicalize), and compares live with it
+// again. When every dry run is refused it sets c.unchecked instead, and
+// leaves the next try to a check after UncheckedRetry.
+func (e *Engine) learnStoredForm(ctx context.Context, spec ObjectSet, obj *lockedObject, live, declared *unstructured.Unstructured, c *comparison) error {
+	now := e.now()
+	if u := obj.unchecked(); u != nil && now.Before(u.RetryAt) {
+		again := *u
+		again.Paths = c.paths(live)
+		c.unchecked = &again
+		return nil
+	}
+	obj.canonical = true
+	canon, refused, err := e.canonicalize(ctx, spec, obj, c.rules, declared, c.patch)
+	if permanentReason(err) == ReasonForbidden {
+		// Nothing learnt: the first check after RetryAt dry-runs
+		// again.
+		obj.canonical = false
+		c.unchecked = &Unchecked{Ref: obj.ref, Kind: declared.GetKind(), Paths: c.paths(live), Err: dryRunRefusal(refused, err), RetryAt: now.Add(UncheckedRetry)}
+		return nil
+	}
+	c.refused = refused
+	if err != nil {
+		// Compared in the declared form, as ever: the correction
+		// meets the same error, or a form-only one changes nothing
+		// and is remembered as such (see noopPatch).
+		return nil
+	}
+	if c.desired, err = obj.desired(c.rules, live.Object, canon.Object); err != nil {
+		return err
+	}
+	c.patch, err = computePatch(live.Object, c.desired)
+	return err
 }
 
 // revert writes c's patch to obj, once the drift is verified as someone

@@ -243,11 +243,12 @@ func (s *Set) Created() []ObjectRef {
 
 // NotLockedError says a set cannot be held as declared until its
 // declaration or the cluster changes: the API server refuses an object's
-// correction for good (see Failure), an object cannot be placed, or
-// another set holds it.
+// correction for good (see Failure) or the dry run that would check it
+// (see Unchecked), an object cannot be placed, or another set holds it.
 type NotLockedError struct {
 	Set       string
 	Failed    []Failure
+	Unchecked []Unchecked
 	Conflicts []Conflict
 	// Invalid are objects that could not be resolved for a reason other
 	// than a kind not yet served.
@@ -258,6 +259,9 @@ func (e *NotLockedError) Error() string {
 	var parts []string
 	for _, f := range e.Failed {
 		parts = append(parts, fmt.Sprintf("%s: %s: %v", f.Ref, f.Reason, f.Err))
+	}
+	for _, u := range e.Unchecked {
+		parts = append(parts, fmt.Sprintf("%s: differs at %s, and cannot be checked: %v", u.Ref, strings.Join(u.Paths, ", "), u.Err))
 	}
 	for _, c := range e.Conflicts {
 		parts = append(parts, fmt.Sprintf("%s: held by set %s", c.Ref, c.Holder))
@@ -270,14 +274,14 @@ func (e *NotLockedError) Error() string {
 
 // notLocked returns the NotLockedError res shows, or nil.
 func notLocked(set string, res Result) error {
-	e := &NotLockedError{Set: set, Failed: res.Failed, Conflicts: res.Conflicts}
+	e := &NotLockedError{Set: set, Failed: res.Failed, Unchecked: res.Unchecked, Conflicts: res.Conflicts}
 	for _, err := range res.Unresolved {
 		var te *TypeError
 		if !errors.As(err, &te) {
 			e.Invalid = append(e.Invalid, err)
 		}
 	}
-	if len(e.Failed) == 0 && len(e.Conflicts) == 0 && len(e.Invalid) == 0 {
+	if len(e.Failed) == 0 && len(e.Unchecked) == 0 && len(e.Conflicts) == 0 && len(e.Invalid) == 0 {
 		return nil
 	}
 	return e

@@ -177,7 +177,8 @@ func (o *lockedObject) noop(version, patch string) bool {
 	return o.written != nil && o.written.noop != nil && o.written.noop.resourceVersion == version && o.written.noop.data == patch
 }
 
-// driftState is what the engine remembers of an object that drifted.
+// driftState is what the engine remembers of an object that drifted, or
+// that it could not check (see Unchecked).
 type driftState struct {
 	// drifted is set while the object is known to differ from its
 	// declaration, at version ("" when it was deleted).
@@ -191,6 +192,9 @@ type driftState struct {
 	// failure is set while the API server refuses the object's
 	// correction for good (see Failure).
 	failure *Failure
+	// unchecked is set while the object differs where the API server
+	// refuses every dry run that would tell its form from drift.
+	unchecked *Unchecked
 }
 
 // settle records that obj is in line.
@@ -199,7 +203,7 @@ func (o *lockedObject) settle() {
 	o.applying = false
 	o.prove()
 	if o.drift != nil {
-		o.drift.drifted, o.drift.failure = false, nil
+		o.drift.drifted, o.drift.failure, o.drift.unchecked = false, nil, nil
 	}
 }
 

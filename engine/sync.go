@@ -44,6 +44,11 @@ type Result struct {
 	// Failed lists objects whose correction the API server refuses for
 	// good (see Failure), until their next try.
 	Failed []Failure
+	// Unchecked lists objects that differ from their declaration where
+	// the API server refuses every dry run that would tell drift from
+	// the form it stores (see Unchecked): neither drift nor in line,
+	// they are not in Drifts or Drifted, and nothing is written to them.
+	Unchecked []Unchecked
 	// Finished lists finished Jobs that their ttlSecondsAfterFinished
 	// deleted: they are not recreated, and not held until they appear
 	// again.
@@ -334,10 +339,15 @@ func (e *Engine) summarize(key string, s *objectSet, todo []dirtyObject, res *Re
 			res.Failed = append(res.Failed, *f)
 			res.requeueBy(f.RetryAt.Sub(now))
 		}
+		if u := obj.drift.unchecked; u != nil && !obj.inLine && !obj.expired {
+			res.Unchecked = append(res.Unchecked, *u)
+			res.requeueBy(u.RetryAt.Sub(now))
+		}
 	}
 	sort.Slice(res.Fights, func(i, j int) bool { return res.Fights[i].Ref.String() < res.Fights[j].Ref.String() })
 	sort.Slice(res.Unverified, func(i, j int) bool { return res.Unverified[i].Ref.String() < res.Unverified[j].Ref.String() })
 	sort.Slice(res.Failed, func(i, j int) bool { return res.Failed[i].Ref.String() < res.Failed[j].Ref.String() })
+	sort.Slice(res.Unchecked, func(i, j int) bool { return res.Unchecked[i].Ref.String() < res.Unchecked[j].Ref.String() })
 	sort.Slice(res.Conflicts, func(i, j int) bool { return res.Conflicts[i].Ref.String() < res.Conflicts[j].Ref.String() })
 	for _, u := range s.unresolved {
 		res.Unresolved = append(res.Unresolved, u.err)

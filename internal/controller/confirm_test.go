@@ -51,7 +51,7 @@ func TestMayHold(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	c := &Controller{cfg: Config{HelmOperationTimeout: 15 * time.Minute}}
 	rk := v1alpha1.ReleaseKey{Name: "web", Namespace: "apps"}
-	c.failedUpgrades.Set(rk, failedUpgrade{revision: 5, uid: "upgrade-5"})
+	c.failedUpgrades.Set(rk, v1alpha1.FailedUpgrade{Release: rk, Revision: 5, SecretUID: "upgrade-5"})
 	tests := []struct {
 		name     string
 		latest   latestRevision

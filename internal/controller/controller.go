@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
@@ -35,6 +36,7 @@ import (
 	"github.com/helm-locker/helm-locker/internal/metrics"
 	"github.com/helm-locker/helm-locker/internal/registry"
 	"github.com/helm-locker/helm-locker/internal/storage"
+	"github.com/helm-locker/helm-locker/internal/throttle"
 	"github.com/helm-locker/helm-locker/internal/worker"
 )
 
@@ -78,6 +80,16 @@ type Config struct {
 	// DefaultRerender is the spec.rerender of a HelmRelease that sets
 	// none; empty is Off.
 	DefaultRerender v1alpha1.Rerender
+	// RerenderUpgradeInterval is the least time between two of Upgrade
+	// mode's upgrades of a release, doubled while their cause keeps
+	// changing (see throttle.Throttle.Allow), and
+	// RerenderUpgradeMaxPerHour how many it makes of a release within
+	// any hour; DefaultRerenderUpgradeInterval and
+	// DefaultRerenderUpgradeMaxPerHour if zero. Each upgrade opens the
+	// lock while Helm works: a lookup target flipped back and forth
+	// must not keep it open.
+	RerenderUpgradeInterval   time.Duration
+	RerenderUpgradeMaxPerHour int
 	// TenantManifestLocks makes the controller serve ManifestLocks in
 	// every namespace, not only the registration namespace's.
 	TenantManifestLocks bool
@@ -164,9 +176,15 @@ type Controller struct {
 	// clusterCheck.
 	renders      workqueue.TypedRateLimitingInterface[lockKey]
 	renderStates registry.Map[lockKey, *renderState]
-	// failedUpgrades are the revisions Upgrade mode's upgrades left
-	// failed, by release.
-	failedUpgrades registry.Map[v1alpha1.ReleaseKey, failedUpgrade]
+	// failedUpgrades are the last upgrades of Upgrade mode that Helm
+	// failed, by release, as their statuses record them (see
+	// restoreFailedUpgrades).
+	failedUpgrades registry.Map[v1alpha1.ReleaseKey, v1alpha1.FailedUpgrade]
+	// upgrades bound how often Upgrade mode upgrades each release, and
+	// upgrader makes its upgrades; clock is what both tell the time by.
+	upgrades *throttle.Throttle[v1alpha1.ReleaseKey]
+	upgrader upgrader
+	clock    clock.PassiveClock
 	cluster        clusterInfo
 	clusterCheck   chan struct{}
 	// unsettled counts the HelmReleases whose lock has not yet reported
@@ -210,6 +228,12 @@ func New(cfg Config) *Controller {
 	if cfg.HelmOperationTimeout <= 0 {
 		cfg.HelmOperationTimeout = DefaultHelmOperationTimeout
 	}
+	if cfg.RerenderUpgradeInterval <= 0 {
+		cfg.RerenderUpgradeInterval = DefaultRerenderUpgradeInterval
+	}
+	if cfg.RerenderUpgradeMaxPerHour <= 0 {
+		cfg.RerenderUpgradeMaxPerHour = DefaultRerenderUpgradeMaxPerHour
+	}
 	c := &Controller{
 		cfg: cfg,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -223,7 +247,10 @@ func New(cfg Config) *Controller {
 		renders:      newRenderQueue(cfg.Metrics.WorkqueueProvider()),
 		clusterCheck: make(chan struct{}, 1),
 		bookkeeping:  rate.NewLimiter(bookkeepingRate, bookkeepingBurst),
+		upgrader:     helmUpgrader{},
+		clock:        clock.RealClock{},
 	}
+	c.upgrades = throttle.New[v1alpha1.ReleaseKey](throttle.Options{Interval: cfg.RerenderUpgradeInterval, MaxPerHour: cfg.RerenderUpgradeMaxPerHour}, c.clock)
 	if c.cfg.Recorder == nil {
 		c.cfg.Recorder = noEvents{}
 	}

@@ -266,6 +266,7 @@ func (c *Controller) report(ctx context.Context, req *releaseSync, status v1alph
 		c.unsettled.Add(-1)
 	}
 	c.wantRender(key, hr, st, &status)
+	c.reportFailedUpgrade(hr, st, &status)
 	c.lockEvents(hr, req.before, st, status)
 	c.cfg.Metrics.ObserveRelease(key.ObjectName.String(), st.lock.Phase == lock.Locked, status.LockedObjects)
 	c.cfg.Metrics.ObserveHelmOperation(key.ObjectName.String(), st.stuck != nil && !st.stuck.upgradeFailed)

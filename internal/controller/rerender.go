@@ -13,13 +13,11 @@ import (
 	"unicode"
 
 	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/release"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -28,7 +26,6 @@ import (
 	"github.com/helm-locker/helm-locker/internal/render"
 	"github.com/helm-locker/helm-locker/internal/sandbox"
 	"github.com/helm-locker/helm-locker/internal/storage"
-	"github.com/helm-locker/helm-locker/internal/upgrade"
 	"github.com/helm-locker/helm-locker/internal/worker"
 	"github.com/helm-locker/helm-locker/lock"
 	"github.com/helm-locker/helm-locker/manifest"
@@ -101,9 +98,12 @@ type renderState struct {
 	rendered renderTarget
 	result   *renderResult
 	// upgraded is the render (by its digest) last upgraded to: one try
-	// per cause; upgradeFailure is Helm's error if that try failed, and
-	// upgradeCause the cause it was tried for.
-	upgraded, upgradeFailure, upgradeCause string
+	// per cause. A try that failed is remembered per release, in
+	// Controller.failedUpgrades, and in the status.
+	upgraded string
+	// throttledUntil is when the upgrade held back last is made (see
+	// reportUpgrade).
+	throttledUntil time.Time
 }
 
 // renderResult is what a render found.
@@ -283,26 +283,16 @@ func (c *Controller) renderKey(ctx context.Context, key lockKey) (time.Duration,
 		return 0, nil
 	}
 	rs.rendered, rs.result = target, res
-	tryUpgrade := target.mode == v1alpha1.RerenderUpgrade && res.stale && upgraded != res.digest
-	switch {
-	case tryUpgrade:
-		rs.upgraded, rs.upgradeFailure = res.digest, ""
-	case res.stale && res.digest == upgraded && rs.upgradeFailure != "":
-		// The render the upgrade failed with, again (as after Helm
-		// rolled the failure back): it is not tried again.
-		res.status.Cause = rs.upgradeCause
-		res.cond = upgradeFailedCondition(rs.upgradeCause, rs.upgradeFailure)
-	}
+	decision := c.decideUpgrade(key, target, res, upgraded)
+	c.reportUpgrade(key, rs, target, res, decision)
 	rs.mu.Unlock()
 	if res.stale && (prev == nil || prev.digest != res.digest) {
 		c.recordRenderChanged(key, res)
 	}
-	if tryUpgrade {
-		c.upgrade(ctx, key, rs, target, res, rel)
-	}
+	again := c.upgradeAsDecided(ctx, key, rs, target, res, rel, decision)
 	// The lock's sync writes what was found.
 	c.queue.Add(key)
-	return 0, nil
+	return again, nil
 }
 
 // renderOutcome is the metrics' result of a render.
@@ -571,58 +561,6 @@ func (c *Controller) recordRenderChanged(key lockKey, res *renderResult) {
 		}
 	}
 	c.cfg.Recorder.Event(ref, corev1.EventTypeWarning, EventRenderChanged, truncate(res.cond.Message, maxEventMessage))
-}
-
-// upgrade upgrades the release with its chart rendered now, through the
-// SDK of the Helm that wrote the revision, whose code the render that
-// decided on it used, as the lock's write identity. It is tried once per
-// render that differs; a failure is reported and leaves the last deployed
-// revision held.
-func (c *Controller) upgrade(ctx context.Context, key lockKey, rs *renderState, target renderTarget, res *renderResult, rel *render.Release) {
-	logger := klog.FromContext(ctx)
-	rk := target.release
-	start := time.Now()
-	cfg := rest.CopyConfig(c.cfg.REST)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: impersonated(rk.Namespace, target.writer)}
-	var upgraded *release.Release
-	given, err := rel.AsHelm3()
-	if err == nil {
-		upgraded, err = upgrade.Upgrade(ctx, cfg, given, upgrade.Options{Helm: rel.Helm})
-	}
-	if err != nil {
-		// A revision Helm left failed (the upgrade's, or the rollback's
-		// after it) would open the lock; the lock holds the verified
-		// one instead.
-		if latest, readErr := c.readLatest(ctx, rk); readErr == nil && latest.revision > rel.Version && latest.status == string(release.StatusFailed) {
-			c.failedUpgrades.Set(rk, failedUpgrade{revision: latest.revision, uid: latest.uid})
-			c.queue.Add(key)
-		}
-	}
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	if rs.result != res {
-		return
-	}
-	if err != nil {
-		rs.upgradeFailure, rs.upgradeCause = err.Error(), res.status.Cause
-		logger.Error(err, "Upgrade mode's upgrade failed; the last deployed revision stays held")
-		c.cfg.Metrics.ObserveRender(rk.Namespace, rk.Name, "UpgradeFailed", time.Since(start))
-		res.cond = upgradeFailedCondition(res.status.Cause, rs.upgradeFailure)
-		c.cfg.Recorder.Event(&corev1.ObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind, Namespace: key.Namespace, Name: key.Name},
-			corev1.EventTypeWarning, v1alpha1.ReasonUpgradeFailed, truncate(res.cond.Message, maxEventMessage))
-		return
-	}
-	logger.Info("Upgraded the release to the chart's new render", "newRevision", upgraded.Version)
-	c.cfg.Metrics.ObserveRender(rk.Namespace, rk.Name, "Upgraded", time.Since(start))
-	res.cond = condition(v1alpha1.ConditionRendered, false, v1alpha1.ReasonUpgraded,
-		limit(fmt.Sprintf("%s; upgraded the release to revision %d with the new render", res.status.Cause, upgraded.Version)))
-}
-
-// upgradeFailedCondition says that Upgrade mode's upgrade for cause failed
-// with Helm's error failure.
-func upgradeFailedCondition(cause, failure string) metav1.Condition {
-	return condition(v1alpha1.ConditionRendered, false, v1alpha1.ReasonUpgradeFailed,
-		limit(fmt.Sprintf("%s; upgrading the release to the new render failed, and is not tried again for this cause: %s", cause, failure)))
 }
 
 // clusterInfo is what the chart's .Capabilities say of the cluster: its

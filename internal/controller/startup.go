@@ -24,6 +24,7 @@ import (
 // instead of one GET each. Once it returns, every lock in the CR caches
 // has been declared once (see Synced).
 func (c *Controller) declareAll(ctx context.Context) {
+	c.restoreFailedUpgrades()
 	// Most releases' latest revision is the deployed one: listing those
 	// a page at a time costs a request per page rather than a GET per
 	// release, and holds one page at once.

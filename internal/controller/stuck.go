@@ -5,7 +5,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/internal/storage"
@@ -25,7 +24,7 @@ type stuckRevision struct {
 	status   string
 	since    time.Time
 	// upgradeFailed says Upgrade mode's upgrade wrote the revision and
-	// failed (see failedUpgrade).
+	// failed (see failedByUpgrade).
 	upgradeFailed bool
 	// invalid, if set, says the revision's Secret is not one Helm wrote
 	// for the release (a storage.InvalidError), and why.
@@ -88,20 +87,4 @@ func (c *Controller) verifiedSecret(st *releaseState) *metav1.PartialObjectMetad
 		}
 	}
 	return nil
-}
-
-// failedUpgrade is a revision that Upgrade mode's upgrade left failed, by
-// its Secret's UID: the lock keeps holding the last verified revision
-// while it is the latest. The locker caused it, so no retry or rollback of
-// the user's is awaited; a Secret written by anyone else has another UID.
-type failedUpgrade struct {
-	revision int
-	uid      types.UID
-}
-
-// failedByUpgrade reports whether revision of rk, stored in the Secret
-// with uid, is one Upgrade mode's upgrade left failed.
-func (c *Controller) failedByUpgrade(rk v1alpha1.ReleaseKey, revision int, uid types.UID) bool {
-	f, ok := c.failedUpgrades.Get(rk)
-	return ok && f.revision == revision && f.uid == uid && uid != ""
 }

@@ -11,8 +11,10 @@ import (
 // first: Current (renders as stored), Stale (would render differently),
 // Forbidden (a lookup the write identity may not make), Failed (the chart
 // or its revision cannot be rendered), NoWriteIdentity (nothing to render
-// as), Upgraded and UpgradeFailed (Upgrade mode's upgrades).
-var RenderResults = []string{"Current", "Stale", "Forbidden", "Failed", "NoWriteIdentity", "Upgraded", "UpgradeFailed"}
+// as), Upgraded, UpgradeFailed and UpgradeThrottled (Upgrade mode's
+// upgrades, and those held back by --rerender-upgrade-interval or
+// --rerender-upgrade-max-per-hour).
+var RenderResults = []string{"Current", "Stale", "Forbidden", "Failed", "NoWriteIdentity", "Upgraded", "UpgradeFailed", "UpgradeThrottled"}
 
 // renderMetrics are the figures of two-way locking: renders of releases'
 // charts against the cluster as it is now.
@@ -30,7 +32,7 @@ func newRenderMetrics(r prometheus.Registerer) *renderMetrics {
 		}, []string{"namespace", "release"}),
 		renders: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "renders_total",
-			Help: "Renders of releases' charts (spec.rerender Report or Upgrade), and Upgrade mode's upgrades, by result: Current, Stale, Forbidden, Failed, NoWriteIdentity, Upgraded, UpgradeFailed.",
+			Help: "Renders of releases' charts (spec.rerender Report or Upgrade), and Upgrade mode's upgrades, by result: Current, Stale, Forbidden, Failed, NoWriteIdentity, Upgraded, UpgradeFailed, UpgradeThrottled (an upgrade held back).",
 		}, []string{"result"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "render_duration_seconds",
