@@ -26,28 +26,32 @@ type options struct {
 	helmManagers   []string
 	defaultSA      string
 	rerender       string
-	tenantLocks    bool
-	qps            float32
-	burst          int
-	watchSelector  string
-	leaderElect    bool
-	leaseName      string
-	leaseDuration  time.Duration
-	renewDeadline  time.Duration
-	retryPeriod    time.Duration
-	metricsAddr    string
-	profiling      bool
-	healthAddr     string
-	logFormat      string
-	webhookAddr    string
-	webhookURL     string
-	webhookService string
-	webhookCertDir string
-	exemptGroups   []string
-	helmTimeout    time.Duration
-	installCRDs    bool
-	renderTimeout  time.Duration
-	renderMemory   *bytesFlag
+	// upgradeInterval and upgradesPerHour bound Upgrade mode's
+	// upgrades of each release.
+	upgradeInterval time.Duration
+	upgradesPerHour int
+	tenantLocks     bool
+	qps             float32
+	burst           int
+	watchSelector   string
+	leaderElect     bool
+	leaseName       string
+	leaseDuration   time.Duration
+	renewDeadline   time.Duration
+	retryPeriod     time.Duration
+	metricsAddr     string
+	profiling       bool
+	healthAddr      string
+	logFormat       string
+	webhookAddr     string
+	webhookURL      string
+	webhookService  string
+	webhookCertDir  string
+	exemptGroups    []string
+	helmTimeout     time.Duration
+	installCRDs     bool
+	renderTimeout   time.Duration
+	renderMemory    *bytesFlag
 }
 
 // newRootCommand builds the command tree. Run with no subcommand, it runs
@@ -104,6 +108,8 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.DurationVar(&opts.retryPeriod, "leader-elect-retry-period", 10*time.Second, "how often the leader renews its Lease (the locker's only requests when nothing changes), and how long to wait after a failed request; standbys watch the Lease rather than poll it")
 	f.StringVar(&opts.defaultSA, "default-service-account", "", "ServiceAccount, in each release's namespace, whose identity the writes of a HelmRelease without spec.serviceAccountName impersonate; empty writes with the locker's own identity")
 	f.StringVar(&opts.rerender, "default-rerender", string(v1alpha1.RerenderOff), "spec.rerender of a HelmRelease that sets none: Off, Report (render the chart again when the cluster moves under the release, as its write identity, and report what would change) or Upgrade (also upgrade the release through Helm)")
+	f.DurationVar(&opts.upgradeInterval, "rerender-upgrade-interval", controller.DefaultRerenderUpgradeInterval, "least time between two upgrades of a release by spec.rerender Upgrade, doubled each time the cause changes again within twice the interval, back to this once it stops: a held-back upgrade says Rendered=False, reason UpgradeThrottled, and is made when its time comes. Each upgrade opens the lock while Helm works")
+	f.IntVar(&opts.upgradesPerHour, "rerender-upgrade-max-per-hour", controller.DefaultRerenderUpgradeMaxPerHour, "most upgrades of a release by spec.rerender Upgrade within any hour; past them, the next waits (Rendered=False, reason UpgradeThrottled)")
 	f.BoolVar(&opts.tenantLocks, "tenant-manifest-locks", true, "also serve ManifestLocks outside the registration namespace (each holding its own namespace's objects, and writing only as a ServiceAccount whose helm-locker.io/manifest-locks annotation names the lock); run one locker per cluster with it, or annotate each lock helm-locker.io/managed-by: <controller-name>")
 	f.StringSliceVar(&opts.helmManagers, "helm-field-managers", []string{"helm"}, "field managers Helm writes with (Helm names its manager after its binary)")
 	f.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "address serving Prometheus metrics on /metrics; 0 turns them off")
@@ -138,6 +144,12 @@ func (o *options) validate() error {
 		if _, err := parseWebhookURL(o.webhookURL); err != nil {
 			return err
 		}
+	}
+	if o.upgradeInterval <= 0 {
+		return fmt.Errorf("--rerender-upgrade-interval %s: want more than 0", o.upgradeInterval)
+	}
+	if o.upgradesPerHour < 1 {
+		return fmt.Errorf("--rerender-upgrade-max-per-hour %d: want at least 1", o.upgradesPerHour)
 	}
 	if o.renderTimeout <= 0 {
 		return fmt.Errorf("--render-timeout %s: want more than 0", o.renderTimeout)

@@ -30,6 +30,8 @@ func TestExitStatus(t *testing.T) {
 		{[]string{"--webhook-url=http://127.0.0.1:9443/validate"}, 2, "--webhook-url"},
 		{[]string{"--config=" + t.TempDir() + "/none.yaml"}, 2, "reading config file"},
 		{[]string{"--render-timeout=0s"}, 2, "--render-timeout 0s: want more than 0"},
+		{[]string{"--rerender-upgrade-interval=0s"}, 2, "--rerender-upgrade-interval 0s: want more than 0"},
+		{[]string{"--rerender-upgrade-max-per-hour=0"}, 2, "--rerender-upgrade-max-per-hour 0: want at least 1"},
 		{[]string{"--render-memory-limit=lots"}, 2, `invalid argument "lots" for "--render-memory-limit" flag: want a size such as 256Mi`},
 		{[]string{"--render-memory-limit=16Mi"}, 2, "--render-memory-limit 16Mi: want at least 64Mi"},
 		{[]string{sandbox.Subcommand, "extra"}, 2, `unknown command "extra" for "helm-locker render-sandbox"`},
