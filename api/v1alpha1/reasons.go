@@ -44,6 +44,16 @@ const (
 	// (not listed yet, or failing); Locked and Ready are Unknown until
 	// they are.
 	ReasonWatchesNotSynced = "WatchesNotSynced"
+	// ReasonUnchecked: objects differ from the manifest where the API
+	// server refuses the lock's writer, and the locker itself, the dry
+	// run that tells drift from the form the server stores the manifest
+	// in (a default inside an atomic list, such as a webhook rule's
+	// scope, or a quantity). The lock cannot tell whether they drifted,
+	// and could not correct them: they are not reported as drift and
+	// nothing is written to them, and they are dry-run again every
+	// minute. Locked and Ready are False; also an object's reason in
+	// status.notLocked.
+	ReasonUnchecked = "Unchecked"
 	// ReasonCorrectionFailed: a correction failed with an error a retry
 	// may cure; it is retried with backoff.
 	ReasonCorrectionFailed = "CorrectionFailed"

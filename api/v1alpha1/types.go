@@ -441,8 +441,8 @@ type ObjectProblem struct {
 	Object string `json:"object"`
 	// Reason is one of OptedOut, GenerateName, TypeNotServed, Conflict,
 	// APIError, NotAppliedByHelm, HelmOperationInProgress,
-	// WaitingForNamespace, Finished, or a refusal of the API server:
-	// TooLarge, Invalid, Immutable, Forbidden, NamespaceNotFound,
+	// WaitingForNamespace, Finished, Unchecked, or a refusal of the API
+	// server: TooLarge, Invalid, Immutable, Forbidden, NamespaceNotFound,
 	// BadRequest, MethodNotAllowed (see the Reason constants). A tenant's
 	// ManifestLock also gives InstalledByHelm, NotMarked, and Forbidden for
 	// an object its writer may not adopt (see the ManifestLock API's

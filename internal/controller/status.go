@@ -94,7 +94,10 @@ type heldReport struct {
 
 // heldLock sets what every kind of lock reports of the objects it holds,
 // after a sync: the objects held, and the Locked, Drifted, Fighting and
-// Ready conditions.
+// Ready conditions. An object the lock could not check (see
+// engine.Unchecked) keeps Locked and Ready False, reason Unchecked: it
+// may have drifted, and the lock could not correct it if it had. It is
+// not counted as drifted, since it may just as well be in line.
 func heldLock(s *v1alpha1.LockStatus, generation int64, h heldReport) {
 	s.ObservedGeneration = generation
 	s.LockedObjects = h.res.Locked
@@ -106,6 +109,14 @@ func heldLock(s *v1alpha1.LockStatus, generation int64, h heldReport) {
 		f := h.res.Failed[0]
 		locked = condition(v1alpha1.ConditionLocked, false, f.Reason,
 			limit(fmt.Sprintf("the API server refuses the correction of %s: %v; it is tried again at %s", objectName(f.Kind, f.Ref), f.Err, f.RetryAt.UTC().Format(time.RFC3339))))
+	case len(h.res.Unchecked) > 0:
+		// Not Locked: the lock can tell neither whether these objects
+		// are as declared nor correct them, since a write is refused
+		// where its dry run was. Nor Drifted: that is not known either.
+		u := h.res.Unchecked[0]
+		locked = condition(v1alpha1.ConditionLocked, false, v1alpha1.ReasonUnchecked,
+			limit(fmt.Sprintf("%d of %d objects %s could not be checked: the API server refuses the dry run that tells drift from the form it stores. %s; it is tried again at %s",
+				len(h.res.Unchecked), h.res.Objects, h.of, uncheckedMessage(u), u.RetryAt.UTC().Format(time.RFC3339))))
 	case len(h.res.Conflicts) > 0:
 		msg := conflictMessage(h.res.Conflicts[0])
 		if n := len(h.res.Conflicts) - 1; n > 0 {
@@ -170,6 +181,11 @@ func heldLock(s *v1alpha1.LockStatus, generation int64, h heldReport) {
 	switch {
 	case len(h.res.Fights) > 0:
 		ready = condition(v1alpha1.ConditionReady, false, v1alpha1.ReasonFighting, fighting.Message)
+	case locked.Reason == v1alpha1.ReasonUnchecked:
+		// In Warn mode too: the lock cannot report drift of what it
+		// cannot check.
+		ready = locked
+		ready.Type = v1alpha1.ConditionReady
 	case h.settled && locked.Status == metav1.ConditionUnknown:
 		ready = locked
 		ready.Type = v1alpha1.ConditionReady
@@ -208,6 +224,9 @@ func notLocked(optedOut []v1alpha1.ObjectProblem, revision int, res engine.Resul
 	}
 	for _, f := range res.Failed {
 		out = append(out, v1alpha1.ObjectProblem{Object: objectName(f.Kind, f.Ref), Reason: f.Reason, Message: limit(f.Err.Error())})
+	}
+	for _, u := range res.Unchecked {
+		out = append(out, v1alpha1.ObjectProblem{Object: objectName(u.Kind, u.Ref), Reason: v1alpha1.ReasonUnchecked, Message: limit(uncheckedMessage(u))})
 	}
 	for _, c := range res.Conflicts {
 		out = append(out, v1alpha1.ObjectProblem{Object: objectName(c.Kind, c.Ref), Reason: v1alpha1.ReasonConflict, Message: conflictMessage(c)})
@@ -253,6 +272,13 @@ func notLocked(optedOut []v1alpha1.ObjectProblem, revision int, res engine.Resul
 		return nil
 	}
 	return out
+}
+
+// uncheckedMessage says where an unchecked object differs, and who may not
+// dry-run its correction: "ValidatingWebhookConfiguration wh differs at
+// /webhooks/0/rules, which may be the API server's form or drift: ...".
+func uncheckedMessage(u engine.Unchecked) string {
+	return fmt.Sprintf("%s differs at %s, which may be the API server's form or drift: %v", objectName(u.Kind, u.Ref), strings.Join(u.Paths, ", "), u.Err)
 }
 
 // conflictMessage says which lock holds an object another lock declares.

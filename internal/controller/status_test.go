@@ -219,3 +219,52 @@ func TestStatusWriteOverAStaleCache(t *testing.T) {
 		t.Errorf("status after two writes over a stale cache = %+v; want %+v", got, final)
 	}
 }
+
+// TestUncheckedObjectIsNotLockedNorDrifted: an object whose every dry run
+// the API server refuses (engine.Unchecked) keeps Locked and Ready False,
+// reason Unchecked, naming it, where it differs and the refusal, in Warn
+// mode too; it is no drift, and status.notLocked lists it.
+func TestUncheckedObjectIsNotLockedNorDrifted(t *testing.T) {
+	vwc := engine.ObjectRef{GVR: schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"}, Name: "wh-webstack"}
+	refusal := errors.New(`validatingwebhookconfigurations.admissionregistration.k8s.io "wh-webstack" is forbidden: User "system:serviceaccount:apps:writer" cannot patch resource "validatingwebhookconfigurations"`)
+	retry := time.Date(2026, 11, 23, 12, 1, 0, 0, time.UTC)
+	res := engine.Result{Objects: 3, Locked: 2, Unchecked: []engine.Unchecked{
+		{Ref: vwc, Kind: "ValidatingWebhookConfiguration", Paths: []string{"/webhooks/0/rules"}, Err: refusal, RetryAt: retry},
+	}}
+	for _, tt := range []struct {
+		name string
+		lock lock.Lock
+	}{
+		{name: "enforce", lock: lock.Lock{Phase: lock.Reconciling, Revision: 3}},
+		{name: "warn", lock: lock.Lock{Phase: lock.Watching, Revision: 3, Warn: true}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			hr := &v1alpha1.HelmRelease{Status: v1alpha1.HelmReleaseStatus{Version: 3}}
+			st := &releaseState{held: held{rel: &storage.Release{Version: 3}, lock: tt.lock}}
+			s := lockedStatus(hr, st, res, nil)
+			for _, typ := range []string{v1alpha1.ConditionLocked, v1alpha1.ConditionReady} {
+				c := meta.FindStatusCondition(s.Conditions, typ)
+				if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonUnchecked {
+					t.Errorf("%s = %+v, want False, Unchecked", typ, c)
+					continue
+				}
+				for _, want := range []string{
+					"1 of 3 objects of revision 3 could not be checked",
+					"ValidatingWebhookConfiguration wh-webstack differs at /webhooks/0/rules",
+					`User "system:serviceaccount:apps:writer" cannot patch`,
+					"tried again at 2026-11-23T12:01:00Z",
+				} {
+					if !strings.Contains(c.Message, want) {
+						t.Errorf("%s message %q lacks %q", typ, c.Message, want)
+					}
+				}
+			}
+			if c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionDrifted); c == nil || c.Status != metav1.ConditionFalse {
+				t.Errorf("Drifted = %+v, want False", c)
+			}
+			if len(s.NotLocked) != 1 || s.NotLocked[0].Reason != v1alpha1.ReasonUnchecked || s.NotLocked[0].Object != "ValidatingWebhookConfiguration wh-webstack" {
+				t.Errorf("notLocked = %+v, want the webhook configuration, Unchecked", s.NotLocked)
+			}
+		})
+	}
+}
