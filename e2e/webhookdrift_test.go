@@ -116,3 +116,62 @@ func logVWCLines(t *testing.T, name string) {
 		}
 	}
 }
+
+// TestUncheckedWebhookLeastPrivilege locks the webstack chart
+// with the locker's chart at its least-privilege RBAC (rbac.writeAll
+// false), as a ServiceAccount that may write everything in the release
+// namespace but nothing cluster-scoped. The ValidatingWebhookConfiguration
+// differs from the manifest only by the API server's default of each
+// rule's scope, and neither the writer nor the locker may dry-run its
+// correction to learn that: the lock cannot tell that default from drift.
+// It must say so (Locked and Ready False, reason Unchecked, the object in
+// notLocked), and never call it drift: no drift counted, no Drift event,
+// nothing written.
+func TestUncheckedWebhookLeastPrivilege(t *testing.T) {
+	t.Parallel()
+	registration := env.Namespace(t)
+	startChartLocker(t, registration, registration, "--set",
+		"rbac.impersonate.serviceAccounts={writer},rbac.extraReadRules[0].apiGroups={webstack.example.com},rbac.extraReadRules[0].resources={gizmos}")
+
+	ns := env.Namespace(t)
+	release := "wh" + ns[strings.LastIndex(ns, "-"):]
+	env.Kubectl(t, "-n", ns, "create", "serviceaccount", "writer")
+	env.Kubectl(t, "-n", ns, "create", "role", "everything", "--verb=*", "--resource=*.*")
+	env.Kubectl(t, "-n", ns, "create", "rolebinding", "writer", "--role=everything", "--serviceaccount="+ns+":writer")
+	env.Helm(t, framework.Helm4, "install", release, framework.Chart(t, "webstack"), "-n", ns)
+	cr := env.RegisterWith(t, registration, ns, release, map[string]any{"serviceAccountName": "writer"})
+
+	vwc := "ValidatingWebhookConfiguration " + release + "-webstack"
+	env.Eventually(t, 60*time.Second, func() error {
+		hr := env.HelmReleaseIn(t, registration, cr)
+		for _, typ := range []string{v1alpha1.ConditionLocked, v1alpha1.ConditionReady} {
+			c := findCondition(hr, typ)
+			if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonUnchecked || !strings.Contains(c.Message, vwc) {
+				return fmt.Errorf("%s = %+v, want False, Unchecked, naming %s", typ, c, vwc)
+			}
+		}
+		for _, p := range hr.Status.NotLocked {
+			if p.Object == vwc && p.Reason == v1alpha1.ReasonUnchecked {
+				return nil
+			}
+		}
+		return fmt.Errorf("notLocked = %+v, want %s Unchecked", hr.Status.NotLocked, vwc)
+	})
+	time.Sleep(3 * time.Second) // past the 2 s the drift bookkeeping waits
+	hr := env.HelmReleaseIn(t, registration, cr)
+	t.Logf("Locked: %s; notLocked: %+v", findCondition(hr, v1alpha1.ConditionLocked).Message, hr.Status.NotLocked)
+	if c := findCondition(hr, v1alpha1.ConditionDrifted); c == nil || c.Status == metav1.ConditionTrue {
+		t.Errorf("Drifted = %+v, want not True", c)
+	}
+	if hr.Status.DriftsDetected != 0 || hr.Status.DriftsCorrected != 0 || hr.Status.LastDrift != nil {
+		t.Errorf("%d drifts detected, %d corrected (last: %+v); want none", hr.Status.DriftsDetected, hr.Status.DriftsCorrected, hr.Status.LastDrift)
+	}
+	for _, ev := range env.Events(t, registration, cr) {
+		if strings.HasPrefix(ev.Reason, "Drift") || ev.Reason == "Fighting" {
+			t.Errorf("event %s: %s", ev.Reason, ev.Message)
+		}
+	}
+	if wrote := lockerWrote(t, releaseObjects(t, framework.Helm4, ns, release)); len(wrote) > 0 {
+		t.Errorf("the locker wrote to objects Helm had just installed: %v", wrote)
+	}
+}
