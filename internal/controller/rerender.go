@@ -274,7 +274,14 @@ func (c *Controller) renderKey(ctx context.Context, key lockKey) (time.Duration,
 		return 0, err
 	}
 	c.cfg.Metrics.ObserveRender(target.release.Namespace, target.release.Name, renderOutcome(res), time.Since(start))
-	c.watchLookups(key, target.release, lookups)
+	if rel != nil {
+		// A render that failed made no lookups it could name: the
+		// ones it had are still what a change would show.
+		c.watchLookups(key, target.release, lookups)
+		if err := c.unwatchable(ctx, lookups); err != nil {
+			res.cond = metav1.Condition{Type: v1alpha1.ConditionRendered, Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonWatchForbidden, Message: limit(err.Error())}
+		}
+	}
 
 	rs.mu.Lock()
 	if rs.target.revision != target.revision || rs.target.digest != target.digest {
@@ -549,6 +556,42 @@ func (c *Controller) watchLookups(key lockKey, rk v1alpha1.ReleaseKey, lookups [
 	c.engine.Watch(renderWatchKey(key), targets, func(t engine.WatchTarget) {
 		c.renderAgain(key, "lookup of "+names[t]+" changed")
 	})
+}
+
+// lookupWatchWait bounds how long a render waits to learn whether the
+// locker may watch what the chart looked up.
+const lookupWatchWait = 5 * time.Second
+
+// unwatchable returns an error naming the first lookup whose type the
+// locker may not watch (its RBAC refuses the list or watch, as the
+// least-privilege chart's does for kinds it does not name): a change of it
+// would never render the release again, so the report could never be
+// trusted to be current. It waits up to lookupWatchWait for the types'
+// informers to list.
+func (c *Controller) unwatchable(ctx context.Context, lookups []render.Lookup) error {
+	if len(lookups) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, lookupWatchWait)
+	defer cancel()
+	for {
+		unwatched := c.engine.Unwatched()
+		pending := false
+		for _, l := range lookups {
+			if err := c.engine.WatchError(l.GVR); apierrors.IsForbidden(err) {
+				return fmt.Errorf("the locker may not watch %s, so a change of the lookup of %s would never be seen, and the report may be stale: %v", l.GVR.GroupResource(), l, err)
+			}
+			pending = pending || slices.Contains(unwatched, l.GVR)
+		}
+		if !pending {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // recordRenderChanged says, once per render that differs, that the chart

@@ -9,10 +9,16 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/internal/render"
@@ -330,5 +336,99 @@ func TestRenderReportsWhatItReads(t *testing.T) {
 		if res.cond.Reason != v1alpha1.ReasonUnverifiedChart || !strings.Contains(res.cond.Message, "revision 1 was verified with: it was rewritten since") {
 			t.Errorf("render of a rewritten Secret = %+v, want UnverifiedChart saying it was rewritten", res.cond)
 		}
+	}
+}
+
+// TestUnwatchableLookup: a lookup of a type the locker may not watch
+// (its RBAC refuses the list) is named, so that the report says it may be
+// stale rather than Rendered=True for good; one it may watch is not.
+func TestUnwatchableLookup(t *testing.T) {
+	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	c, _ := newTestController(t, helmRelease(nil), nil, func(dyn *dynamicfake.FakeDynamicClient) {
+		dyn.PrependReactor("list", "secrets", func(clienttesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(secrets.GroupResource(), "", fmt.Errorf("RBAC: no"))
+		})
+	})
+	key := helmReleaseKey("cattle-helm-system", "hr")
+	rk := v1alpha1.ReleaseKey{Namespace: "apps", Name: "rel"}
+	forbidden := []render.Lookup{{GVR: cmGVR, Kind: "ConfigMap", Namespace: "apps", Name: "settings"}, {GVR: secrets, Kind: "Secret", Namespace: "apps", Name: "token"}}
+	c.watchLookups(key, rk, forbidden)
+	if err := c.unwatchable(context.Background(), forbidden); err == nil || !strings.Contains(err.Error(), "may not watch secrets") || !strings.Contains(err.Error(), "Secret apps/token") {
+		t.Errorf("unwatchable = %v, want an error naming the Secret lookup", err)
+	}
+	allowed := forbidden[:1]
+	c.watchLookups(key, rk, allowed)
+	if err := c.unwatchable(context.Background(), allowed); err != nil {
+		t.Errorf("unwatchable of a ConfigMap lookup = %v, want none", err)
+	}
+}
+
+// TestFailedRenderKeepsItsLookups: a render that fails (here, its
+// revision's Secret is gone) names no lookups, but the ones the last
+// render made are still what a change would show: their watches stay.
+func TestFailedRenderKeepsItsLookups(t *testing.T) {
+	template := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  k: {{ (lookup \"v1\" \"ConfigMap\" \"apps\" \"settings\").data.k | quote }}\n"
+	chart := map[string]any{
+		"metadata":  map[string]any{"name": "web", "version": "1.0.0", "apiVersion": "v2"},
+		"templates": []any{map[string]any{"name": "templates/cm.yaml", "data": []byte(template)}},
+	}
+	secret := releaseSecretWith(t, "deployed", 1, func(rel map[string]any) { rel["chart"] = chart })
+	c, dyn := newTestController(t, helmRelease(nil), secret, nil)
+	// Lookups impersonate the writer: here, through the fake.
+	c.cfg.REST = &rest.Config{Host: "https://127.0.0.1:1"}
+	c.writersMu.Lock()
+	c.writers[impersonated("apps", "writer")] = dyn
+	c.writersMu.Unlock()
+	stored, err := storage.Read(secret, "apps", "rel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := helmReleaseKey("cattle-helm-system", "hr")
+	target := renderTarget{release: v1alpha1.ReleaseKey{Name: "rel", Namespace: "apps"}, revision: 1, digest: manifestDigest(manifestYAML), chartDigest: stored.ChartDigest(), writer: "writer", mode: v1alpha1.RerenderReport}
+	c.renderStates.Set(key, &renderState{target: target})
+	// The fake's tracker keeps built-in kinds typed, as its lists
+	// return them.
+	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: "apps"}, Data: map[string]string{"k": "1"}}
+	if err := dyn.Tracker().Add(settings); err != nil {
+		t.Fatal(err)
+	}
+	// changeRenders changes the looked-up ConfigMap and reports whether
+	// a render of key was queued for it.
+	changeRenders := func(value string) bool {
+		for c.renders.Len() > 0 {
+			k, _ := c.renders.Get()
+			c.renders.Done(k)
+			c.renders.Forget(k)
+		}
+		settings.Data = map[string]string{"k": value}
+		if err := dyn.Tracker().Update(cmGVR, settings, "apps"); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			if c.renders.Len() > 0 {
+				return true
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return false
+	}
+	if _, err := c.renderKey(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	if !changeRenders("2") {
+		t.Fatal("a change of what the chart looked up queued no render")
+	}
+	if err := c.cfg.Kube.CoreV1().Secrets("apps").Delete(context.Background(), secret.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.renderKey(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	if rs, _ := c.renderStates.Get(key); rs.result == nil || rs.result.cond.Reason != v1alpha1.ReasonRenderFailed {
+		t.Fatalf("the render of a revision whose Secret is gone = %+v, want RenderFailed", rs.result)
+	}
+	if !changeRenders("3") {
+		t.Error("after a failed render, a change of what the last render looked up queued no render: its watch was dropped")
 	}
 }
