@@ -120,8 +120,12 @@ func run(m *testing.M, envp **Env, opts Options) int {
 		}
 		webhookAddr := ln.Addr().String()
 		_ = ln.Close()
+		// Tests of Upgrade mode expect an upgrade within seconds of
+		// the last one, not after the minute of
+		// --rerender-upgrade-interval's default.
 		if env.Locker, err = env.StartLocker("locker", "--namespace", RegistrationNamespace, "--tenant-manifest-locks",
-			"--webhook-bind-address="+webhookAddr, "--webhook-url=https://"+webhookAddr+"/validate", "--prevent-exempt-groups="+ExemptGroup); err != nil {
+			"--webhook-bind-address="+webhookAddr, "--webhook-url=https://"+webhookAddr+"/validate", "--prevent-exempt-groups="+ExemptGroup,
+			"--rerender-upgrade-interval=2s"); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e:", err)
 			return 1
 		}
