@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/helm-locker/helm-locker/internal/worker"
+	"github.com/helm-locker/helm-locker/engine/worker"
 )
 
 // DefaultWorkers is how many sets a Locker syncs at once unless

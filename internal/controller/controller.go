@@ -37,7 +37,7 @@ import (
 	"github.com/helm-locker/helm-locker/internal/registry"
 	"github.com/helm-locker/helm-locker/internal/storage"
 	"github.com/helm-locker/helm-locker/internal/throttle"
-	"github.com/helm-locker/helm-locker/internal/worker"
+	"github.com/helm-locker/helm-locker/engine/worker"
 )
 
 var secretsResource = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}

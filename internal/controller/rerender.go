@@ -26,7 +26,7 @@ import (
 	"github.com/helm-locker/helm-locker/internal/render"
 	"github.com/helm-locker/helm-locker/internal/sandbox"
 	"github.com/helm-locker/helm-locker/internal/storage"
-	"github.com/helm-locker/helm-locker/internal/worker"
+	"github.com/helm-locker/helm-locker/engine/worker"
 	"github.com/helm-locker/helm-locker/lock"
 	"github.com/helm-locker/helm-locker/manifest"
 )
