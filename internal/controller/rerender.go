@@ -401,37 +401,49 @@ func (c *Controller) render(ctx context.Context, target renderTarget, causes []s
 }
 
 // renderFailed reports a render of target that failed with err (of the
-// render again, with again " again"), and returns what it looked up that
-// is to be watched. A lookup its write identity may not make is
-// Forbidden. A render stopped at its deadline or its memory cap is not
-// tried again until something changes: the revision, the cluster, or an
-// object it looked up before it was stopped, which may be what made it
-// loop or grow.
+// render again, with again " again"). A lookup its write identity may not
+// make is Forbidden. A render stopped at its deadline or its memory cap
+// names what it looked up before it was stopped, which may be what made
+// it loop or grow; it is not tried again until something changes: the
+// revision, the cluster, or an object the chart looks up (a failed render
+// keeps the last render's watches, see renderKey).
 func renderFailed(res *renderResult, target renderTarget, again string, err error) (*renderResult, *render.Release, []render.Lookup, error) {
 	reason, message := v1alpha1.ReasonRenderFailed, fmt.Sprintf("rendering revision %d%s: %v", target.revision, again, err)
-	const next = "; it is rendered again when the revision, the cluster or an object it looked up changes"
 	var (
-		lookups   []render.Lookup
 		lookupErr *render.LookupError
 		timeout   *sandbox.TimeoutError
 		tooLarge  *sandbox.TooLargeError
 	)
 	switch {
 	case errors.As(err, &timeout):
-		reason, lookups = v1alpha1.ReasonRenderTimeout, timeout.Lookups
-		message += " (--render-timeout)" + next
+		reason = v1alpha1.ReasonRenderTimeout
+		message += " (--render-timeout)" + stoppedAfter(timeout.Lookups)
 	case errors.As(err, &tooLarge):
-		reason, lookups = v1alpha1.ReasonRenderTooLarge, tooLarge.Lookups
+		reason = v1alpha1.ReasonRenderTooLarge
 		if !tooLarge.Output {
 			message += " (--render-memory-limit)"
 		}
-		message += next
+		message += stoppedAfter(tooLarge.Lookups)
 	case errors.As(err, &lookupErr) && apierrors.IsForbidden(lookupErr.Err):
 		reason = v1alpha1.ReasonRenderForbidden
 		message = fmt.Sprintf("lookup of %s is forbidden to %s; nothing was read", lookupErr.Lookup, impersonated(target.release.Namespace, target.writer))
 	}
 	res.cond = condition(v1alpha1.ConditionRendered, false, reason, limit(message))
-	return res, nil, lookups, nil
+	return res, nil, nil, nil
+}
+
+// stoppedAfter ends the message of a stopped render: what it looked up
+// first, and when it renders again.
+func stoppedAfter(lookups []render.Lookup) string {
+	var s string
+	if len(lookups) > 0 {
+		names := make([]string, 0, min(len(lookups), v1alpha1.MaxRenderLookups))
+		for _, l := range lookups[:min(len(lookups), v1alpha1.MaxRenderLookups)] {
+			names = append(names, l.String())
+		}
+		s = ", after it looked up " + strings.Join(names, ", ")
+	}
+	return s + "; it is rendered again when the revision, the cluster or an object it looks up changes"
 }
 
 func digestOf(s string) string {
