@@ -253,8 +253,8 @@ type HelmReleaseStatus struct {
 	// spec.rerender Report or Upgrade.
 	Rerender *RenderStatus `json:"rerender,omitempty"`
 	// FailedUpgrade is the last upgrade of spec.rerender Upgrade that
-	// Helm failed (see FailedUpgrade); unset once an upgrade is tried
-	// again.
+	// Helm failed (see FailedUpgrade); replaced when another fails, and
+	// unset once one succeeds.
 	FailedUpgrade *FailedUpgrade `json:"failedUpgrade,omitempty"`
 }
 

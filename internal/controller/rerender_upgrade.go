@@ -122,7 +122,7 @@ func (c *Controller) stillUpgrades(key lockKey, target renderTarget) bool {
 
 // reportUpgrade sets what d reports on res, the render key's lock
 // reports next, with rs.mu held; for upgradeNow it notes the render as
-// tried, and forgets the failure of the last try.
+// tried.
 func (c *Controller) reportUpgrade(key lockKey, rs *renderState, target renderTarget, res *renderResult, d upgradeDecision) {
 	switch d.step {
 	case upgradeFailedBefore:
@@ -141,7 +141,6 @@ func (c *Controller) reportUpgrade(key lockKey, rs *renderState, target renderTa
 		}
 	case upgradeNow:
 		rs.upgraded = res.digest
-		c.failedUpgrades.Delete(target.release)
 	}
 }
 
@@ -159,8 +158,10 @@ func (c *Controller) upgradeAsDecided(ctx context.Context, key lockKey, rs *rend
 }
 
 // upgrade upgrades the release with its chart rendered now, as the lock's
-// write identity. A failure is recorded (status.failedUpgrade), reported,
-// and leaves the last deployed revision held.
+// write identity. A failure is recorded (status.failedUpgrade) in place of
+// the last one, reported, and leaves the last deployed revision held; a
+// success forgets the last failure. Until then the lock holds past the
+// revision that failure left, if Helm writes nothing this time.
 func (c *Controller) upgrade(ctx context.Context, key lockKey, rs *renderState, target renderTarget, res *renderResult, rel *render.Release) {
 	logger := klog.FromContext(ctx)
 	rk := target.release
@@ -181,6 +182,8 @@ func (c *Controller) upgrade(ctx context.Context, key lockKey, rs *renderState, 
 		// The lock's next sync writes it into the status, which
 		// outlives this process (see restoreFailedUpgrades).
 		c.failedUpgrades.Set(rk, failed)
+	} else {
+		c.failedUpgrades.Delete(rk)
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()

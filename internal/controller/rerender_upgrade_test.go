@@ -372,3 +372,41 @@ func statusAt(t *testing.T, c *Controller) v1alpha1.HelmReleaseStatus {
 	}
 	return hr.Status
 }
+
+// TestFailedUpgradeKeptUntilOneSucceeds: while another upgrade is tried,
+// the lock still holds past the revision the last failure left; a try
+// that fails without Helm writing anything keeps that revision in the new
+// record; one that succeeds forgets the failure, and the status with it.
+func TestFailedUpgradeKeptUntilOneSucceeds(t *testing.T) {
+	first, failed := chartSecret(t, "deployed", 1), chartSecret(t, "failed", 2)
+	rk := v1alpha1.ReleaseKey{Namespace: "apps", Name: "rel"}
+	up := &upgrades{fail: errors.New("the release changed")}
+	r := &renders{results: []renderAnswer{staleRender("second")}}
+	c, clk, _ := twoWayController(t, upgradeModeCR("hr", map[string]any{"rerender": "Upgrade", "serviceAccountName": "writer"}), r, up, first, failed)
+	c.failedUpgrades.Set(rk, v1alpha1.FailedUpgrade{Release: rk, RenderDigest: "the first render", Revision: 2, SecretUID: string(failed.UID)})
+	key := helmReleaseKey("cattle-helm-system", "hr")
+	queueRender(t, c, first, key, "writer", v1alpha1.RerenderUpgrade)
+	heldPast := 0
+	up.before = func() {
+		if c.failedByUpgrade(rk, 2, failed.UID) {
+			heldPast++
+		}
+	}
+	if _, err := c.renderKey(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	f, ok := c.failedUpgrades.Get(rk)
+	if up.calls != 1 || heldPast != 1 || !ok || f.Revision != 2 || f.RenderDigest == "the first render" || f.Error != "the release changed" {
+		t.Errorf("%d upgrades, held past revision 2 during %d; then %+v: want revision 2 still held past, for the new render", up.calls, heldPast, f)
+	}
+
+	up.fail = nil
+	r.results, r.calls = []renderAnswer{staleRender("third")}, 0
+	clk.SetTime(clk.Now().Add(time.Hour))
+	if _, err := c.renderKey(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	if f, ok := c.failedUpgrades.Get(rk); up.calls != 2 || ok {
+		t.Errorf("%d upgrades, then the failure %+v still remembered; want it forgotten once an upgrade succeeds", up.calls, f)
+	}
+}
