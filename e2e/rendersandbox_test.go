@@ -29,8 +29,8 @@ import (
 //   - the locker's peak resident set stays under 512 MiB, and no render's
 //     process outlives its render;
 //   - `diff --rerender` stops the same render at its own (default) 10 s;
-//   - tuned back, each renders as stored again: what a stopped render
-//     looked up is watched, and is the next trigger.
+//   - tuned back, each renders as stored again: a stopped render keeps the
+//     chart's lookups watched, and a change of one is the next trigger.
 //
 // Rendered in the locker's own process, the loop would hold a render
 // worker for hours and the growth would take the locker past its memory.
@@ -99,9 +99,10 @@ func TestRenderSandbox(t *testing.T) {
 	reverted := time.Since(start)
 
 	rendered(loopCR, renderTimeout+5*time.Second-time.Since(start), metav1.ConditionFalse, v1alpha1.ReasonRenderTimeout,
-		"ran longer than 3s and was stopped (--render-timeout)")
+		"ran longer than 3s and was stopped (--render-timeout), after it looked up ConfigMap "+loopNS+"/tuning")
 	stopped := time.Since(start)
-	rendered(growCR, 10*time.Second, metav1.ConditionFalse, v1alpha1.ReasonRenderTooLarge, "took more than its 256 MiB of memory and was stopped")
+	rendered(growCR, 10*time.Second, metav1.ConditionFalse, v1alpha1.ReasonRenderTooLarge,
+		"took more than its 256 MiB of memory and was stopped", "after it looked up ConfigMap "+growNS+"/tuning")
 	rendered(lookupCR, 15*time.Second, metav1.ConditionFalse, v1alpha1.ReasonClusterChanged, "lookup of ConfigMap "+lookupNS+"/settings changed")
 	t.Logf("edit reverted after %s; loop stopped, and reported, after %s", reverted.Round(time.Millisecond), stopped.Round(time.Millisecond))
 
