@@ -32,12 +32,12 @@ import (
 	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
+	"github.com/helm-locker/helm-locker/engine/worker"
 	"github.com/helm-locker/helm-locker/informers"
 	"github.com/helm-locker/helm-locker/internal/metrics"
 	"github.com/helm-locker/helm-locker/internal/registry"
 	"github.com/helm-locker/helm-locker/internal/storage"
 	"github.com/helm-locker/helm-locker/internal/throttle"
-	"github.com/helm-locker/helm-locker/engine/worker"
 )
 
 var secretsResource = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
@@ -182,11 +182,11 @@ type Controller struct {
 	failedUpgrades registry.Map[v1alpha1.ReleaseKey, v1alpha1.FailedUpgrade]
 	// upgrades bound how often Upgrade mode upgrades each release, and
 	// upgrader makes its upgrades; clock is what both tell the time by.
-	upgrades *throttle.Throttle[v1alpha1.ReleaseKey]
-	upgrader upgrader
-	clock    clock.PassiveClock
-	cluster        clusterInfo
-	clusterCheck   chan struct{}
+	upgrades     *throttle.Throttle[v1alpha1.ReleaseKey]
+	upgrader     upgrader
+	clock        clock.PassiveClock
+	cluster      clusterInfo
+	clusterCheck chan struct{}
 	// unsettled counts the HelmReleases whose lock has not yet reported
 	// a state other than Transitioning: renders wait until none is, so
 	// that they take no CPU from a cold start's locks.

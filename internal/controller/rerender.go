@@ -23,10 +23,10 @@ import (
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
+	"github.com/helm-locker/helm-locker/engine/worker"
 	"github.com/helm-locker/helm-locker/internal/render"
 	"github.com/helm-locker/helm-locker/internal/sandbox"
 	"github.com/helm-locker/helm-locker/internal/storage"
-	"github.com/helm-locker/helm-locker/engine/worker"
 	"github.com/helm-locker/helm-locker/lock"
 	"github.com/helm-locker/helm-locker/manifest"
 )
