@@ -334,6 +334,9 @@ const (
 	MaxRenderChanges = 20
 	MaxRenderPaths   = 20
 	MaxRenderLookups = 20
+	// MaxRenderCause is the longest RenderStatus.Cause, in bytes, as the
+	// CRD's schema caps it.
+	MaxRenderCause = 1024
 )
 
 // LockStatus is what every kind of lock reports of the objects it holds,

@@ -394,7 +394,9 @@ func (c *Controller) render(ctx context.Context, target renderTarget, causes []s
 	res.stale = true
 	res.status.Changes, res.status.MoreChanges = renderChanges(c.placed(changes, rk.Namespace))
 	res.digest = digestOf(out.Manifest)
-	res.status.Cause = limit(renderCause(target.revision, causes, prev, declaredLookups(rel, out.Lookups)))
+	// The CRD caps the cause at 1024 characters: a longer one would
+	// fail the status write, and the lock's status with it.
+	res.status.Cause = limitTo(renderCause(target.revision, causes, prev, declaredLookups(rel, out.Lookups)), v1alpha1.MaxRenderCause)
 	res.cond = condition(v1alpha1.ConditionRendered, false, v1alpha1.ReasonClusterChanged,
 		limit(fmt.Sprintf("%s: %s would change (helm-locker diff --rerender -n %s %s)", res.status.Cause, describeChanges(res.status.Changes, res.status.MoreChanges), rk.Namespace, rk.Name)))
 	return res, rel, out.Lookups, nil
