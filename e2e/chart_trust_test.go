@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -42,8 +44,8 @@ func forgeryShows(s string) bool {
 }
 
 // noTraceOfForgery fails if anything shows the forged chart ran: the
-// object it would create, the Secret value it read, in the CR's status
-// or events, or in `diff --rerender`.
+// object it would create, the Secret value it read, in the CR's status or
+// events, the locker's metrics, or `diff --rerender`.
 func noTraceOfForgery(t *testing.T, ns, cr string) {
 	t.Helper()
 	if _, err := env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "forged-hunter2", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -57,6 +59,15 @@ func noTraceOfForgery(t *testing.T, ns, cr string) {
 		if forgeryShows(e.Message) {
 			t.Errorf("event %s shows the forged chart: %s", e.Reason, e.Message)
 		}
+	}
+	resp, err := http.Get("http://" + framework.ServedAddress(t, env.Locker, "metrics") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || forgeryShows(string(metrics)) {
+		t.Errorf("the locker's metrics show the forged chart (or reading them failed: %v)", err)
 	}
 	res := env.CLI(t, "", "diff", "--rerender", "-n", ns, "app")
 	if forgeryShows(res.Stdout + res.Stderr) {
