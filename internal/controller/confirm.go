@@ -89,7 +89,7 @@ func (c *Controller) mayHold(rk v1alpha1.ReleaseKey, latest latestRevision, revi
 	if latest.revision == revision && storage.Deployed(latest.status) {
 		return true
 	}
-	if revision < latest.revision && c.failedByUpgrade(rk, latest.revision, latest.uid) {
+	if revision < latest.revision && c.twoway.FailedByUpgrade(rk, latest.revision, latest.uid) {
 		return true
 	}
 	return revision <= latest.revision && storage.Decide(latest.status).Reason == storage.ReasonHelmWorking &&

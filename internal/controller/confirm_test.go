@@ -13,6 +13,7 @@ import (
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
 	"github.com/helm-locker/helm-locker/internal/storage"
+	"github.com/helm-locker/helm-locker/internal/twoway"
 )
 
 // TestConfirmLockedBeforeRestoring: a write that puts back what the object
@@ -51,7 +52,9 @@ func TestMayHold(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	c := &Controller{cfg: Config{HelmOperationTimeout: 15 * time.Minute}}
 	rk := v1alpha1.ReleaseKey{Name: "web", Namespace: "apps"}
-	c.failedUpgrades.Set(rk, v1alpha1.FailedUpgrade{Release: rk, Revision: 5, SecretUID: "upgrade-5"})
+	c.twoway = twoway.New(twoway.Config{}, nil, nil)
+	t.Cleanup(c.twoway.ShutDown)
+	c.twoway.RememberFailedUpgrade(v1alpha1.FailedUpgrade{Release: rk, Revision: 5, SecretUID: "upgrade-5"})
 	tests := []struct {
 		name     string
 		latest   latestRevision

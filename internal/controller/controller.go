@@ -27,7 +27,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 
 	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
@@ -37,7 +36,7 @@ import (
 	"github.com/helm-locker/helm-locker/internal/metrics"
 	"github.com/helm-locker/helm-locker/internal/registry"
 	"github.com/helm-locker/helm-locker/internal/storage"
-	"github.com/helm-locker/helm-locker/internal/throttle"
+	"github.com/helm-locker/helm-locker/internal/twoway"
 )
 
 var secretsResource = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
@@ -170,23 +169,8 @@ type Controller struct {
 	// listed, by namespace/name, for readRelease to take rather than GET.
 	prefetched sync.Map
 
-	// renders is the queue of releases to render again (see
-	// wantRender), renderStates what the renderer knows of each, and
-	// cluster the .Capabilities they render with, learned again on
-	// clusterCheck.
-	renders      workqueue.TypedRateLimitingInterface[lockKey]
-	renderStates registry.Map[lockKey, *renderState]
-	// failedUpgrades are the last upgrades of Upgrade mode that Helm
-	// failed, by release, as their statuses record them (see
-	// restoreFailedUpgrades).
-	failedUpgrades registry.Map[v1alpha1.ReleaseKey, v1alpha1.FailedUpgrade]
-	// upgrades bound how often Upgrade mode upgrades each release, and
-	// upgrader makes its upgrades; clock is what both tell the time by.
-	upgrades     *throttle.Throttle[v1alpha1.ReleaseKey]
-	upgrader     upgrader
-	clock        clock.PassiveClock
-	cluster      clusterInfo
-	clusterCheck chan struct{}
+	// twoway renders locked releases again, for spec.rerender.
+	twoway *twoway.Renders
 	// unsettled counts the HelmReleases whose lock has not yet reported
 	// a state other than Transitioning: renders wait until none is, so
 	// that they take no CPU from a cold start's locks.
@@ -228,12 +212,6 @@ func New(cfg Config) *Controller {
 	if cfg.HelmOperationTimeout <= 0 {
 		cfg.HelmOperationTimeout = DefaultHelmOperationTimeout
 	}
-	if cfg.RerenderUpgradeInterval <= 0 {
-		cfg.RerenderUpgradeInterval = DefaultRerenderUpgradeInterval
-	}
-	if cfg.RerenderUpgradeMaxPerHour <= 0 {
-		cfg.RerenderUpgradeMaxPerHour = DefaultRerenderUpgradeMaxPerHour
-	}
 	c := &Controller{
 		cfg: cfg,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -242,15 +220,10 @@ func New(cfg Config) *Controller {
 			),
 			workqueue.TypedRateLimitingQueueConfig[lockKey]{Name: "locks", MetricsProvider: cfg.Metrics.WorkqueueProvider()},
 		),
-		writers:      map[string]dynamic.Interface{},
-		sweep:        make(chan struct{}, 1),
-		renders:      newRenderQueue(cfg.Metrics.WorkqueueProvider()),
-		clusterCheck: make(chan struct{}, 1),
-		bookkeeping:  rate.NewLimiter(bookkeepingRate, bookkeepingBurst),
-		upgrader:     helmUpgrader{},
-		clock:        clock.RealClock{},
+		writers:     map[string]dynamic.Interface{},
+		sweep:       make(chan struct{}, 1),
+		bookkeeping: rate.NewLimiter(bookkeepingRate, bookkeepingBurst),
 	}
-	c.upgrades = throttle.New[v1alpha1.ReleaseKey](throttle.Options{Interval: cfg.RerenderUpgradeInterval, MaxPerHour: cfg.RerenderUpgradeMaxPerHour}, c.clock)
 	if c.cfg.Recorder == nil {
 		c.cfg.Recorder = noEvents{}
 	}
@@ -262,19 +235,20 @@ func New(cfg Config) *Controller {
 		}
 	}
 	// A CRD that comes or goes changes the APIs charts see.
-	engineOpts := engine.Options{Config: cfg.REST, Readiness: c.cfg.Readiness, OnTypesChanged: c.clusterMoved}
+	engineOpts := engine.Options{Config: cfg.REST, Readiness: c.cfg.Readiness, OnTypesChanged: func() { c.twoway.ClusterMoved() }}
 	if cfg.REST != nil && cfg.Kube != nil {
 		// Merge rules are the API server's own, from its OpenAPI v3.
 		engineOpts.OpenAPI = openapi.ToClientWithContext(cfg.Kube.Discovery().OpenAPIV3())
 	}
 	c.engine = engine.New(cfg.Dynamic, cfg.Mapper, c.enqueueSet, engineOpts)
+	c.twoway = twoway.New(c.twoWayConfig(), c.engine, twoWayLocks{c})
 
 	// A change of either cache's health changes what every CR may claim.
 	// Watches that reconnect may do so to an upgraded API server.
 	c.crsHealth = informers.NewHealth(func(current bool) {
 		c.enqueueAll()
 		if current {
-			c.clusterMoved()
+			c.twoway.ClusterMoved()
 		}
 	})
 	c.locksHealth = informers.NewHealth(func(bool) { c.enqueueAll() })
@@ -365,7 +339,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer func() {
 		cancel()
 		c.queue.ShutDown()
-		c.renders.ShutDown()
+		c.twoway.ShutDown()
 		wg.Wait()
 	}()
 	start := func(run func(context.Context)) {
@@ -401,7 +375,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		start(c.watchAdmission)
 	}
 	if !c.cfg.ReadOnly {
-		start(c.runRenders)
+		start(c.twoway.Run)
 	}
 	logger.Info("Starting workers", "count", c.cfg.Workers)
 	start(func(ctx context.Context) { worker.Run(ctx, c.queue, c.cfg.Workers, c.syncKey) })

@@ -265,7 +265,7 @@ func (c *Controller) report(ctx context.Context, req *releaseSync, status v1alph
 		st.settled = true
 		c.unsettled.Add(-1)
 	}
-	c.wantRender(key, hr, st, &status)
+	c.reportRender(key, hr, st, &status)
 	c.reportFailedUpgrade(hr, st, &status)
 	c.lockEvents(hr, req.before, st, status)
 	c.cfg.Metrics.ObserveRelease(key.ObjectName.String(), st.lock.Phase == lock.Locked, status.LockedObjects)
@@ -380,7 +380,7 @@ func (c *Controller) decide(ctx context.Context, req *releaseSync) (status v1alp
 	st.stuck = nil
 	if !decision.Engage {
 		verified := c.stuckOn(st, latest, time.Now(), req.result)
-		upgradeFailed := verified == nil && c.failedByUpgrade(rk, revision, latest.GetUID())
+		upgradeFailed := verified == nil && c.twoway.FailedByUpgrade(rk, revision, latest.GetUID())
 		if upgradeFailed {
 			verified = c.verifiedSecret(st)
 		}
@@ -573,7 +573,7 @@ func (c *Controller) state(key lockKey) *releaseState {
 // dropState forgets key's HelmRelease: its state, its last denial, and
 // its metrics, those of the release it held included (see forgetRelease).
 func (c *Controller) dropState(key lockKey) {
-	c.forgetRender(key)
+	c.twoway.Forget(key.ObjectName)
 	st, ok := c.states.Delete(key)
 	c.cfg.Metrics.ForgetRelease(key.ObjectName.String())
 	if ok {

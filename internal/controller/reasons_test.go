@@ -38,7 +38,7 @@ import (
 // must be one the API lists.
 
 // reasonPackages are the packages that set reasons, from this directory.
-var reasonPackages = []string{".", "../storage", "../declare"}
+var reasonPackages = []string{".", "../storage", "../declare", "../twoway"}
 
 // recorderReasons are the indexes of the reason of record.EventRecorder's
 // methods.

@@ -1,4 +1,4 @@
-package controller
+package twoway
 
 import (
 	"context"
@@ -16,14 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
-	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/internal/render"
 	"github.com/helm-locker/helm-locker/internal/storage"
-	"github.com/helm-locker/helm-locker/lock"
 	"github.com/helm-locker/helm-locker/manifest"
 )
 
@@ -140,53 +138,44 @@ metadata:
 	}
 }
 
-// TestWantRender: Off reports nothing and forgets; a lock that holds a
+// TestTrust: Off reports nothing and forgets; a lock that holds a
 // verified revision asks for its render, once per revision; until then
 // Rendered is Unknown; a render of the target is reported as found.
-func TestWantRender(t *testing.T) {
-	c, _ := newTestController(t, helmRelease(nil), nil, nil)
-	key := helmReleaseKey("cattle-helm-system", "web")
-	hr := &v1alpha1.HelmRelease{Spec: v1alpha1.HelmReleaseSpec{Release: v1alpha1.ReleaseKey{Name: "web", Namespace: "apps"}, ServiceAccountName: "writer", Rerender: v1alpha1.RerenderReport}}
-	st := &releaseState{}
+func TestTrust(t *testing.T) {
+	r, _ := newRenders(t, nil, nil, nil)
+	key := hrKey
+	l := Lock{Release: v1alpha1.ReleaseKey{Name: "web", Namespace: "apps"}, Writer: "writer", Mode: v1alpha1.RerenderReport}
 
-	status := v1alpha1.HelmReleaseStatus{}
-	c.wantRender(key, hr, st, &status)
-	if got := findCond(status.Conditions); got == nil || got.Status != metav1.ConditionUnknown || got.Reason != v1alpha1.ReasonNotRendered {
-		t.Errorf("before the lock holds a verified revision, Rendered = %+v, want Unknown/NotRendered", got)
+	rep := r.Trust(key, l)
+	if !rep.Waiting || rep.Status != nil || rep.Rendered.Status != metav1.ConditionUnknown || rep.Rendered.Reason != v1alpha1.ReasonNotRendered {
+		t.Errorf("before the lock holds a verified revision, the report is %+v, want Unknown/NotRendered", rep)
 	}
-	if n := c.renders.Len(); n != 0 {
+	if n := r.queue.Len(); n != 0 {
 		t.Errorf("%d renders queued before the lock holds anything", n)
 	}
 
-	st.lock = lock.Lock{Phase: lock.Locked}
-	st.trust.verified = &v1alpha1.VerifiedRevision{Release: v1alpha1.ReleaseKey{Name: "other", Namespace: "apps"}, Revision: 2, ManifestDigest: "d2"}
-	c.wantRender(key, hr, st, &status)
-	rs, ok := c.renderStates.Get(key)
-	if !ok || rs.target.revision != 0 {
-		t.Fatalf("render state %+v: another release's verified revision was to be rendered", rs)
-	}
-
 	// The lock holds revision 3, which Helm was not seen to apply:
-	// revision 2, the verified one, is rendered.
-	st.trust.verified.Release = hr.Spec.Release
-	st.rel = &storage.Release{Version: 3}
-	c.wantRender(key, hr, st, &status)
-	if rs.target.revision != 2 || rs.target.writer != "writer" || !slices.Contains(rs.causes, "revision 2 was deployed") {
-		t.Errorf("target %+v, causes %v: want revision 2 as writer, caused by its deployment", rs.target, rs.causes)
+	// revision 2, the verified one, is what the controller says it
+	// trusts.
+	l.Holding = true
+	l.Chart = &v1alpha1.ChartRevision{Revision: 2, ManifestDigest: "d2"}
+	r.Trust(key, l)
+	rs, ok := r.states.Get(key)
+	if !ok || rs.target.revision != 2 || rs.target.writer != "writer" || !slices.Contains(rs.causes, "revision 2 was deployed") {
+		t.Fatalf("render state %+v: want revision 2 as writer, caused by its deployment", rs)
 	}
 	rs.rendered = rs.target
 	rs.result = &renderResult{cond: condition(v1alpha1.ConditionRendered, true, v1alpha1.ReasonRendersAsStored, "as stored"), status: v1alpha1.RenderStatus{Revision: 2}}
-	c.wantRender(key, hr, st, &status)
-	if got := findCond(status.Conditions); got == nil || got.Reason != v1alpha1.ReasonRendersAsStored || status.Rerender == nil || status.Rerender.Revision != 2 {
-		t.Errorf("after the render, Rendered = %+v and status.rerender = %+v", got, status.Rerender)
+	rep = r.Trust(key, l)
+	if rep.Status == nil || rep.Rendered.Reason != v1alpha1.ReasonRendersAsStored || rep.Status.Revision != 2 {
+		t.Errorf("after the render, the report is %+v", rep)
 	}
 
-	hr.Spec.Rerender = v1alpha1.RerenderOff
-	c.wantRender(key, hr, st, &status)
-	if findCond(status.Conditions) != nil || status.Rerender != nil {
-		t.Errorf("Off left Rendered %+v and status.rerender %+v", findCond(status.Conditions), status.Rerender)
+	l.Mode = v1alpha1.RerenderOff
+	if rep := r.Trust(key, l); !rep.Off || rep.Status != nil {
+		t.Errorf("Off reported %+v", rep)
 	}
-	if _, ok := c.renderStates.Get(key); ok {
+	if _, ok := r.states.Get(key); ok {
 		t.Error("Off kept the render state")
 	}
 }
@@ -207,8 +196,8 @@ func TestPlaced(t *testing.T) {
 	// As a discovery mapper does, it maps a kind without a version.
 	mapper := meta.NewDefaultRESTMapper([]schema.GroupVersion{{Version: "v1"}})
 	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
-	c, _ := newTestControllerWith(t, func(cfg *Config) { cfg.Mapper = resettable{mapper} }, helmRelease(nil), nil, nil)
-	got := c.placed([]render.Change{
+	r, _ := newRenders(t, nil, func(cfg *Config) { cfg.Mapper = resettable{mapper} }, nil)
+	got := r.placed([]render.Change{
 		{Object: "ConfigMap app", Kind: "ConfigMap", Name: "app"},
 		{Object: "ConfigMap other/app", Kind: "ConfigMap", Namespace: "other", Name: "app"},
 		{Object: "Widget w", Group: "example.com", Kind: "Widget", Name: "w"},
@@ -222,33 +211,12 @@ func TestPlaced(t *testing.T) {
 	}
 }
 
-// TestUnsettledCount: each HelmRelease's lock counts as unsettled from its
-// first sync until it settles or is forgotten, once.
-func TestUnsettledCount(t *testing.T) {
-	c, _ := newTestController(t, helmRelease(nil), nil, nil)
-	a, b := helmReleaseKey("r", "a"), helmReleaseKey("r", "b")
-	c.state(a)
-	c.state(a)
-	st := c.state(b)
-	if n := c.unsettled.Load(); n != 2 {
-		t.Fatalf("unsettled = %d with two locks syncing, want 2", n)
-	}
-	st.settled = true
-	c.unsettled.Add(-1)
-	c.dropState(b)
-	c.dropState(a)
-	c.dropState(a)
-	if n := c.unsettled.Load(); n != 0 {
-		t.Errorf("unsettled = %d once both are forgotten, want 0", n)
-	}
-}
-
 // TestClusterLearnedOnlyWhenRendering: a locker whose locks render nothing
 // asks the API server nothing when CRDs change or its watches reconnect;
 // what it would have learned is learned before the next render.
 func TestClusterLearnedOnlyWhenRendering(t *testing.T) {
-	c, _ := newTestController(t, helmRelease(nil), nil, nil)
-	kube := c.cfg.Kube.(*fake.Clientset)
+	r, f := newRenders(t, nil, nil, nil)
+	kube := f.kube
 	versionReads := func() int {
 		n := 0
 		for _, a := range kube.Actions() {
@@ -263,44 +231,32 @@ func TestClusterLearnedOnlyWhenRendering(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.watchCluster(ctx)
+		r.watchCluster(ctx)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 
-	if _, err := c.clusterFacts(); err != nil {
+	if _, err := r.clusterFacts(); err != nil {
 		t.Fatal(err)
 	}
 	if n := versionReads(); n != 1 {
 		t.Fatalf("%d reads of /version for the first render, want 1", n)
 	}
 	// Nothing renders: the move is noted, not read.
-	c.clusterMoved()
-	waitFor(t, func() bool { c.cluster.mu.Lock(); defer c.cluster.mu.Unlock(); return !c.cluster.known })
+	r.ClusterMoved()
+	waitFor(t, func() bool { r.cluster.mu.Lock(); defer r.cluster.mu.Unlock(); return !r.cluster.known })
 	if n := versionReads(); n != 1 {
 		t.Errorf("%d reads of /version after a move with nothing rendering, want still 1", n)
 	}
-	if _, err := c.clusterFacts(); err != nil {
+	if _, err := r.clusterFacts(); err != nil {
 		t.Fatal(err)
 	}
 	if n := versionReads(); n != 2 {
 		t.Errorf("%d reads of /version once a render needs the facts again, want 2", n)
 	}
 	// A release renders: a move is read at once.
-	c.renderStates.Set(helmReleaseKey("r", "a"), &renderState{})
-	c.clusterMoved()
+	r.states.Set(cache.NewObjectName("r", "a"), &renderState{})
+	r.ClusterMoved()
 	waitFor(t, func() bool { return versionReads() == 3 })
-}
-
-// waitFor polls cond for up to 10 s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestRenderReportsWhatItReads: a render that fails still says that its
@@ -310,14 +266,14 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestRenderReportsWhatItReads(t *testing.T) {
 	chart := map[string]any{"metadata": map[string]any{"name": "web", "version": "1.0.0", "apiVersion": "v2", "kubeVersion": ">=9.0.0-0"}}
 	secret := releaseSecretWith(t, "deployed", 1, func(rel map[string]any) { rel["chart"] = chart })
-	c, _ := newTestController(t, helmRelease(nil), secret, nil)
+	r, _ := newRenders(t, nil, nil, nil, secret)
 	stored, err := storage.Read(secret, "apps", "rel")
 	if err != nil {
 		t.Fatal(err)
 	}
-	target := renderTarget{release: v1alpha1.ReleaseKey{Name: "rel", Namespace: "apps"}, revision: 1, digest: manifestDigest(manifestYAML), chartDigest: stored.ChartDigest(), writer: "writer", mode: v1alpha1.RerenderReport}
+	target := renderTarget{release: v1alpha1.ReleaseKey{Name: "rel", Namespace: "apps"}, revision: 1, digest: storage.Digest(manifestYAML), chartDigest: stored.ChartDigest(), writer: "writer", mode: v1alpha1.RerenderReport}
 
-	res, _, _, err := c.render(context.Background(), target, nil, nil)
+	res, _, _, err := r.render(context.Background(), target, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +285,7 @@ func TestRenderReportsWhatItReads(t *testing.T) {
 		{release: target.release, revision: 1, digest: "another manifest", chartDigest: target.chartDigest, writer: "writer", mode: v1alpha1.RerenderReport},
 		{release: target.release, revision: 1, digest: target.digest, chartDigest: "another chart", writer: "writer", mode: v1alpha1.RerenderReport},
 	} {
-		res, _, _, err = c.render(context.Background(), rewritten, nil, nil)
+		res, _, _, err = r.render(context.Background(), rewritten, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,21 +300,21 @@ func TestRenderReportsWhatItReads(t *testing.T) {
 // stale rather than Rendered=True for good; one it may watch is not.
 func TestUnwatchableLookup(t *testing.T) {
 	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
-	c, _ := newTestController(t, helmRelease(nil), nil, func(dyn *dynamicfake.FakeDynamicClient) {
+	r, _ := newRenders(t, nil, nil, func(dyn *dynamicfake.FakeDynamicClient) {
 		dyn.PrependReactor("list", "secrets", func(clienttesting.Action) (bool, runtime.Object, error) {
 			return true, nil, apierrors.NewForbidden(secrets.GroupResource(), "", fmt.Errorf("RBAC: no"))
 		})
 	})
-	key := helmReleaseKey("cattle-helm-system", "hr")
+	key := hrKey
 	rk := v1alpha1.ReleaseKey{Namespace: "apps", Name: "rel"}
 	forbidden := []render.Lookup{{GVR: cmGVR, Kind: "ConfigMap", Namespace: "apps", Name: "settings"}, {GVR: secrets, Kind: "Secret", Namespace: "apps", Name: "token"}}
-	c.watchLookups(key, rk, forbidden)
-	if err := c.unwatchable(context.Background(), forbidden); err == nil || !strings.Contains(err.Error(), "may not watch secrets") || !strings.Contains(err.Error(), "Secret apps/token") {
+	r.watchLookups(key, rk, forbidden)
+	if err := r.unwatchable(context.Background(), forbidden); err == nil || !strings.Contains(err.Error(), "may not watch secrets") || !strings.Contains(err.Error(), "Secret apps/token") {
 		t.Errorf("unwatchable = %v, want an error naming the Secret lookup", err)
 	}
 	allowed := forbidden[:1]
-	c.watchLookups(key, rk, allowed)
-	if err := c.unwatchable(context.Background(), allowed); err != nil {
+	r.watchLookups(key, rk, allowed)
+	if err := r.unwatchable(context.Background(), allowed); err != nil {
 		t.Errorf("unwatchable of a ConfigMap lookup = %v, want none", err)
 	}
 }
@@ -373,19 +329,16 @@ func TestFailedRenderKeepsItsLookups(t *testing.T) {
 		"templates": []any{map[string]any{"name": "templates/cm.yaml", "data": []byte(template)}},
 	}
 	secret := releaseSecretWith(t, "deployed", 1, func(rel map[string]any) { rel["chart"] = chart })
-	c, dyn := newTestController(t, helmRelease(nil), secret, nil)
 	// Lookups impersonate the writer: here, through the fake.
-	c.cfg.REST = &rest.Config{Host: "https://127.0.0.1:1"}
-	c.writersMu.Lock()
-	c.writers[impersonated("apps", "writer")] = dyn
-	c.writersMu.Unlock()
+	r, f := newRenders(t, nil, nil, nil, secret)
+	dyn := f.dyn
 	stored, err := storage.Read(secret, "apps", "rel")
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := helmReleaseKey("cattle-helm-system", "hr")
-	target := renderTarget{release: v1alpha1.ReleaseKey{Name: "rel", Namespace: "apps"}, revision: 1, digest: manifestDigest(manifestYAML), chartDigest: stored.ChartDigest(), writer: "writer", mode: v1alpha1.RerenderReport}
-	c.renderStates.Set(key, &renderState{target: target})
+	key := hrKey
+	target := renderTarget{release: v1alpha1.ReleaseKey{Name: "rel", Namespace: "apps"}, revision: 1, digest: storage.Digest(manifestYAML), chartDigest: stored.ChartDigest(), writer: "writer", mode: v1alpha1.RerenderReport}
+	r.states.Set(key, &renderState{target: target})
 	// The fake's tracker keeps built-in kinds typed, as its lists
 	// return them.
 	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: "apps"}, Data: map[string]string{"k": "1"}}
@@ -395,10 +348,10 @@ func TestFailedRenderKeepsItsLookups(t *testing.T) {
 	// changeRenders changes the looked-up ConfigMap and reports whether
 	// a render of key was queued for it.
 	changeRenders := func(value string) bool {
-		for c.renders.Len() > 0 {
-			k, _ := c.renders.Get()
-			c.renders.Done(k)
-			c.renders.Forget(k)
+		for r.queue.Len() > 0 {
+			k, _ := r.queue.Get()
+			r.queue.Done(k)
+			r.queue.Forget(k)
 		}
 		settings.Data = map[string]string{"k": value}
 		if err := dyn.Tracker().Update(cmGVR, settings, "apps"); err != nil {
@@ -406,26 +359,26 @@ func TestFailedRenderKeepsItsLookups(t *testing.T) {
 		}
 		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) {
-			if c.renders.Len() > 0 {
+			if r.queue.Len() > 0 {
 				return true
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 		return false
 	}
-	if _, err := c.renderKey(context.Background(), key); err != nil {
+	if _, err := r.Render(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
 	if !changeRenders("2") {
 		t.Fatal("a change of what the chart looked up queued no render")
 	}
-	if err := c.cfg.Kube.CoreV1().Secrets("apps").Delete(context.Background(), secret.Name, metav1.DeleteOptions{}); err != nil {
+	if err := f.kube.CoreV1().Secrets("apps").Delete(context.Background(), secret.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.renderKey(context.Background(), key); err != nil {
+	if _, err := r.Render(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
-	if rs, _ := c.renderStates.Get(key); rs.result == nil || rs.result.cond.Reason != v1alpha1.ReasonRenderFailed {
+	if rs, _ := r.states.Get(key); rs.result == nil || rs.result.cond.Reason != v1alpha1.ReasonRenderFailed {
 		t.Fatalf("the render of a revision whose Secret is gone = %+v, want RenderFailed", rs.result)
 	}
 	if !changeRenders("3") {

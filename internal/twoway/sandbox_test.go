@@ -1,4 +1,4 @@
-package controller
+package twoway
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/rest"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/internal/render"
@@ -70,18 +69,14 @@ func TestRenderStopped(t *testing.T) {
 			chart := map[string]any{"metadata": map[string]any{"name": "web", "version": "1.0.0", "apiVersion": "v2"}}
 			secret := releaseSecretWith(t, "deployed", 1, func(rel map[string]any) { rel["chart"] = chart })
 			r := &renders{results: tt.results}
-			c, dyn := newTestControllerWith(t, func(cfg *Config) { cfg.Renderer = r }, helmRelease(nil), secret, nil)
 			// Lookups impersonate the writer: here, through the fake.
-			c.cfg.REST = &rest.Config{Host: "https://127.0.0.1:1"}
-			c.writersMu.Lock()
-			c.writers[impersonated("apps", "writer")] = dyn
-			c.writersMu.Unlock()
+			rr, _ := newRenders(t, nil, func(cfg *Config) { cfg.Renderer = r }, nil, secret)
 			stored, err := storage.Read(secret, "apps", "rel")
 			if err != nil {
 				t.Fatal(err)
 			}
-			target := renderTarget{release: v1alpha1.ReleaseKey{Name: "rel", Namespace: "apps"}, revision: 1, digest: manifestDigest(manifestYAML), chartDigest: stored.ChartDigest(), writer: "writer", mode: v1alpha1.RerenderReport}
-			res, rel, _, err := c.render(context.Background(), target, nil, nil)
+			target := renderTarget{release: v1alpha1.ReleaseKey{Name: "rel", Namespace: "apps"}, revision: 1, digest: storage.Digest(manifestYAML), chartDigest: stored.ChartDigest(), writer: "writer", mode: v1alpha1.RerenderReport}
+			res, rel, _, err := rr.render(context.Background(), target, nil, nil)
 			if err != nil {
 				t.Fatalf("render returned %v: a stopped render is reported, not retried", err)
 			}

@@ -1,4 +1,4 @@
-package controller
+package twoway
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
@@ -18,17 +19,10 @@ import (
 	"github.com/helm-locker/helm-locker/internal/upgrade"
 )
 
-// Defaults of Config.RerenderUpgradeInterval and
-// Config.RerenderUpgradeMaxPerHour.
-const (
-	DefaultRerenderUpgradeInterval   = throttle.DefaultInterval
-	DefaultRerenderUpgradeMaxPerHour = throttle.DefaultMaxPerHour
-)
-
-// upgrader upgrades a release to its chart rendered now, as the identity
+// Upgrader upgrades a release to its chart rendered now, as the identity
 // as impersonates, and returns the new revision. Upgrade mode's upgrades
 // go through it; the unit tests count them with a fake.
-type upgrader interface {
+type Upgrader interface {
 	Upgrade(ctx context.Context, as *rest.Config, rel *render.Release) (int, error)
 }
 
@@ -48,7 +42,7 @@ func (helmUpgrader) Upgrade(ctx context.Context, as *rest.Config, rel *render.Re
 	return upgraded.Version, nil
 }
 
-var _ upgrader = helmUpgrader{}
+var _ Upgrader = helmUpgrader{}
 
 // upgradeStep is what a render leads Upgrade mode to do.
 type upgradeStep int
@@ -82,17 +76,17 @@ type upgradeDecision struct {
 // Upgrade mode to do; upgraded is the render last tried. Its one side
 // effect is the throttle's: the upgrade it lets through is counted, and
 // the caller makes it at once.
-func (c *Controller) decideUpgrade(key lockKey, target renderTarget, res *renderResult, upgraded string) upgradeDecision {
+func (r *Renders) decideUpgrade(key cache.ObjectName, target renderTarget, res *renderResult, upgraded string) upgradeDecision {
 	if !res.stale {
 		return upgradeDecision{step: noUpgrade}
 	}
-	if f, ok := c.failedUpgrades.Get(target.release); ok && f.RenderDigest == res.digest {
+	if f, ok := r.failedUpgrades.Get(target.release); ok && f.RenderDigest == res.digest {
 		return upgradeDecision{step: upgradeFailedBefore, failed: f}
 	}
-	if target.mode != v1alpha1.RerenderUpgrade || upgraded == res.digest || !c.stillUpgrades(key, target) {
+	if target.mode != v1alpha1.RerenderUpgrade || upgraded == res.digest || !r.stillUpgrades(key, target) {
 		return upgradeDecision{step: noUpgrade}
 	}
-	if d := c.upgrades.Allow(target.release); !d.Allowed {
+	if d := r.upgrades.Allow(target.release); !d.Allowed {
 		return upgradeDecision{step: upgradeThrottled, held: d}
 	}
 	return upgradeDecision{step: upgradeNow}
@@ -103,27 +97,23 @@ func (c *Controller) decideUpgrade(key lockKey, target renderTarget, res *render
 // render keeps the mode and writer it was queued with: an admin who
 // switched the CR to Report or Off, suspended it, or named another writer
 // while it rendered must not get its upgrade.
-func (c *Controller) stillUpgrades(key lockKey, target renderTarget) bool {
-	obj, exists, err := c.crs.GetIndexer().GetByKey(key.ObjectName.String())
-	if err != nil || !exists {
-		return false
-	}
-	// A CR the cache could not convert (see compact) asks for nothing.
-	hr, ok := obj.(*v1alpha1.HelmRelease)
+func (r *Renders) stillUpgrades(key cache.ObjectName, target renderTarget) bool {
+	// A CR the cache could not convert asks for nothing.
+	hr, ok := r.locks.HelmRelease(key)
 	if !ok {
 		return false
 	}
-	if owner := hr.Annotations[v1alpha1.ManagedByAnnotation]; owner != "" && owner != c.cfg.ControllerName {
+	if owner := hr.Annotations[v1alpha1.ManagedByAnnotation]; owner != "" && owner != r.cfg.ControllerName {
 		return false
 	}
 	return !hr.Spec.Suspend && hr.Spec.Release == target.release &&
-		c.rerenderOf(hr) == v1alpha1.RerenderUpgrade && c.serviceAccount(hr) == target.writer
+		r.Mode(hr) == v1alpha1.RerenderUpgrade && r.locks.ServiceAccount(hr) == target.writer
 }
 
 // reportUpgrade sets what d reports on res, the render key's lock
 // reports next, with rs.mu held; for upgradeNow it notes the render as
 // tried.
-func (c *Controller) reportUpgrade(key lockKey, rs *renderState, target renderTarget, res *renderResult, d upgradeDecision) {
+func (r *Renders) reportUpgrade(key cache.ObjectName, rs *renderState, target renderTarget, res *renderResult, d upgradeDecision) {
 	switch d.step {
 	case upgradeFailedBefore:
 		// The render the upgrade failed with, again (as after Helm
@@ -131,12 +121,12 @@ func (c *Controller) reportUpgrade(key lockKey, rs *renderState, target renderTa
 		res.status.Cause = d.failed.Cause
 		res.cond = upgradeFailedCondition(d.failed.Cause, d.failed.Error)
 	case upgradeThrottled:
-		res.cond = upgradeThrottledCondition(res.cond.Message, d.held, c.cfg.RerenderUpgradeMaxPerHour)
-		c.cfg.Metrics.ObserveRender(target.release.Namespace, target.release.Name, "UpgradeThrottled", 0)
+		res.cond = upgradeThrottledCondition(res.cond.Message, d.held, r.cfg.UpgradeMaxPerHour)
+		r.cfg.Metrics.ObserveRender(target.release.Namespace, target.release.Name, "UpgradeThrottled", 0)
 		if !rs.throttledUntil.Equal(d.held.Next) {
 			// Once per hold, not at every render while it lasts.
 			rs.throttledUntil = d.held.Next
-			c.cfg.Recorder.Event(&corev1.ObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind, Namespace: key.Namespace, Name: key.Name},
+			r.cfg.Recorder.Event(&corev1.ObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind, Namespace: key.Namespace, Name: key.Name},
 				corev1.EventTypeWarning, v1alpha1.ReasonUpgradeThrottled, truncate(res.cond.Message, maxEventMessage))
 		}
 	case upgradeNow:
@@ -147,12 +137,12 @@ func (c *Controller) reportUpgrade(key lockKey, rs *renderState, target renderTa
 // upgradeAsDecided makes the upgrade d decided on, and returns when to
 // render key's release again: when an upgrade held back may be made, so
 // that it is made without another change.
-func (c *Controller) upgradeAsDecided(ctx context.Context, key lockKey, rs *renderState, target renderTarget, res *renderResult, rel *render.Release, d upgradeDecision) time.Duration {
+func (r *Renders) upgradeAsDecided(ctx context.Context, key cache.ObjectName, rs *renderState, target renderTarget, res *renderResult, rel *render.Release, d upgradeDecision) time.Duration {
 	switch d.step {
 	case upgradeThrottled:
-		return max(d.held.Next.Sub(c.clock.Now()), time.Millisecond)
+		return max(d.held.Next.Sub(r.cfg.Clock.Now()), time.Millisecond)
 	case upgradeNow:
-		c.upgrade(ctx, key, rs, target, res, rel)
+		r.upgrade(ctx, key, rs, target, res, rel)
 	}
 	return 0
 }
@@ -162,28 +152,28 @@ func (c *Controller) upgradeAsDecided(ctx context.Context, key lockKey, rs *rend
 // the last one, reported, and leaves the last deployed revision held; a
 // success forgets the last failure. Until then the lock holds past the
 // revision that failure left, if Helm writes nothing this time.
-func (c *Controller) upgrade(ctx context.Context, key lockKey, rs *renderState, target renderTarget, res *renderResult, rel *render.Release) {
+func (r *Renders) upgrade(ctx context.Context, key cache.ObjectName, rs *renderState, target renderTarget, res *renderResult, rel *render.Release) {
 	logger := klog.FromContext(ctx)
 	rk := target.release
 	start := time.Now()
-	cfg := rest.CopyConfig(c.cfg.REST)
+	cfg := rest.CopyConfig(r.cfg.REST)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: impersonated(rk.Namespace, target.writer)}
-	revision, err := c.upgrader.Upgrade(ctx, cfg, rel)
+	revision, err := r.cfg.Upgrader.Upgrade(ctx, cfg, rel)
 	var failed v1alpha1.FailedUpgrade
 	if err != nil {
 		failed = v1alpha1.FailedUpgrade{Release: rk, RenderDigest: res.digest, Cause: truncate(res.status.Cause, maxFailedUpgradeCause),
-			Error: truncate(err.Error(), v1alpha1.MaxFailedUpgradeError), Time: metav1.NewTime(c.clock.Now())}
+			Error: truncate(err.Error(), v1alpha1.MaxFailedUpgradeError), Time: metav1.NewTime(r.cfg.Clock.Now())}
 		// A revision Helm left failed (the upgrade's, or the
 		// rollback's after it) would open the lock; the lock holds
 		// the verified one instead.
-		if latest, readErr := c.readLatest(ctx, rk); readErr == nil && latest.revision > rel.Version && latest.status == string(release.StatusFailed) {
-			failed.Revision, failed.SecretUID = latest.revision, string(latest.uid)
+		if latest, readErr := r.locks.LatestRevision(ctx, rk); readErr == nil && latest.Number > rel.Version && latest.Status == string(release.StatusFailed) {
+			failed.Revision, failed.SecretUID = latest.Number, string(latest.UID)
 		}
 		// The lock's next sync writes it into the status, which
-		// outlives this process (see restoreFailedUpgrades).
-		c.failedUpgrades.Set(rk, failed)
+		// outlives this process (see RememberFailedUpgrade).
+		r.failedUpgrades.Set(rk, failed)
 	} else {
-		c.failedUpgrades.Delete(rk)
+		r.failedUpgrades.Delete(rk)
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -192,14 +182,14 @@ func (c *Controller) upgrade(ctx context.Context, key lockKey, rs *renderState, 
 	}
 	if err != nil {
 		logger.Error(err, "Upgrade mode's upgrade failed; the last deployed revision stays held")
-		c.cfg.Metrics.ObserveRender(rk.Namespace, rk.Name, "UpgradeFailed", time.Since(start))
+		r.cfg.Metrics.ObserveRender(rk.Namespace, rk.Name, "UpgradeFailed", time.Since(start))
 		res.cond = upgradeFailedCondition(failed.Cause, failed.Error)
-		c.cfg.Recorder.Event(&corev1.ObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind, Namespace: key.Namespace, Name: key.Name},
+		r.cfg.Recorder.Event(&corev1.ObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind, Namespace: key.Namespace, Name: key.Name},
 			corev1.EventTypeWarning, v1alpha1.ReasonUpgradeFailed, truncate(res.cond.Message, maxEventMessage))
 		return
 	}
 	logger.Info("Upgraded the release to the chart's new render", "newRevision", revision)
-	c.cfg.Metrics.ObserveRender(rk.Namespace, rk.Name, "Upgraded", time.Since(start))
+	r.cfg.Metrics.ObserveRender(rk.Namespace, rk.Name, "Upgraded", time.Since(start))
 	res.cond = condition(v1alpha1.ConditionRendered, false, v1alpha1.ReasonUpgraded,
 		limit(fmt.Sprintf("%s; upgraded the release to revision %d with the new render", res.status.Cause, revision)))
 }
@@ -227,43 +217,27 @@ func upgradeThrottledCondition(stale string, held throttle.Decision, maxPerHour 
 		limit(fmt.Sprintf("%s; the upgrade is held back until %s, and then made if the chart still renders differently: %s", stale, held.Next.UTC().Format(time.RFC3339), why)))
 }
 
-// reportFailedUpgrade writes what is remembered of the last upgrade Helm
-// failed for the release hr's lock holds into its status, so that it
-// outlives this process. A CR that lost a Conflict holds nothing, and
-// writes nothing of it.
-func (c *Controller) reportFailedUpgrade(hr *v1alpha1.HelmRelease, st *releaseState, status *v1alpha1.HelmReleaseStatus) {
-	if !st.holds {
-		return
-	}
-	status.FailedUpgrade = nil
-	if f, ok := c.failedUpgrades.Get(hr.Spec.Release); ok {
-		status.FailedUpgrade = &f
-	}
+// FailedUpgrade is what is remembered of the last upgrade Helm failed
+// for rk, for the status of the lock that holds it, which outlives this
+// process.
+func (r *Renders) FailedUpgrade(rk v1alpha1.ReleaseKey) (v1alpha1.FailedUpgrade, bool) {
+	return r.failedUpgrades.Get(rk)
 }
 
-// restoreFailedUpgrades remembers the failed upgrades that the CRs'
-// statuses record: a restarted locker, or a new leader, then neither
-// tries them again for the same render nor opens a lock on a revision one
-// left failed (see failedByUpgrade). It runs before any lock is decided.
-func (c *Controller) restoreFailedUpgrades() {
-	for _, obj := range c.crs.GetStore().List() {
-		hr, ok := obj.(*v1alpha1.HelmRelease)
-		if !ok || hr.Status.FailedUpgrade == nil || hr.Status.FailedUpgrade.Release != hr.Spec.Release {
-			continue
-		}
-		if owner := hr.Annotations[v1alpha1.ManagedByAnnotation]; owner != "" && owner != c.cfg.ControllerName {
-			continue
-		}
-		c.failedUpgrades.Set(hr.Spec.Release, *hr.Status.FailedUpgrade)
-	}
+// RememberFailedUpgrade remembers a failed upgrade a CR's status records:
+// a restarted locker, or a new leader, then neither tries it again for
+// the same render nor opens a lock on a revision it left failed (see
+// FailedByUpgrade). The controller tells it before any lock is decided.
+func (r *Renders) RememberFailedUpgrade(f v1alpha1.FailedUpgrade) {
+	r.failedUpgrades.Set(f.Release, f)
 }
 
-// failedByUpgrade reports whether revision of rk, stored in the Secret
+// FailedByUpgrade reports whether revision of rk, stored in the Secret
 // with uid, is one Upgrade mode's upgrade left failed: the lock keeps
 // holding the last verified revision while it is the latest. The locker
 // caused it, so no retry or rollback of the user's is awaited; a Secret
 // written by anyone else has another UID.
-func (c *Controller) failedByUpgrade(rk v1alpha1.ReleaseKey, revision int, uid types.UID) bool {
-	f, ok := c.failedUpgrades.Get(rk)
+func (r *Renders) FailedByUpgrade(rk v1alpha1.ReleaseKey, revision int, uid types.UID) bool {
+	f, ok := r.failedUpgrades.Get(rk)
 	return ok && f.Revision == revision && types.UID(f.SecretUID) == uid && uid != ""
 }
