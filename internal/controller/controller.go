@@ -12,16 +12,11 @@ import (
 	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/openapi"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -35,7 +30,6 @@ import (
 	"github.com/helm-locker/helm-locker/informers"
 	"github.com/helm-locker/helm-locker/internal/metrics"
 	"github.com/helm-locker/helm-locker/internal/registry"
-	"github.com/helm-locker/helm-locker/internal/storage"
 	"github.com/helm-locker/helm-locker/internal/twoway"
 )
 
@@ -234,99 +228,16 @@ func New(cfg Config) *Controller {
 			c.cfg.Readiness = probe
 		}
 	}
-	// A CRD that comes or goes changes the APIs charts see.
-	engineOpts := engine.Options{Config: cfg.REST, Readiness: c.cfg.Readiness, OnTypesChanged: func() { c.twoway.ClusterMoved() }}
-	if cfg.REST != nil && cfg.Kube != nil {
-		// Merge rules are the API server's own, from its OpenAPI v3.
-		engineOpts.OpenAPI = openapi.ToClientWithContext(cfg.Kube.Discovery().OpenAPIV3())
-	}
-	c.engine = engine.New(cfg.Dynamic, cfg.Mapper, c.enqueueSet, engineOpts)
+	c.newEngine()
 	c.twoway = twoway.New(c.twoWayConfig(), c.engine, twoWayLocks{c})
-
-	// A change of either cache's health changes what every CR may claim.
-	// Watches that reconnect may do so to an upgraded API server.
-	c.crsHealth = informers.NewHealth(func(current bool) {
-		c.enqueueAll()
-		if current {
-			c.twoway.ClusterMoved()
-		}
-	})
-	c.locksHealth = informers.NewHealth(func(bool) { c.enqueueAll() })
-	c.secretsHealth = informers.NewHealth(func(bool) { c.enqueueAll() })
-	watchDynamic, watchMetadata := cfg.Dynamic, cfg.Metadata
-	if cfg.REST != nil {
-		// Guard, not client-go, paces retries (see
-		// informers.WatchConfig). Building clients does no I/O, and a
-		// config they cannot use fails the others too.
-		if d, err := dynamic.NewForConfig(informers.WatchConfig(cfg.REST)); err == nil {
-			watchDynamic = d
-		}
-		if m, err := metadata.NewForConfig(informers.WatchConfig(cfg.REST)); err == nil {
-			watchMetadata = m
-		}
-	}
-	c.crs = c.crInformer(watchDynamic, watchDynamic.Resource(v1alpha1.Resource).Namespace(cfg.Namespace), c.crsHealth,
-		cache.Indexers{byRelease: crReleaseIndex}, v1alpha1.Resource.String())
-	_ = c.crs.SetTransform(compact[v1alpha1.HelmRelease])
-	_, _ = c.crs.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueueCR,
-		UpdateFunc: func(old, obj any) {
-			c.enqueueCR(obj)
-			c.writerMayBeUnused(old, obj)
-		},
-		// A CR that goes may leave its release to another, and its
-		// writer to no one.
-		DeleteFunc: func(obj any) {
-			c.enqueueReleaseCRs(obj)
-			c.writersMayBeUnused()
-		},
-	})
-
-	var locks dynamic.ResourceInterface = watchDynamic.Resource(mlv1.Resource)
-	if !cfg.TenantManifestLocks {
-		locks = watchDynamic.Resource(mlv1.Resource).Namespace(cfg.Namespace)
-	}
-	c.locks = c.crInformer(watchDynamic, locks, c.locksHealth, nil, mlv1.Resource.String())
-	_ = c.locks.SetTransform(compact[mlv1.ManifestLock])
-	_, _ = c.locks.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueueManifestLock,
-		UpdateFunc: func(old, obj any) {
-			c.enqueueManifestLock(obj)
-			c.writerMayBeUnused(old, obj)
-		},
-		DeleteFunc: func(obj any) {
-			c.enqueueManifestLock(obj)
-			c.writersMayBeUnused()
-		},
-	})
+	c.newHealth()
+	watchDynamic, watchMetadata := c.watchClients()
+	c.newCRInformers(watchDynamic)
 	c.sources = &sourceWatches{kube: cfg.Kube, enqueue: c.queue.Add}
 	if cfg.TenantManifestLocks && watchMetadata != nil {
 		c.serviceAccounts = c.serviceAccountInformer(watchMetadata)
 	}
-
-	// Release Secrets are watched as metadata only, selected by Helm's
-	// owner label: their labels carry the status and revision, and the
-	// payload is read only for the revision being locked.
-	secrets := watchMetadata.Resource(secretsResource)
-	c.secrets = cache.NewSharedIndexInformerWithOptions(
-		cache.ToListWatcherWithWatchListSemantics(informers.Guard(&cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.LabelSelector = storage.OwnedSelector
-				return secrets.List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.LabelSelector = storage.OwnedSelector
-				return secrets.Watch(ctx, o)
-			},
-		}, c.cfg.Readiness, c.secretsHealth), watchMetadata),
-		&metav1.PartialObjectMetadata{},
-		cache.SharedIndexInformerOptions{Indexers: cache.Indexers{byRelease: secretReleaseIndex}, ObjectDescription: "release Secrets"})
-	_ = c.secrets.SetTransform(keepLastWrite)
-	_, _ = c.secrets.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueForSecret,
-		UpdateFunc: func(_, obj any) { c.enqueueForSecret(obj) },
-		DeleteFunc: c.enqueueForSecret,
-	})
+	c.newSecretInformer(watchMetadata)
 	return c
 }
 
@@ -537,52 +448,6 @@ func (c *Controller) enqueueRelease(release string) {
 	for _, cr := range crs {
 		c.enqueueCR(cr)
 	}
-}
-
-// crInformer is an informer of the CRs r lists that Config.Selector
-// selects, paced by informers.Guard, which reports whether it sees changes
-// as they happen to health. The API server sends a watch event that takes
-// a CR out of the selector as a deletion.
-func (c *Controller) crInformer(client dynamic.Interface, r dynamic.ResourceInterface, health *informers.Health, indexers cache.Indexers, desc string) cache.SharedIndexInformer {
-	selector := ""
-	if c.cfg.Selector != nil {
-		selector = c.cfg.Selector.String()
-	}
-	return cache.NewSharedIndexInformerWithOptions(
-		cache.ToListWatcherWithWatchListSemantics(informers.Guard(&cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.LabelSelector = selector
-				return r.List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.LabelSelector = selector
-				return r.Watch(ctx, o)
-			},
-		}, c.cfg.Readiness, health), client),
-		&unstructured.Unstructured{},
-		cache.SharedIndexInformerOptions{Indexers: indexers, ObjectDescription: desc})
-}
-
-// compact is what the CR caches keep of a HelmRelease or a ManifestLock:
-// the typed object without its managedFields. As nested maps, a
-// HelmRelease with its status and the managedFields of the status writes
-// took about 17 KB; each release paid that. An object that does not
-// convert (the CRD's schema makes that unreachable) is kept as it came,
-// for sync to report.
-func compact[T any, P interface {
-	*T
-	metav1.Object
-}](obj any) (any, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return obj, nil
-	}
-	typed := P(new(T))
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, typed); err != nil {
-		return obj, nil
-	}
-	typed.SetManagedFields(nil)
-	return typed, nil
 }
 
 // recovered turns a panic in f, while it works on key, into an error for

@@ -219,19 +219,9 @@ func (c *Controller) declareManifestLock(ctx context.Context, req *manifestSync)
 		}
 		return ended(c.manifestError(ctx, req, mlv1.ReasonInvalidManifest, limit(err.Error())))
 	}
-	sa := c.manifestServiceAccount(ml)
-	if c.isTenant(ml) {
-		permitted, why, err := c.writerPermitted(ctx, ml, sa)
-		if err != nil {
-			return nil, ml.Status, err
-		}
-		if !permitted {
-			return nil, c.notPermitted(ctx, req, why), nil
-		}
-	}
-	writer, err := c.writerFor(ml.Namespace, sa)
-	if err != nil {
-		return ended(c.manifestError(ctx, req, v1alpha1.ReasonImpersonationUnavailable, err.Error()))
+	writer, status, ok, err := c.manifestWriter(ctx, req)
+	if !ok {
+		return nil, status, err
 	}
 
 	// Act: declare what changed.
@@ -256,6 +246,29 @@ func (c *Controller) declareManifestLock(ctx context.Context, req *manifestSync)
 	st.declared, st.unheld, d.changed = declared, h.unheld, true
 	c.declareSet(key, c.manifestSet(ml, h, namespace, ignore, writer, applied))
 	return d, ml.Status, nil
+}
+
+// manifestWriter decides as whom req's lock writes: a tenant's lock only
+// as a ServiceAccount that lets it. When it may not write, ok is false,
+// with the status to report or an error to retry on.
+func (c *Controller) manifestWriter(ctx context.Context, req *manifestSync) (writer dynamic.Interface, status mlv1.ManifestLockStatus, ok bool, err error) {
+	ml := req.ml
+	sa := c.manifestServiceAccount(ml)
+	if c.isTenant(ml) {
+		permitted, why, err := c.writerPermitted(ctx, ml, sa)
+		if err != nil {
+			return nil, ml.Status, false, err
+		}
+		if !permitted {
+			return nil, c.notPermitted(ctx, req, why), false, nil
+		}
+	}
+	writer, err = c.writerFor(ml.Namespace, sa)
+	if err != nil {
+		status, err := c.manifestError(ctx, req, v1alpha1.ReasonImpersonationUnavailable, err.Error())
+		return nil, status, false, err
+	}
+	return writer, ml.Status, true, nil
 }
 
 // engageManifest readies a leader's lock for a new manifest, before it is

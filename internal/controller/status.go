@@ -101,6 +101,16 @@ type heldReport struct {
 func heldLock(s *v1alpha1.LockStatus, generation int64, h heldReport) {
 	s.ObservedGeneration = generation
 	s.LockedObjects = h.res.Locked
+	locked := lockedCondition(h)
+	drifted := driftedCondition(s, h)
+	fighting := fightingCondition(h)
+	ready := readyCondition(h, locked, fighting)
+	setConditions(s, generation, locked, drifted, fighting, ready)
+}
+
+// lockedCondition is the Locked condition of a lock that holds its
+// objects: the first of what keeps it from holding them, else Locked.
+func lockedCondition(h heldReport) metav1.Condition {
 	var locked metav1.Condition
 	switch {
 	case h.unverified != "":
@@ -155,6 +165,12 @@ func heldLock(s *v1alpha1.LockStatus, generation int64, h heldReport) {
 			fmt.Sprintf("checking the %d objects %s", h.res.Objects, h.of))
 	}
 
+	return locked
+}
+
+// driftedCondition says whether any object the lock holds differs from
+// the manifest, naming s's last drift.
+func driftedCondition(s *v1alpha1.LockStatus, h heldReport) metav1.Condition {
 	drifted := condition(v1alpha1.ConditionDrifted, false, v1alpha1.ReasonInLine, "every checked object is as the manifest declares")
 	if h.res.Drifted > 0 {
 		why := "corrections are failing or held back"
@@ -167,7 +183,12 @@ func heldLock(s *v1alpha1.LockStatus, generation int64, h heldReport) {
 			drifted.Message += "; the last drift: " + describeRecord(s.LastDrift)
 		}
 	}
+	return drifted
+}
 
+// fightingCondition says whether someone keeps writing what the lock
+// reverts.
+func fightingCondition(h heldReport) metav1.Condition {
 	fighting := condition(v1alpha1.ConditionFighting, false, v1alpha1.ReasonNoFight, "")
 	if len(h.res.Fights) > 0 {
 		msg := fightMessage(h.res.Fights[0])
@@ -176,7 +197,11 @@ func heldLock(s *v1alpha1.LockStatus, generation int64, h heldReport) {
 		}
 		fighting = condition(v1alpha1.ConditionFighting, true, v1alpha1.ReasonFighting, limit(msg))
 	}
+	return fighting
+}
 
+// readyCondition sums up locked and fighting, once the lock has settled.
+func readyCondition(h heldReport, locked, fighting metav1.Condition) metav1.Condition {
 	var ready metav1.Condition
 	switch {
 	case len(h.res.Fights) > 0:
@@ -197,7 +222,7 @@ func heldLock(s *v1alpha1.LockStatus, generation int64, h heldReport) {
 		ready = locked
 		ready.Type = v1alpha1.ConditionReady
 	}
-	setConditions(s, generation, locked, drifted, fighting, ready)
+	return ready
 }
 
 func condition(typ string, status bool, reason, message string) metav1.Condition {
