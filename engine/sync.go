@@ -344,11 +344,22 @@ func (e *Engine) summarize(key string, s *objectSet, todo []dirtyObject, res *Re
 			res.requeueBy(u.RetryAt.Sub(now))
 		}
 	}
+	sortFindings(res)
+	e.summarizeTypes(s, res)
+}
+
+// sortFindings orders what a Sync found by object, for a stable report.
+func sortFindings(res *Result) {
 	sort.Slice(res.Fights, func(i, j int) bool { return res.Fights[i].Ref.String() < res.Fights[j].Ref.String() })
 	sort.Slice(res.Unverified, func(i, j int) bool { return res.Unverified[i].Ref.String() < res.Unverified[j].Ref.String() })
 	sort.Slice(res.Failed, func(i, j int) bool { return res.Failed[i].Ref.String() < res.Failed[j].Ref.String() })
 	sort.Slice(res.Unchecked, func(i, j int) bool { return res.Unchecked[i].Ref.String() < res.Unchecked[j].Ref.String() })
 	sort.Slice(res.Conflicts, func(i, j int) bool { return res.Conflicts[i].Ref.String() < res.Conflicts[j].Ref.String() })
+}
+
+// summarizeTypes reports the set's types that failed to resolve or are
+// not watched now, with the first watch error, with e.mu held.
+func (e *Engine) summarizeTypes(s *objectSet, res *Result) {
 	for _, u := range s.unresolved {
 		res.Unresolved = append(res.Unresolved, u.err)
 	}

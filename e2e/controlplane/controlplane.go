@@ -85,21 +85,8 @@ func StartWithOptions(ctx context.Context, tools Tools, dir string, opts Options
 	if err != nil {
 		return nil, err
 	}
-	etcdURL := "http://127.0.0.1:" + strconv.Itoa(ports[0])
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(ports[1])
-	if cp.etcd, err = StartProcess("etcd", tools.Etcd, []string{
-		"--name=default",
-		"--data-dir=" + filepath.Join(dir, "etcd"),
-		"--listen-client-urls=" + etcdURL,
-		"--advertise-client-urls=" + etcdURL,
-		"--listen-peer-urls=" + peerURL,
-		"--initial-advertise-peer-urls=" + peerURL,
-		"--initial-cluster=default=" + peerURL,
-		// Test data is thrown away with the directory; fsync only slows
-		// every write down on a shared disk.
-		"--unsafe-no-fsync",
-		"--log-level=warn",
-	}, filepath.Join(dir, "etcd.log")); err != nil {
+	etcdURL, err := cp.startEtcd(tools.Etcd, dir, ports[0], ports[1])
+	if err != nil {
 		return nil, err
 	}
 
@@ -162,6 +149,30 @@ func StartWithOptions(ctx context.Context, tools Tools, dir string, opts Options
 		return nil, err
 	}
 	return cp, nil
+}
+
+// startEtcd starts etcd, its data under dir, serving clients on
+// clientPort and peers on peerPort, and returns its client URL.
+func (cp *ControlPlane) startEtcd(binary, dir string, clientPort, peerPort int) (string, error) {
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(clientPort)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	var err error
+	if cp.etcd, err = StartProcess("etcd", binary, []string{
+		"--name=default",
+		"--data-dir=" + filepath.Join(dir, "etcd"),
+		"--listen-client-urls=" + etcdURL,
+		"--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=default=" + peerURL,
+		// Test data is thrown away with the directory; fsync only slows
+		// every write down on a shared disk.
+		"--unsafe-no-fsync",
+		"--log-level=warn",
+	}, filepath.Join(dir, "etcd.log")); err != nil {
+		return "", err
+	}
+	return etcdURL, nil
 }
 
 // StopAPIServer stops kube-apiserver and leaves etcd and
