@@ -84,7 +84,7 @@ func (c *Controller) readLatest(ctx context.Context, rk v1alpha1.ReleaseKey) (la
 // the release's highest: it is that revision, deployed; or latest is a
 // Helm operation stuck past the timeout (an upgrade's new revision, or the
 // held one marked uninstalling; see stuckOn), or Upgrade mode's failed
-// upgrade (see failedByUpgrade).
+// upgrade (see twoway.Renders.FailedByUpgrade).
 func (c *Controller) mayHold(rk v1alpha1.ReleaseKey, latest latestRevision, revision int, now time.Time) bool {
 	if latest.revision == revision && storage.Deployed(latest.status) {
 		return true

@@ -24,7 +24,7 @@ type stuckRevision struct {
 	status   string
 	since    time.Time
 	// upgradeFailed says Upgrade mode's upgrade wrote the revision and
-	// failed (see failedByUpgrade).
+	// failed (see twoway.Renders.FailedByUpgrade).
 	upgradeFailed bool
 	// invalid, if set, says the revision's Secret is not one Helm wrote
 	// for the release (a storage.InvalidError), and why.
