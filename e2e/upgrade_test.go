@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/helm-locker/helm-locker/e2e/framework"
+	"github.com/helm-locker/helm-locker/internal/render"
 	"github.com/helm-locker/helm-locker/internal/storage"
 	"github.com/helm-locker/helm-locker/internal/upgrade"
 )
@@ -468,7 +468,7 @@ func releaseSecrets(t *testing.T, ns string) map[int]*corev1.Secret {
 
 // latestRelease decodes the release's latest revision whole, chart and
 // values included, as the locker hands it to Upgrade.
-func latestRelease(t *testing.T, ns string) *release.Release {
+func latestRelease(t *testing.T, ns string) *render.Release {
 	t.Helper()
 	var latest *corev1.Secret
 	best := 0
@@ -480,15 +480,13 @@ func latestRelease(t *testing.T, ns string) *release.Release {
 	if latest == nil {
 		t.Fatalf("release %s/%s has no revisions", ns, upgradeRelease)
 	}
-	raw, err := storage.DecodeJSON(latest.Data["release"])
+	// These tests drive the SDK with no lock: nothing verified the
+	// revision, and the tests wrote it themselves, through helm.
+	rel, err := render.DecodeUntrusted(latest, ns, upgradeRelease)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rel release.Release
-	if err := json.Unmarshal(raw, &rel); err != nil {
-		t.Fatal(err)
-	}
-	return &rel
+	return rel
 }
 
 // revisionStatuses returns each stored revision's status, checking that

@@ -41,6 +41,10 @@ type Release struct {
 	// Kubernetes version, and render on the next.
 	KubeVersion string
 
+	// chartDigest is the digest of the chart and user values the
+	// revision's Secret held when it was decoded (see
+	// storage.Release.ChartDigest).
+	chartDigest string
 	// sdk is the revision in its Helm's types, with its Helm's code for
 	// what a render does differently.
 	sdk sdk
@@ -151,8 +155,14 @@ func decode(secret *corev1.Secret, namespace, name string, t *Trusted) (*Release
 		}
 		rel = fromHelm4(&v4)
 	}
+	rel.chartDigest = stored.ChartDigest()
 	return rel, nil
 }
+
+// ChartDigest is the digest of the chart and user values the revision's
+// Secret held when it was decoded: what was verified, for a Release
+// Decode returned. An upgrade checks that the Secret still holds them.
+func (r *Release) ChartDigest() string { return r.chartDigest }
 
 // AsHelm3 returns the revision in Helm 3's types, which
 // internal/upgrade.Upgrade takes. A revision Helm 4 wrote is converted

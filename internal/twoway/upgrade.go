@@ -31,11 +31,7 @@ type Upgrader interface {
 type helmUpgrader struct{}
 
 func (helmUpgrader) Upgrade(ctx context.Context, as *rest.Config, rel *render.Release) (int, error) {
-	given, err := rel.AsHelm3()
-	if err != nil {
-		return 0, err
-	}
-	upgraded, err := upgrade.Upgrade(ctx, as, given, upgrade.Options{Helm: rel.Helm})
+	upgraded, err := upgrade.Upgrade(ctx, as, rel, upgrade.Options{})
 	if err != nil {
 		return 0, err
 	}

@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -9,6 +10,11 @@ import (
 	"helm.sh/helm/v3/pkg/release"
 	actionv4 "helm.sh/helm/v4/pkg/action"
 	releasev4 "helm.sh/helm/v4/pkg/release/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/helm-locker/helm-locker/internal/render"
+	"github.com/helm-locker/helm-locker/internal/storage"
 )
 
 // checkChartComplete refuses a release whose stored chart lacks what
@@ -110,4 +116,24 @@ func sameValues(a, b map[string]any) (bool, error) {
 		return false, fmt.Errorf("encoding the stored values: %w", err)
 	}
 	return bytes.Equal(ja, jb), nil
+}
+
+// checkStoredChart refuses rel when the Secret of its revision no longer
+// holds the chart and values rel was decoded with, read through kube: a Secret
+// writer may have rewritten them since they were verified, and Helm's
+// upgrade reads the stored values (--reuse-values) itself. Helm's own read
+// follows at once; the window between the two is Helm's.
+func checkStoredChart(ctx context.Context, kube kubernetes.Interface, rel *render.Release) error {
+	secret, err := kube.CoreV1().Secrets(rel.Namespace).Get(ctx, storage.SecretName(rel.Name, rel.Version), metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading revision %d: %w", rel.Version, err)
+	}
+	stored, err := storage.Read(secret, rel.Namespace, rel.Name)
+	if err != nil {
+		return err
+	}
+	if stored.ChartDigest() != rel.ChartDigest() {
+		return fmt.Errorf("%w: revision %d's chart or values were rewritten since they were read", ErrReleaseChanged, rel.Version)
+	}
+	return nil
 }

@@ -2,21 +2,21 @@ package upgrade_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
-	"helm.sh/helm/v3/pkg/release"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/helm-locker/helm-locker/internal/render"
 	"github.com/helm-locker/helm-locker/internal/storage"
 	"github.com/helm-locker/helm-locker/internal/upgrade"
 )
 
 // Upgrade revision 3 of release "web" in namespace "shop" as the
 // namespace's ServiceAccount "deployer", as `helm upgrade --reuse-values`
-// with the chart it was installed from would.
+// with the chart it was installed from would. The revision is read as its
+// lock verified it (status.verified): only that chart is upgraded with.
 func ExampleUpgrade() {
 	ctx := context.Background()
 	admin, err := rest.InClusterConfig()
@@ -27,18 +27,15 @@ func ExampleUpgrade() {
 	if err != nil {
 		panic(err)
 	}
-	raw, err := storage.DecodeJSON(secret.Data["release"])
+	verified := render.Trusted{Revision: 3, ManifestDigest: "…", ChartDigest: "…"} // from the HelmRelease's status.verified
+	rel, err := render.Decode(secret, "shop", "web", verified)
 	if err != nil {
-		panic(err)
-	}
-	var rel release.Release
-	if err := json.Unmarshal(raw, &rel); err != nil {
-		panic(err)
+		panic(err) // *render.UntrustedError: the Secret was rewritten since
 	}
 
 	cfg := rest.CopyConfig(admin)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:shop:deployer"}
-	next, err := upgrade.Upgrade(ctx, cfg, &rel, upgrade.DefaultOptions())
+	next, err := upgrade.Upgrade(ctx, cfg, rel, upgrade.DefaultOptions())
 	if err != nil {
 		panic(err) // Helm's error: a Forbidden, a failed render, upgrade.ErrReleaseChanged...
 	}

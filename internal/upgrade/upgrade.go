@@ -9,8 +9,10 @@ import (
 	actionv3 "helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/release"
 	actionv4 "helm.sh/helm/v4/pkg/action"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/helm-locker/helm-locker/internal/render"
 	"github.com/helm-locker/helm-locker/internal/storage"
 	"github.com/helm-locker/helm-locker/manifest"
 )
@@ -34,13 +36,6 @@ type Options struct {
 	// Timeout bounds each Kubernetes operation Helm waits for, such as a
 	// hook's Job, as --timeout; 0 or less means DefaultTimeout.
 	Timeout time.Duration
-	// Helm is the Helm that wrote the release given, as the caller read
-	// it (render.Release.Helm): Helm 3 and Helm 4 render some charts
-	// differently, and an upgrade decided on by a render of one Helm's
-	// must render with the same. Upgrade takes the Helm from the stored
-	// revision, and refuses it (ErrReleaseChanged) when it says another
-	// Helm wrote it; 0 takes the stored revision's word.
-	Helm manifest.Helm
 }
 
 // DefaultOptions returns the options `helm upgrade` has when given no
@@ -87,9 +82,10 @@ var (
 	ErrFieldManager = errors.New("helm's field manager is not \"helm\"")
 )
 
-// Upgrade upgrades release rel (the latest verified revision, decoded
-// whole: chart and values) to revision N+1 with its own stored chart and
-// user-supplied values, through Helm's SDK, writing with cfg (a rest.Config
+// Upgrade upgrades release rel (the latest verified revision, as
+// render.Decode read it against what its lock verified: a chart a Secret
+// writer forged is never upgraded with) to revision N+1 with its own
+// stored chart and user-supplied values, through Helm's SDK, writing with cfg (a rest.Config
 // that already impersonates the release's write identity). Helm writes N+1
 // as it writes any upgrade: pending-upgrade, then deployed, history limited
 // to MaxHistory (default 10, as --history-max).
@@ -101,7 +97,9 @@ var (
 // stored), and with Helm 4's for one Helm 4 wrote, applied as N was
 // ("ssa": server-side; "csa": client-side), the apply method kept in N+1.
 // Which Helm wrote N is storage.Release.Helm's rule, read from the stored
-// revision, and checked against opts.Helm. Every read and write, the
+// revision, and checked against rel.Helm; the stored revision must still
+// hold rel's chart and values (rel.ChartDigest), or the upgrade is refused
+// with ErrReleaseChanged before Helm is called. Every read and write, the
 // storage's, the render's `lookup`s and discovery included, goes through
 // cfg; Helm writes as field manager "helm". The release returned is N+1 as
 // Helm's v3 types hold it, without the apply method, which only its Secret
@@ -116,10 +114,31 @@ var (
 // Helm 4's rollback of a release applied server-side applies every object
 // of N, so an object the identity may not write fails it too, and leaves
 // N+2 failed.
-func Upgrade(ctx context.Context, cfg *rest.Config, rel *release.Release, opts Options) (*release.Release, error) {
-	if err := checkRelease(rel); err != nil {
+func Upgrade(ctx context.Context, cfg *rest.Config, rel *render.Release, opts Options) (*release.Release, error) {
+	if rel == nil {
+		return nil, fmt.Errorf("%w: nil", ErrInvalidRelease)
+	}
+	given, err := rel.AsHelm3()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidRelease, err)
+	}
+	if err := checkRelease(given); err != nil {
 		return nil, err
 	}
+	prefix := fmt.Sprintf("upgrading release %s/%s from revision %d", given.Namespace, given.Name, given.Version)
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", prefix, err)
+	}
+	if err := checkStoredChart(ctx, kube, rel); err != nil {
+		return nil, fmt.Errorf("%s: %w", prefix, err)
+	}
+	return upgradeRelease(ctx, cfg, given, rel.Helm, opts)
+}
+
+// upgradeRelease is Upgrade of rel, written by Helm h, once the caller
+// checked that its Secret holds the chart and values it was given.
+func upgradeRelease(ctx context.Context, cfg *rest.Config, rel *release.Release, h manifest.Helm, opts Options) (*release.Release, error) {
 	prefix := fmt.Sprintf("upgrading release %s/%s from revision %d", rel.Namespace, rel.Name, rel.Version)
 	if err := checkChartComplete(rel); err != nil {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
@@ -136,7 +155,7 @@ func Upgrade(ctx context.Context, cfg *rest.Config, rel *release.Release, opts O
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
 	}
-	next, err := upgradeAsWritten(ctx, helm3, helm4, rel, opts)
+	next, err := upgradeAsWritten(ctx, helm3, helm4, rel, h, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
 	}
@@ -147,15 +166,15 @@ func Upgrade(ctx context.Context, cfg *rest.Config, rel *release.Release, opts O
 // the stored revision says, over that SDK's configuration: helm3's or
 // helm4's, which reach the same release storage. Helm 4's storage is read
 // first, since its types keep the apply method.
-func upgradeAsWritten(ctx context.Context, helm3 *actionv3.Configuration, helm4 *actionv4.Configuration, rel *release.Release, opts Options) (*release.Release, error) {
+func upgradeAsWritten(ctx context.Context, helm3 *actionv3.Configuration, helm4 *actionv4.Configuration, rel *release.Release, given manifest.Helm, opts Options) (*release.Release, error) {
 	method, err := storedApplyMethod(helm4, rel)
 	if err != nil {
 		return nil, err
 	}
 	// The rule the lock and the render read revisions by.
 	h := (&storage.Release{ApplyMethod: method}).Helm()
-	if opts.Helm != 0 && opts.Helm != h {
-		return nil, fmt.Errorf("%w: %s wrote revision %d, not %s", ErrReleaseChanged, h, rel.Version, opts.Helm)
+	if given != 0 && given != h {
+		return nil, fmt.Errorf("%w: %s wrote revision %d, not %s", ErrReleaseChanged, h, rel.Version, given)
 	}
 	if h == manifest.Helm3 {
 		return upgradeHelm3(ctx, helm3, rel, opts)

@@ -253,7 +253,7 @@ func TestUpgradeAsWritten(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			helm3, helm4 := fakeConfigs(t, tc.method)
-			_, err := upgradeAsWritten(context.Background(), helm3, helm4, installedWeb(), Options{Helm: tc.caller})
+			_, err := upgradeAsWritten(context.Background(), helm3, helm4, installedWeb(), tc.caller, Options{})
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("upgradeAsWritten() = %v, want %v", err, tc.wantErr)
 			}
