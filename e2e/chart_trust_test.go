@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/e2e/framework"
@@ -96,7 +97,7 @@ func TestForgedChartNeverRenders(t *testing.T) {
 			t.Parallel()
 			ns, cr := twoWay(t, tc.v, tc.mode, func(ns string) { prepare(t, ns) })
 			waitRendered(t, cr, 30*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
-			forger := tenant(t, ns, "tenant")
+			forger := tenantAllowed(t, ns)
 			secrets := forger.CoreV1().Secrets(ns)
 			stored, err := secrets.Get(t.Context(), "sh.helm.release.v1.app.v1", metav1.GetOptions{})
 			if err != nil {
@@ -125,7 +126,7 @@ func TestForgedChartNeverRenders(t *testing.T) {
 			t.Parallel()
 			ns, cr := twoWay(t, v, v1alpha1.RerenderUpgrade, func(ns string) { prepare(t, ns) })
 			waitRendered(t, cr, 30*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
-			forger := tenant(t, ns, "tenant")
+			forger := tenantAllowed(t, ns)
 			// Revision 2 states every object's namespace, which the
 			// chart leaves to Helm: the live objects already match.
 			forgeRelease(t, forger, ns, "app", 1, 2, func(rel map[string]any) {
@@ -156,6 +157,18 @@ func TestForgedChartNeverRenders(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tenantAllowed is tenant(t, ns, "tenant"), once RBAC's authorizer, which
+// sees a new binding a moment after it is written, lets it read Secrets.
+func tenantAllowed(t *testing.T, ns string) kubernetes.Interface {
+	t.Helper()
+	forger := tenant(t, ns, "tenant")
+	env.Eventually(t, 10*time.Second, func() error {
+		_, err := forger.CoreV1().Secrets(ns).List(t.Context(), metav1.ListOptions{})
+		return err
+	})
+	return forger
 }
 
 // releaseRevisions counts the release Secrets of release in ns.
