@@ -537,14 +537,10 @@ func joinErrors(errs []error) string {
 
 // limit keeps condition messages within what a person reads and the API
 // server's 32 KiB bound.
-func limit(s string) string { return limitTo(s, 4096) }
-
-// limitTo is s cut to at most max bytes, an ellipsis included, for a
-// field whose schema caps it (status.rerender.cause: 1024).
-func limitTo(s string, max int) string {
-	const ellipsis = "…"
+func limit(s string) string {
+	const max = 4096
 	if len(s) > max {
-		return s[:max-len(ellipsis)] + ellipsis
+		return s[:max] + "…"
 	}
 	return s
 }
