@@ -120,6 +120,11 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 	for _, reason := range EventDropReasons {
 		m.eventsDropped.WithLabelValues(reason)
 	}
+	// So does each answer's: the dashboard shows 0 reviews, not "No
+	// data", until the webhook's first.
+	for _, allowed := range []bool{true, false} {
+		m.reviews.WithLabelValues(strconv.FormatBool(allowed))
+	}
 	m.workqueue = newWorkqueueProvider(m.registry)
 	m.client = newClientRequests(m.registry)
 	m.webhook = newWebhookMetrics(m.registry)
@@ -170,15 +175,17 @@ func (m *Metrics) ObserveHelmOperation(key string, stuck bool) {
 
 // HoldRelease creates at 0 the series of a release a lock holds, one for
 // each kind of its objects: its corrections, fights and denials, so that
-// a rate() or increase() over them sees the first. drift_detected_total
-// is not among them: its manager label is known only at a drift, and a
-// series for each known manager and kind would multiply /metrics.
+// a rate() or increase() over them sees the first, and a dashboard shows
+// 0 rather than "No data". drift_detected_total's manager label is known
+// only at a drift, and a series for each known manager and kind would
+// multiply /metrics, so its series at 0 is the "unknown" manager's.
 // namespace and name are the release's; ForgetLock deletes them.
 func (m *Metrics) HoldRelease(namespace, name string, kinds []string) {
 	if m == nil || name == "" {
 		return
 	}
 	for _, kind := range kinds {
+		m.driftDetected.WithLabelValues(namespace, name, kind, m.managerLabel(""))
 		m.driftCorrected.WithLabelValues(namespace, name, kind)
 		m.fights.WithLabelValues(namespace, name, kind)
 		m.denied.WithLabelValues(namespace, name, kind)

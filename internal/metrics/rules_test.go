@@ -7,7 +7,8 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
-	"sigs.k8s.io/yaml"
+
+	"github.com/helm-locker/helm-locker/internal/promql"
 )
 
 // chartDir is the operator's chart, whose PrometheusRule holds the alerts.
@@ -32,30 +33,17 @@ func TestAlertRulesQueryExportedMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rule struct {
-		Spec struct {
-			Groups []struct {
-				Rules []struct {
-					Alert string `json:"alert"`
-					Expr  string `json:"expr"`
-				} `json:"rules"`
-			} `json:"groups"`
-		} `json:"spec"`
-	}
-	if err := yaml.Unmarshal([]byte(out["helm-locker/templates/prometheusrule.yaml"]), &rule); err != nil {
+	rules, err := promql.ReadRules([]byte(out["helm-locker/templates/prometheusrule.yaml"]))
+	if err != nil {
 		t.Fatal(err)
 	}
 	series := exportedSeries(t)
-	alerts := 0
-	for _, g := range rule.Spec.Groups {
-		for _, r := range g.Rules {
-			alerts++
-			for _, problem := range checkExpr(r.Expr, series) {
-				t.Errorf("alert %s: %s", r.Alert, problem)
-			}
+	for _, r := range rules {
+		for _, problem := range promql.Check(r.Expr, series) {
+			t.Errorf("%s: %s", r.Where, problem)
 		}
 	}
-	if alerts == 0 {
+	if len(rules) == 0 {
 		t.Fatal("the chart's PrometheusRule has no rules")
 	}
 }

@@ -9,15 +9,20 @@ import (
 
 // TestSeriesStartAtZero: a labelled counter appears only at its first
 // increment, which rate() and increase() then miss. So each series whose
-// labels are known is created at 0: each reason of events_dropped_total at
-// start; a HelmRelease's reconcile errors, locked and stuck gauges when it
-// is first observed; a held release's corrections, fights and denials for
-// each kind it holds. Forgetting the lock deletes them.
+// labels are known is created at 0: each reason of events_dropped_total and
+// each answer of admission_reviews_total at start; a HelmRelease's reconcile errors, locked and stuck gauges when it
+// is first observed; a held release's drifts (as the "unknown" manager's),
+// corrections, fights and denials for each kind it holds. Forgetting the lock deletes them.
 func TestSeriesStartAtZero(t *testing.T) {
 	m := New(nil)
 	body := scrape(t, m)
 	for _, reason := range EventDropReasons {
 		want := `helm_locker_events_dropped_total{reason="` + reason + `"} 0`
+		if !strings.Contains(body, want) {
+			t.Errorf("at start, metrics lack %s", want)
+		}
+	}
+	for _, want := range []string{`helm_locker_admission_reviews_total{allowed="false"} 0`, `helm_locker_admission_reviews_total{allowed="true"} 0`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("at start, metrics lack %s", want)
 		}
@@ -32,6 +37,8 @@ func TestSeriesStartAtZero(t *testing.T) {
 		`helm_locker_admission_denied_total{kind="Service",namespace="apps",release="web"} 0`,
 		`helm_locker_drift_corrected_total{kind="ConfigMap",namespace="apps",release="web"} 0`,
 		`helm_locker_drift_corrected_total{kind="Service",namespace="apps",release="web"} 0`,
+		`helm_locker_drift_detected_total{kind="ConfigMap",manager="unknown",namespace="apps",release="web"} 0`,
+		`helm_locker_drift_detected_total{kind="Service",manager="unknown",namespace="apps",release="web"} 0`,
 		`helm_locker_fights_total{kind="ConfigMap",namespace="apps",release="web"} 0`,
 		`helm_locker_fights_total{kind="Service",namespace="apps",release="web"} 0`,
 		`helm_locker_helm_operation_stuck{name="shop",namespace="registration"} 1`,
