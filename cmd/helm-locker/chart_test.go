@@ -764,3 +764,32 @@ func TestChartShards(t *testing.T) {
 		t.Errorf("the self-lock's HelmRelease is not labelled for shard a:\n%s", self)
 	}
 }
+
+// TestChartImage: with no values the chart pulls the published image at
+// its appVersion; a tag replaces the appVersion, and a digest wins over
+// both, in every shard's Deployment too.
+func TestChartImage(t *testing.T) {
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		want   string
+	}{
+		{"defaults", nil, "ghcr.io/helm-locker/helm-locker:" + ch.Metadata.AppVersion},
+		{"tag", map[string]any{"image": map[string]any{"tag": "1.2.3"}}, "ghcr.io/helm-locker/helm-locker:1.2.3"},
+		{"digest", map[string]any{"image": map[string]any{"repository": "registry.example/hl", "tag": "1.2.3", "digest": digest}}, "registry.example/hl@" + digest},
+		{"shards", map[string]any{"shards": []any{"a", "b"}, "image": map[string]any{"digest": digest}}, "ghcr.io/helm-locker/helm-locker@" + digest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, d := range deployments(t, renderChart(t, tc.values)) {
+				if got := d.Spec.Template.Spec.Containers[0].Image; got != tc.want {
+					t.Errorf("Deployment %s image = %q, want %q", d.Name, got, tc.want)
+				}
+			}
+		})
+	}
+}

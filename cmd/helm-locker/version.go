@@ -9,7 +9,8 @@ import (
 )
 
 // version and commit are set by the Makefile through -ldflags -X, so a binary
-// says which source it came from.
+// says which source it came from; the image's labels and the chart's
+// appVersion carry the same two.
 var (
 	version = "dev"
 	commit  = "unknown"
@@ -27,20 +28,19 @@ func newVersionCommand() *cobra.Command {
 	}
 }
 
-// versionString names the build and the Helm and client-go versions linked
-// in, because those decide which release encodings and API versions the
-// locker understands.
+// versionString names the build and the Helm SDKs and client-go linked in,
+// because those decide which release encodings, engines and API versions
+// the locker understands: each revision is read and rendered with the SDK
+// of the Helm that wrote it.
 func versionString() string {
-	helm, clientGo := "unknown", "unknown"
+	deps := map[string]string{"helm.sh/helm/v3": "unknown", "helm.sh/helm/v4": "unknown", "k8s.io/client-go": "unknown"}
 	if info, ok := debug.ReadBuildInfo(); ok {
 		for _, dep := range info.Deps {
-			switch dep.Path {
-			case "helm.sh/helm/v3":
-				helm = dep.Version
-			case "k8s.io/client-go":
-				clientGo = dep.Version
+			if _, ok := deps[dep.Path]; ok {
+				deps[dep.Path] = dep.Version
 			}
 		}
 	}
-	return fmt.Sprintf("helm-locker %s (commit %s, %s, helm %s, client-go %s)", version, commit, runtime.Version(), helm, clientGo)
+	return fmt.Sprintf("helm-locker %s (commit %s, %s, helm SDKs %s and %s, client-go %s)", version, commit, runtime.Version(),
+		deps["helm.sh/helm/v3"], deps["helm.sh/helm/v4"], deps["k8s.io/client-go"])
 }

@@ -15,7 +15,7 @@ func TestVersionCommand(t *testing.T) {
 		t.Fatalf("version: %v", err)
 	}
 	got := out.String()
-	for _, want := range []string{"helm-locker dev", "commit unknown", "go1."} {
+	for _, want := range []string{"helm-locker dev", "commit unknown", "go1.", "helm SDKs v3.", " and v4.", "client-go v0."} {
 		if !strings.Contains(got, want) {
 			t.Errorf("version output %q does not contain %q", got, want)
 		}

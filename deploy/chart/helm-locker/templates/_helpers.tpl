@@ -106,3 +106,12 @@ helm-locker-webhook{{ include "helm-locker.shardSuffix" . }}
 {{ include "helm-locker.shardLabel" $ }}: {{ . }}
 {{- end }}
 {{- end }}
+
+{{/* The container image: by digest when one is given, else by tag (the chart's appVersion unless set). */}}
+{{- define "helm-locker.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
