@@ -4,9 +4,24 @@
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# VERSION is a semantic version (hack/version.sh): the binary's, the image
+# tag's and the chart's alike. SOURCE_DATE_EPOCH dates everything in the
+# image, so two builds of one commit give one digest.
+VERSION ?= $(shell bash hack/version.sh)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+# Release binaries are static, stripped and free of the builder's paths.
+RELEASE_BUILD = CGO_ENABLED=0 go build -trimpath -ldflags '-s -w $(LDFLAGS)'
+
+# REGISTRY (HOST[:PORT]/PATH) is where `make image` and `make chart` push;
+# with none they write bin/oci and bin/chart only. PLAIN_HTTP=1 pushes over
+# HTTP, for a registry on loopback.
+REGISTRY ?=
+PLAIN_HTTP ?=
+PLATFORMS ?= linux/amd64 linux/arm64
+# DIST_PLATFORMS are the CLI binaries a release publishes.
+DIST_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 
 # Go packages with unit tests only; e2e needs the control plane.
 # E2E_FLAGS passes extra flags to the e2e go test, e.g. E2E_FLAGS="-v -run Helm".
@@ -19,6 +34,28 @@ help: ## List the targets
 .PHONY: build
 build: ## Build bin/helm-locker
 	go build -trimpath -ldflags '$(LDFLAGS)' -o bin/helm-locker ./cmd/helm-locker
+
+.PHONY: image
+image: ## Build the linux/amd64+arm64 image without Docker: an OCI layout in bin/oci, or pushed as $(REGISTRY)/helm-locker:$(VERSION)
+	for p in $(PLATFORMS); do GOOS=$${p%/*} GOARCH=$${p#*/} $(RELEASE_BUILD) -o bin/image/$${p/\//_}/helm-locker ./cmd/helm-locker; done
+	go run ./hack/image --version $(VERSION) --revision $(COMMIT) --created $(SOURCE_DATE_EPOCH) \
+	  $(foreach p,$(PLATFORMS),--binary $(p)=bin/image/$(subst /,_,$(p))/helm-locker) \
+	  --sbom bin/image/sbom.spdx.json --digest-file bin/image/digest \
+	  $(if $(REGISTRY),--push $(REGISTRY)/helm-locker:$(VERSION) $(if $(PLAIN_HTTP),--plain-http),--layout bin/oci)
+
+.PHONY: chart
+chart: ## Package the chart as bin/chart/helm-locker-$(VERSION).tgz; with REGISTRY, pulling $(REGISTRY)/helm-locker and pushed to oci://$(REGISTRY)/charts
+	VERSION=$(VERSION) REGISTRY=$(REGISTRY) PLAIN_HTTP=$(PLAIN_HTTP) bash hack/chart.sh
+
+.PHONY: dist
+dist: ## Build the CLI for $(DIST_PLATFORMS) into bin/dist, with SHA256SUMS
+	rm -rf bin/dist && mkdir -p bin/dist
+	for p in $(DIST_PLATFORMS); do GOOS=$${p%/*} GOARCH=$${p#*/} $(RELEASE_BUILD) -o bin/dist/helm-locker_$(VERSION)_$${p%/*}_$${p#*/} ./cmd/helm-locker; done
+	cd bin/dist && sha256sum helm-locker_* >SHA256SUMS
+
+.PHONY: version
+version: ## Print the version a build here is stamped with
+	@echo $(VERSION)
 
 .PHONY: tools
 tools: ## Build (once) etcd, kube-apiserver, kubectl and the helm v3 and v4 CLIs

@@ -196,12 +196,20 @@ func chartFullname(release string) string {
 // startChartLocker).
 func runChartDeployment(t *testing.T, registration, name, deployment, serviceAccount string) *framework.Locker {
 	t.Helper()
+	return runChartDeploymentOf(t, env.LockerBinary(), registration, name, deployment, serviceAccount)
+}
+
+// runChartDeploymentOf is runChartDeployment with the binary bin, such as
+// one taken out of the image the Deployment names.
+func runChartDeploymentOf(t *testing.T, bin, registration, name, deployment, serviceAccount string) *framework.Locker {
+	t.Helper()
 	deploy := env.Get(t, "apps/v1", "deployments", registration, deployment)
 	if deploy == nil {
 		t.Fatalf("the chart made no Deployment %s", deployment)
 	}
 	containers, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
-	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	container := containers[0].(map[string]any)
+	args, _, _ := unstructured.NestedStringSlice(container, "args")
 	if len(args) == 0 {
 		t.Fatal("the chart's container has no args")
 	}
@@ -213,7 +221,7 @@ func runChartDeployment(t *testing.T, registration, name, deployment, serviceAcc
 	_ = ln.Close()
 	args = append(args, "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--tenant-manifest-locks=false",
 		"--webhook-bind-address="+webhookAddr, "--webhook-url=https://"+webhookAddr+"/validate", "--v=4")
-	locker, err := env.StartLockerWith(name, serviceAccountKubeconfig(t, registration, serviceAccount), args...)
+	locker, err := env.StartLockerBinary(name, bin, serviceAccountKubeconfig(t, registration, serviceAccount), containerEnv(t, container), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,6 +234,30 @@ func runChartDeployment(t *testing.T, registration, name, deployment, serviceAcc
 		}
 	})
 	return locker
+}
+
+// containerEnv is the environment the kubelet would give container, in
+// a pod on the node "e2e-node"; a source this suite cannot give fails the
+// test.
+func containerEnv(t *testing.T, container map[string]any) []string {
+	t.Helper()
+	vars, _, _ := unstructured.NestedSlice(container, "env")
+	var env []string
+	for _, v := range vars {
+		v := v.(map[string]any)
+		name, _, _ := unstructured.NestedString(v, "name")
+		value, _, _ := unstructured.NestedString(v, "value")
+		if field, ok, _ := unstructured.NestedString(v, "valueFrom", "fieldRef", "fieldPath"); ok {
+			if field != "spec.nodeName" {
+				t.Fatalf("the chart's container takes %s from %s, which this suite does not give", name, field)
+			}
+			value = "e2e-node"
+		} else if _, ok := v["valueFrom"]; ok {
+			t.Fatalf("the chart's container takes %s from %v, which this suite does not give", name, v["valueFrom"])
+		}
+		env = append(env, name+"="+value)
+	}
+	return env
 }
 
 // serviceAccountKubeconfig writes a kubeconfig with a token of the

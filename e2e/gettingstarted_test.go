@@ -99,6 +99,9 @@ func TestGettingStarted(t *testing.T) {
 	localize := func(s string) string {
 		s = namespaces.Replace(s)
 		s = appsNS.ReplaceAllString(s, apps)
+		// The published chart is this checkout's, which the suite can
+		// reach and which the image test pushes and installs as published.
+		s = strings.ReplaceAll(s, "oci://ghcr.io/helm-locker/charts/helm-locker", "deploy/chart/helm-locker")
 		return strings.ReplaceAll(s, "deploy/chart/helm-locker", filepath.Join(root, "deploy", "chart", "helm-locker"))
 	}
 	sh := func(script string) (string, error) {

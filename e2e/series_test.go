@@ -42,7 +42,10 @@ func TestSeriesAtZero(t *testing.T) {
 	metricsAddr := framework.ServedAddress(t, locker, "metrics")
 
 	env.Helm(t, framework.Helm3, "install", release, framework.Chart(t, "configmaps"), "-n", ns, "--set", "count=2")
-	cr := env.RegisterWith(t, registration, ns, release, map[string]any{"rerender": string(v1alpha1.RerenderReport)})
+	// Rendered, so that its render's staleness has a series too.
+	env.Kubectl(t, "-n", ns, "create", "serviceaccount", "writer")
+	env.Kubectl(t, "-n", ns, "create", "rolebinding", "writer", "--clusterrole=edit", "--serviceaccount="+ns+":writer")
+	cr := env.RegisterWith(t, registration, ns, release, map[string]any{"serviceAccountName": "writer", "rerender": string(v1alpha1.RerenderReport)})
 	env.WaitForStateIn(t, registration, cr, v1alpha1.StateDeployed, 1)
 	queries := shippedQueries(t)
 	env.Eventually(t, 30*time.Second, func() error {
@@ -67,7 +70,8 @@ func TestSeriesAtZero(t *testing.T) {
 			}
 		}
 		if len(problems) > 0 {
-			return fmt.Errorf("with HelmRelease %s/%s Deployed on a fresh start, /metrics lacks what the shipped dashboard and alerts query:\n%s", registration, cr, strings.Join(problems, "\n"))
+			rendered := findCondition(env.HelmReleaseIn(t, registration, cr), v1alpha1.ConditionRendered)
+			return fmt.Errorf("with HelmRelease %s/%s Deployed on a fresh start (Rendered %+v), /metrics lacks what the shipped dashboard and alerts query:\n%s", registration, cr, rendered, strings.Join(problems, "\n"))
 		}
 		return nil
 	})

@@ -9,7 +9,8 @@
 # Each binary is cached under $HELM_LOCKER_TOOLS (default
 # ~/.cache/helm-locker/tools) in a folder named after its version, so a second
 # run builds nothing and a version bump builds only what changed. Prints the
-# folder's path on its last line.
+# folder's path on its last line. With the argument `helm`, it builds only
+# the helm v4 CLI.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -64,6 +65,13 @@ build_helm() {
   mv "$dir/helm" "$out"
   rmdir "$dir"
 }
+
+# `tools.sh helm` builds the helm v4 CLI alone: all that `make chart` needs.
+if [ "${1:-}" = helm ]; then
+  build v4/helm build_helm v4 "$HELM4_VERSION"
+  echo "$BIN"
+  exit 0
+fi
 
 build etcd build_etcd
 build kube-apiserver build_kube kube-apiserver

@@ -22,11 +22,20 @@ type Process struct {
 
 // StartProcess runs path with args, logging to log.
 func StartProcess(name, path string, args []string, log string) (*Process, error) {
+	return StartProcessEnv(name, path, args, nil, log)
+}
+
+// StartProcessEnv is StartProcess with environment variables added to the
+// test's own.
+func StartProcessEnv(name, path string, args, env []string, log string) (*Process, error) {
 	f, err := os.Create(log)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(path, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = processAttrs()
 	if err := cmd.Start(); err != nil {

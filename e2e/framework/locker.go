@@ -30,15 +30,18 @@ const RegistrationNamespace = "cattle-helm-system"
 // Locker is a running helm-locker process.
 type Locker = controlplane.Process
 
-// buildLocker compiles cmd/helm-locker into dir.
+// buildLocker compiles cmd/helm-locker into dir, static and with
+// -trimpath as `make image` builds it: the same code runs, and the image
+// test finds its linux/amd64 packages compiled already.
 func buildLocker(ctx context.Context, dir string) (string, error) {
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "helm-locker")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/helm-locker")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/helm-locker")
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building helm-locker: %v\n%s", err, out)
 	}
@@ -61,6 +64,12 @@ func (e *Env) StartLocker(name string, args ...string) (*Locker, error) {
 // StartLockerWith is StartLocker for a locker that reaches the API server
 // through kubeconfig, such as a Proxy's.
 func (e *Env) StartLockerWith(name, kubeconfig string, args ...string) (*Locker, error) {
+	return e.StartLockerBinary(name, e.lockerBin, kubeconfig, nil, args...)
+}
+
+// StartLockerBinary is StartLockerWith for another build of the locker,
+// such as one taken out of its image, with environment variables added.
+func (e *Env) StartLockerBinary(name, bin, kubeconfig string, env []string, args ...string) (*Locker, error) {
 	// Metrics and probes listen on ports of their own, so that lockers
 	// side by side do not clash; a test that reads them finds the port
 	// in the locker's log (ServedAddress).
@@ -71,7 +80,7 @@ func (e *Env) StartLockerWith(name, kubeconfig string, args ...string) (*Locker,
 		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--tenant-manifest-locks=false",
 		// Only a locker a test gives a webhook address serves one.
 		"--webhook-bind-address=0"}, args...)
-	return controlplane.StartProcess(name, e.lockerBin, args, filepath.Join(e.CP.Dir, name+".log"))
+	return controlplane.StartProcessEnv(name, bin, args, env, filepath.Join(e.CP.Dir, name+".log"))
 }
 
 // Register creates a HelmRelease CR in the registration namespace for the
@@ -293,3 +302,6 @@ func ServedAddress(t testing.TB, l *Locker, what string) string {
 	re := regexp.MustCompile(`"Serving ` + regexp.QuoteMeta(what) + `".*?"?address"?[=:]"([^"]+)"`)
 	return string(WaitForLog(t, l, re, 30*time.Second)[1])
 }
+
+// LockerBinary is the path of the locker the suite built.
+func (e *Env) LockerBinary() string { return e.lockerBin }

@@ -8,9 +8,9 @@ import (
 
 func TestCheck(t *testing.T) {
 	series := Series{
-		"helm_locker_drift_detected_total":         {"namespace": true, "release": true, "kind": true, "manager": true},
+		"helm_locker_drift_detected_total":          {"namespace": true, "release": true, "kind": true, "manager": true},
 		"helm_locker_revert_latency_seconds_bucket": {"le": true},
-		"helm_locker_admission_reviews_total":      {"allowed": true},
+		"helm_locker_admission_reviews_total":       {"allowed": true},
 	}
 	for _, tc := range []struct {
 		name, expr string
