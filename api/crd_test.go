@@ -215,7 +215,7 @@ func TestManifestLockCRD(t *testing.T) {
 	for _, c := range v.AdditionalPrinterColumns {
 		columns = append(columns, c.Name)
 	}
-	if diff := cmp.Diff([]string{"State", "Objects", "Drifts", "Prune", "Mode", "Age"}, columns); diff != "" {
+	if diff := cmp.Diff([]string{"State", "Objects", "Drifts", "Revision", "Prune", "Mode", "Age"}, columns); diff != "" {
 		t.Errorf("printer columns (-want +got):\n%s", diff)
 	}
 	root := v.Schema.OpenAPIV3Schema

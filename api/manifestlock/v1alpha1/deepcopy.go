@@ -37,6 +37,10 @@ func (l *ManifestLock) DeepCopy() *ManifestLock {
 		}
 		out.Spec.ManifestFrom = &from
 	}
+	if r := l.Spec.SourceRef; r != nil {
+		ref := *r
+		out.Spec.SourceRef = &ref
+	}
 	if l.Spec.Ignore != nil {
 		out.Spec.Ignore = make([]helmv1.IgnoreRule, len(l.Spec.Ignore))
 		for i, r := range l.Spec.Ignore {

@@ -88,6 +88,28 @@ const (
 	// ReasonInvalidManifest: the manifest does not parse, or an object
 	// of it cannot be held as it is written.
 	ReasonInvalidManifest = "InvalidManifest"
+	// ReasonSourceNotServed: the cluster does not serve spec.sourceRef's
+	// kind (Flux's CRDs are not installed). The lock proceeds once they
+	// are.
+	ReasonSourceNotServed = "SourceNotServed"
+	// ReasonSourceNotReady: the source does not exist, or has no
+	// artifact yet.
+	ReasonSourceNotReady = "SourceNotReady"
+	// ReasonArtifactDigestMismatch: the artifact downloaded is not the
+	// one its source's status names, or could not be downloaded.
+	ReasonArtifactDigestMismatch = "ArtifactDigestMismatch"
+	// ReasonArtifactTooLarge: the artifact, unpacked or not, or what it
+	// builds, is past the locker's caps.
+	ReasonArtifactTooLarge = "ArtifactTooLarge"
+	// ReasonUnsafeArtifact: the artifact holds a symlink, a link, or a
+	// path that leaves its folder, and is refused whole.
+	ReasonUnsafeArtifact = "UnsafeArtifact"
+	// ReasonPathNotFound: spec.path is not a folder of the artifact.
+	ReasonPathNotFound = "PathNotFound"
+	// ReasonBuildFailed: Kustomize failed, with its own error, or the
+	// kustomization names what a lock does not build: a remote base or
+	// file, a plugin that is not builtin, a Helm chart.
+	ReasonBuildFailed = "BuildFailed"
 )
 
 // ManifestLock holds the objects of a raw manifest as it declares them:
@@ -115,6 +137,17 @@ type ManifestLockSpec struct {
 	// in the lock's namespace, for sets larger than a CR may hold. It is
 	// watched: a change of it is a new declaration.
 	ManifestFrom *ManifestSource `json:"manifestFrom,omitempty"`
+	// SourceRef names a Flux source (GitRepository, OCIRepository,
+	// Bucket) or an ExternalArtifact whose artifact holds the manifest:
+	// the folder Path of it, built with Kustomize where it holds a
+	// kustomization, else its YAML files. The locker reads the source
+	// and downloads its artifact itself; a new artifact revision is a new
+	// declaration. Exactly one of Manifest, ManifestFrom and SourceRef is
+	// set.
+	SourceRef *SourceReference `json:"sourceRef,omitempty"`
+	// Path is the folder of SourceRef's artifact to build, relative to
+	// its root; a "./" prefix is optional, and empty means the root.
+	Path string `json:"path,omitempty"`
 	// Namespace is given to namespaced objects that name none; empty
 	// means the lock's own namespace.
 	Namespace string `json:"namespace,omitempty"`
@@ -155,6 +188,32 @@ type ManifestSource struct {
 	SecretRef *KeyRef `json:"secretRef,omitempty"`
 }
 
+// SourceReference names a source of the group source.toolkit.fluxcd.io
+// whose status.artifact is a tar.gz of manifests, as Flux's Kustomization
+// names one.
+type SourceReference struct {
+	// Kind is GitRepository, OCIRepository, Bucket or ExternalArtifact.
+	Kind string `json:"kind"`
+	// Name is the source's name.
+	Name string `json:"name"`
+	// Namespace is the source's namespace; empty means the lock's own.
+	// Only a lock in the registration namespace (an admin's) may name
+	// another: a tenant's lock that does is Forbidden before anything is
+	// read, as Flux's --no-cross-namespace-refs.
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// The kinds a SourceReference may name.
+const (
+	SourceGitRepository    = "GitRepository"
+	SourceOCIRepository    = "OCIRepository"
+	SourceBucket           = "Bucket"
+	SourceExternalArtifact = "ExternalArtifact"
+)
+
+// SourceGroup is the API group of the kinds a SourceReference names.
+const SourceGroup = "source.toolkit.fluxcd.io"
+
 // KeyRef is one key of a ConfigMap or Secret in the lock's namespace.
 type KeyRef struct {
 	// Name is the ConfigMap's or Secret's name.
@@ -190,6 +249,11 @@ type ManifestLockStatus struct {
 	helmv1.LockStatus `json:",inline"`
 	// ManifestDigest is the sha256 of the manifest held.
 	ManifestDigest string `json:"manifestDigest,omitempty"`
+	// LastAppliedRevision is the revision of spec.sourceRef's artifact
+	// whose build the lock holds, as the source names it.
+	LastAppliedRevision string `json:"lastAppliedRevision,omitempty"`
+	// LastAttemptedRevision is the last revision read, held or not.
+	LastAttemptedRevision string `json:"lastAttemptedRevision,omitempty"`
 	// Inventory lists the objects this lock created: the only ones
 	// spec.prune may delete.
 	Inventory []ObjectRef `json:"inventory,omitempty"`
