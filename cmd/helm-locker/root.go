@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/internal/artifact"
 	"github.com/helm-locker/helm-locker/internal/controller"
 	"github.com/helm-locker/helm-locker/internal/sandbox"
 )
@@ -52,12 +53,16 @@ type options struct {
 	installCRDs     bool
 	renderTimeout   time.Duration
 	renderMemory    *bytesFlag
+	// The caps of a ManifestLock's spec.sourceRef artifact.
+	artifactDownload, artifactUnpacked *bytesFlag
+	artifactFiles                      int
 }
 
 // newRootCommand builds the command tree. Run with no subcommand, it runs
 // the operator. Errors are printed once, by main.
 func newRootCommand() *cobra.Command {
-	opts := &options{renderMemory: newBytesFlag(sandbox.DefaultMemoryLimit)}
+	opts := &options{renderMemory: newBytesFlag(sandbox.DefaultMemoryLimit),
+		artifactDownload: newBytesFlag(artifact.DefaultMaxDownload), artifactUnpacked: newBytesFlag(artifact.DefaultMaxUnpacked)}
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	root := &cobra.Command{
@@ -123,6 +128,9 @@ or in the file given with --config (YAML, JSON or TOML, keys named as flags).`,
 	f.DurationVar(&opts.helmTimeout, "helm-operation-timeout", controller.DefaultHelmOperationTimeout, "how long a release revision may stay pending or uninstalling before the lock holds the last verified revision again (a Helm killed mid-way never finishes; Helm's own --timeout is 5m)")
 	f.BoolVar(&opts.installCRDs, "install-crds", true, "create or update the HelmRelease and ManifestLock CRDs at startup; false when something else installs them (the Helm chart's crds/), so the locker needs no write on CRDs")
 	f.DurationVar(&opts.renderTimeout, "render-timeout", sandbox.DefaultTimeout, "how long rendering a chart again (spec.rerender) may take, lookups included: past it, the render's process is killed and the HelmRelease says Rendered=False, reason RenderTimeout, until the revision, the cluster or an object it looked up changes")
+	f.Var(opts.artifactDownload, "artifact-max-download", "the largest tar.gz a ManifestLock's spec.sourceRef artifact may be: past it, it is not downloaded further and the lock says Ready=False, reason ArtifactTooLarge, holding its last revision")
+	f.Var(opts.artifactUnpacked, "artifact-max-unpacked", "the most bytes a spec.sourceRef artifact may unpack to (ArtifactTooLarge past it)")
+	f.IntVar(&opts.artifactFiles, "artifact-max-files", artifact.DefaultMaxFiles, "the most files a spec.sourceRef artifact may hold, and objects its build may make (ArtifactTooLarge past it)")
 	f.Var(opts.renderMemory, "render-memory-limit", "memory a render's process may map (its RLIMIT_DATA): past it, the render is stopped and the HelmRelease says Rendered=False, reason RenderTooLarge. Two renders run at once, each in a process beside the locker's: leave room for them in the container's memory limit")
 	f.StringSliceVar(&opts.exemptGroups, "prevent-exempt-groups", nil, "groups whose writes to objects Prevent locks hold pass admission (break glass; the revert still applies unless the lock is suspended); Kubernetes' garbage collector and namespace controller always pass")
 	f.AddGoFlag(klogFlags.Lookup("v"))

@@ -37,6 +37,7 @@ import (
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/informers"
 	"github.com/helm-locker/helm-locker/internal/admission"
+	"github.com/helm-locker/helm-locker/internal/artifact"
 	"github.com/helm-locker/helm-locker/internal/controller"
 	"github.com/helm-locker/helm-locker/internal/events"
 	"github.com/helm-locker/helm-locker/internal/leader"
@@ -253,6 +254,8 @@ func (op *operator) newController(readOnly bool) *controller.Controller {
 		Readiness:                 op.readiness,
 		Admission:                 admissionProbe,
 		Renderer:                  sandbox.New(op.opts.renderOptions()),
+		ArtifactLimits: artifact.Limits{MaxDownload: op.opts.artifactDownload.bytes(), MaxUnpacked: op.opts.artifactUnpacked.bytes(),
+			MaxFiles: op.opts.artifactFiles},
 	})
 }
 

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"net/http"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ import (
 	"github.com/helm-locker/helm-locker/engine"
 	"github.com/helm-locker/helm-locker/engine/worker"
 	"github.com/helm-locker/helm-locker/informers"
+	"github.com/helm-locker/helm-locker/internal/artifact"
 	"github.com/helm-locker/helm-locker/internal/metrics"
 	"github.com/helm-locker/helm-locker/internal/registry"
 	"github.com/helm-locker/helm-locker/internal/twoway"
@@ -110,6 +112,11 @@ type Config struct {
 	// mode's webhook, for ConditionAdmissionAnswered; nil with the
 	// webhook off.
 	Admission AdmissionProbe
+	// ArtifactClient downloads the artifacts of ManifestLocks'
+	// spec.sourceRef; nil uses http.DefaultClient. ArtifactLimits caps
+	// each download, what it unpacks to, and the objects it builds.
+	ArtifactClient *http.Client
+	ArtifactLimits artifact.Limits
 	// Renderer renders charts again, for spec.rerender: the operator's
 	// runs each render in a process of its own, with a deadline and a
 	// memory cap (internal/sandbox). Nil renders in this process
@@ -233,7 +240,7 @@ func New(cfg Config) *Controller {
 	c.newHealth()
 	watchDynamic, watchMetadata := c.watchClients()
 	c.newCRInformers(watchDynamic)
-	c.sources = &sourceWatches{kube: cfg.Kube, enqueue: c.queue.Add}
+	c.sources = &sourceWatches{kube: cfg.Kube, dynamic: cfg.Dynamic, mapper: cfg.Mapper, enqueue: c.queue.Add}
 	if cfg.TenantManifestLocks && watchMetadata != nil {
 		c.serviceAccounts = c.serviceAccountInformer(watchMetadata)
 	}

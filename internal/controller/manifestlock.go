@@ -41,6 +41,11 @@ type manifestState struct {
 	// unheld are the objects of a tenant's manifest the lock does not
 	// hold, and why (see tenantHolds), as of its declaration.
 	unheld []v1alpha1.ObjectProblem
+	// attempted and applied are the revisions of spec.sourceRef's
+	// artifact last read and held (status.lastAttemptedRevision and
+	// lastAppliedRevision), and built what the last one read built to.
+	attempted, applied string
+	built              builtSource
 	bookkeeping
 }
 
@@ -90,6 +95,7 @@ func (c *Controller) syncManifestLock(ctx context.Context, key lockKey) (result,
 	status.DriftsDetected, status.DriftsCorrected, status.LastDrift = st.driftsDetected, st.corrected, st.lastDrift
 	status.LastDenied = c.lastDenied(key, ml.Status.LastDenied)
 	status.Inventory = st.inventory
+	status.LastAttemptedRevision, status.LastAppliedRevision = st.attempted, st.applied
 	err := c.writeManifestLockStatus(ctx, ml, status)
 	if errors.Is(err, errLabelsChanged) {
 		res.requeueBy(labelsChangedRetry)
@@ -131,6 +137,7 @@ func (c *Controller) observeManifestLock(ctx context.Context, key lockKey) (*mlv
 		st.counted = true
 		st.driftsDetected, st.corrected, st.lastDrift = ml.Status.DriftsDetected, ml.Status.DriftsCorrected, ml.Status.LastDrift.DeepCopy()
 		st.inventory = slices.Clone(ml.Status.Inventory)
+		st.attempted, st.applied = ml.Status.LastAttemptedRevision, ml.Status.LastAppliedRevision
 	}
 	return ml, st
 }
@@ -188,11 +195,14 @@ func (c *Controller) declareManifestLock(ctx context.Context, req *manifestSync)
 	}
 
 	// Observe: the manifest, wherever it is kept.
-	text, err := c.manifestText(ctx, key, ml)
-	if err != nil {
-		if apierrors.IsNotFound(err) || errors.Is(err, errNoManifest) {
-			return ended(c.manifestError(ctx, req, mlv1.ReasonManifestUnavailable, err.Error()))
-		}
+	text, revision, err := c.manifestText(ctx, key, ml, st)
+	var se *sourceError
+	switch {
+	case errors.As(err, &se):
+		return ended(c.manifestError(ctx, req, se.reason, limit(se.message)))
+	case apierrors.IsNotFound(err) || errors.Is(err, errNoManifest):
+		return ended(c.manifestError(ctx, req, mlv1.ReasonManifestUnavailable, err.Error()))
+	case err != nil:
 		return nil, ml.Status, err
 	}
 	objs, err := manifest.Parse(strings.NewReader(text))
@@ -228,6 +238,7 @@ func (c *Controller) declareManifestLock(ctx context.Context, req *manifestSync)
 	d := &manifestDeclaration{digest: manifestDigest(text), optedOut: optedOut}
 	declared := d.digest + fmt.Sprintf("/%d", ml.Generation)
 	if declared == st.declared {
+		st.applied = revision
 		return d, ml.Status, nil
 	}
 	h, err := c.heldObjects(ctx, ml, objs, refs, namespace, writer, st.inventory)
@@ -243,7 +254,7 @@ func (c *Controller) declareManifestLock(ctx context.Context, req *manifestSync)
 		}
 		klog.FromContext(ctx).V(2).Info("ManifestLock engaged", "objects", len(h.objs), "notHeld", len(h.unheld), "created", len(st.missing), "mode", ml.Spec.Mode)
 	}
-	st.declared, st.unheld, d.changed = declared, h.unheld, true
+	st.declared, st.unheld, d.changed, st.applied = declared, h.unheld, true, revision
 	c.declareSet(key, c.manifestSet(ml, h, namespace, ignore, writer, applied))
 	return d, ml.Status, nil
 }

@@ -9,8 +9,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -18,9 +22,11 @@ import (
 	"github.com/helm-locker/helm-locker/informers"
 )
 
-// source is a ConfigMap or Secret a ManifestLock reads its manifest from.
+// source is the object a ManifestLock reads its manifest from: a
+// ConfigMap or Secret, or a Flux source of resource gvr.
 type source struct {
-	kind      string // "configmaps" or "secrets"
+	kind      string // "configmaps" or "secrets", or empty with gvr
+	gvr       schema.GroupVersionResource
 	namespace string
 	name      string
 }
@@ -31,12 +37,45 @@ type source struct {
 // cluster for the few that hold manifests would cost far more.
 type sourceWatches struct {
 	kube    kubernetes.Interface
+	dynamic dynamic.Interface
+	mapper  meta.ResettableRESTMapper
 	enqueue func(key lockKey)
 
 	mu sync.Mutex
 	// ctx is Run's: watches start only while it runs.
 	ctx     context.Context
 	watches map[lockKey]*sourceWatch
+	// unserved are the locks whose source's kind the cluster did not
+	// serve, to sync again when a CRD appears.
+	unserved map[lockKey]bool
+}
+
+// waitForTypes has the lock key synced again when a CRD appears.
+func (s *sourceWatches) waitForTypes(key lockKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unserved == nil {
+		s.unserved = map[lockKey]bool{}
+	}
+	s.unserved[key] = true
+}
+
+// typesChanged runs when a CRD comes or goes: each lock waiting for its
+// source's kind looks again, with discovery read afresh.
+func (s *sourceWatches) typesChanged() {
+	s.mu.Lock()
+	keys := s.unserved
+	s.unserved = nil
+	s.mu.Unlock()
+	if len(keys) == 0 {
+		return
+	}
+	if s.mapper != nil {
+		s.mapper.Reset()
+	}
+	for key := range keys {
+		s.enqueue(key)
+	}
 }
 
 type sourceWatch struct {
@@ -95,14 +134,32 @@ func (s *sourceWatches) startLocked(w *sourceWatch) {
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	w.stop = cancel
-	var obj runtime.Object = &corev1.ConfigMap{}
-	client := s.kube.CoreV1().RESTClient()
-	if w.kind == "secrets" {
-		obj = &corev1.Secret{}
-	}
-	lw := cache.NewFilteredListWatchFromClient(client, w.kind, w.namespace, func(o *metav1.ListOptions) {
+	byName := func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", w.name).String()
-	})
+	}
+	var obj runtime.Object
+	var lw *cache.ListWatch
+	switch w.kind {
+	case "":
+		obj = &unstructured.Unstructured{}
+		client := s.dynamic.Resource(w.gvr).Namespace(w.namespace)
+		lw = &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				byName(&o)
+				return client.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				byName(&o)
+				return client.Watch(ctx, o)
+			},
+		}
+	case "secrets":
+		obj = &corev1.Secret{}
+		lw = cache.NewFilteredListWatchFromClient(s.kube.CoreV1().RESTClient(), w.kind, w.namespace, byName)
+	default:
+		obj = &corev1.ConfigMap{}
+		lw = cache.NewFilteredListWatchFromClient(s.kube.CoreV1().RESTClient(), w.kind, w.namespace, byName)
+	}
 	inf := cache.NewSharedIndexInformer(informers.Guard(lw, nil, nil), obj, 0, cache.Indexers{})
 	// Only the lock's key is needed; the object is read afresh by the
 	// sync it queues.
@@ -128,10 +185,26 @@ func (s *sourceWatches) startLocked(w *sourceWatch) {
 }
 
 // errNoManifest says a ManifestLock names no manifest.
-var errNoManifest = errors.New("the lock names no manifest: set spec.manifest or spec.manifestFrom")
+var errNoManifest = errors.New("the lock names no manifest: set spec.manifest, spec.manifestFrom or spec.sourceRef")
 
-// manifestText reads the lock's manifest, and watches where it is kept.
-func (c *Controller) manifestText(ctx context.Context, key lockKey, ml *mlv1.ManifestLock) (string, error) {
+// manifestText reads the lock's manifest, and watches where it is kept;
+// revision is the source's, for a spec.sourceRef.
+func (c *Controller) manifestText(ctx context.Context, key lockKey, ml *mlv1.ManifestLock, st *manifestState) (text, revision string, err error) {
+	from := ml.Spec.ManifestFrom
+	if ml.Spec.SourceRef != nil {
+		if from != nil || ml.Spec.Manifest != "" {
+			c.sources.watch(key, nil)
+			return "", "", fmt.Errorf("%w; exactly one of spec.manifest, spec.manifestFrom and spec.sourceRef may be set", errNoManifest)
+		}
+		return c.sourceText(ctx, key, ml, st)
+	}
+	text, err = c.storedManifest(ctx, key, ml)
+	return text, "", err
+}
+
+// storedManifest reads spec.manifest, or the ConfigMap or Secret key
+// spec.manifestFrom names.
+func (c *Controller) storedManifest(ctx context.Context, key lockKey, ml *mlv1.ManifestLock) (string, error) {
 	from := ml.Spec.ManifestFrom
 	switch {
 	case from == nil && ml.Spec.Manifest == "":

@@ -1,0 +1,157 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
+	"github.com/helm-locker/helm-locker/internal/artifact"
+	"github.com/helm-locker/helm-locker/internal/overlay"
+)
+
+// A ManifestLock's spec.sourceRef: a Flux source whose artifact the
+// locker downloads and builds itself, as kustomize-controller does. The
+// source is watched by name, so that a new artifact revision is a new
+// declaration; a kind the cluster does not serve is looked up again when
+// a CRD appears (see sourceWatches.typesChanged).
+
+// sourceVersions are the versions of Flux's source kinds, newest first: a
+// cluster that serves a kind only at v1beta2 is read there.
+var sourceVersions = []string{"v1", "v1beta2"}
+
+// artifactTimeout bounds one download.
+const artifactTimeout = 2 * time.Minute
+
+// sourceError is a sourceRef that cannot be held now, with the reason to
+// report; what the lock held before stays held.
+type sourceError struct {
+	reason, message string
+}
+
+func (e *sourceError) Error() string { return e.message }
+
+// builtSource is the manifest a lock last built from its source, kept so
+// that a sync with the same artifact and path builds nothing again.
+type builtSource struct {
+	digest, path, revision, text string
+}
+
+// sourceText reads the manifest of ml's spec.sourceRef, and watches the
+// source. It returns the manifest and the artifact's revision.
+func (c *Controller) sourceText(ctx context.Context, key lockKey, ml *mlv1.ManifestLock, st *manifestState) (text, revision string, err error) {
+	ref := ml.Spec.SourceRef
+	namespace := ref.Namespace
+	if namespace == "" {
+		namespace = ml.Namespace
+	}
+	what := fmt.Sprintf("%s %s/%s", ref.Kind, namespace, ref.Name)
+	if namespace != ml.Namespace && ml.Namespace != c.cfg.Namespace {
+		c.sources.watch(key, nil)
+		return "", "", &sourceError{mlv1.ReasonForbidden, fmt.Sprintf("spec.sourceRef names %s: a ManifestLock outside the registration namespace may name a source only in its own namespace, %s; nothing was read", what, ml.Namespace)}
+	}
+	gvr, err := c.sourceResource(ref.Kind)
+	if err != nil && !meta.IsNoMatchError(err) {
+		return "", "", err
+	}
+	if err != nil {
+		c.sources.watch(key, nil)
+		c.sources.waitForTypes(key)
+		return "", "", &sourceError{mlv1.ReasonSourceNotServed, fmt.Sprintf("spec.sourceRef names %s, and the cluster serves no %s.%s (are Flux's source CRDs installed?); the lock proceeds once it does", what, ref.Kind, mlv1.SourceGroup)}
+	}
+	c.sources.watch(key, &source{gvr: gvr, namespace: namespace, name: ref.Name})
+	obj, err := c.cfg.Dynamic.Resource(gvr).Namespace(namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", "", &sourceError{mlv1.ReasonSourceNotReady, what + " does not exist"}
+	case apierrors.IsForbidden(err):
+		return "", "", &sourceError{mlv1.ReasonForbidden, fmt.Sprintf("the locker may not read %s: %v", what, err)}
+	case err != nil:
+		return "", "", err
+	}
+	a, ok := artifactOf(obj)
+	if !ok {
+		return "", "", &sourceError{mlv1.ReasonSourceNotReady, what + " has no artifact yet (status.artifact)"}
+	}
+	st.attempted = a.Revision
+	if b := st.built; b.digest == a.Digest && b.path == ml.Spec.Path {
+		return b.text, a.Revision, nil
+	}
+	text, err = c.buildArtifact(ctx, a, ml.Spec.Path)
+	if err != nil {
+		var se *sourceError
+		if errors.As(err, &se) {
+			se.message = fmt.Sprintf("%s, revision %s: %s", what, a.Revision, se.message)
+		}
+		return "", a.Revision, err
+	}
+	st.built = builtSource{digest: a.Digest, path: ml.Spec.Path, revision: a.Revision, text: text}
+	return text, a.Revision, nil
+}
+
+// sourceResource is the resource of a Flux source kind at the newest
+// version the cluster serves.
+func (c *Controller) sourceResource(kind string) (schema.GroupVersionResource, error) {
+	m, err := c.cfg.Mapper.RESTMapping(schema.GroupKind{Group: mlv1.SourceGroup, Kind: kind}, sourceVersions...)
+	if err != nil {
+		return schema.GroupVersionResource{}, err
+	}
+	return m.Resource, nil
+}
+
+// artifactOf reads a source's status.artifact.
+func artifactOf(obj *unstructured.Unstructured) (artifact.Artifact, bool) {
+	url, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "url")
+	digest, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "digest")
+	revision, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision")
+	if url == "" || digest == "" {
+		return artifact.Artifact{}, false
+	}
+	return artifact.Artifact{URL: url, Digest: digest, Revision: revision}, true
+}
+
+// buildArtifact downloads a and builds its folder path, within the
+// locker's caps.
+func (c *Controller) buildArtifact(ctx context.Context, a artifact.Artifact, path string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, artifactTimeout)
+	defer cancel()
+	client := c.cfg.ArtifactClient
+	if client == nil {
+		client = http.DefaultClient
+	}
+	files, err := artifact.Fetch(ctx, client, a, c.cfg.ArtifactLimits)
+	var ae *artifact.Error
+	if errors.As(err, &ae) {
+		reason := map[artifact.Reason]string{
+			artifact.DigestMismatch: mlv1.ReasonArtifactDigestMismatch,
+			artifact.TooLarge:       mlv1.ReasonArtifactTooLarge,
+			artifact.Unsafe:         mlv1.ReasonUnsafeArtifact,
+			artifact.Unreadable:     mlv1.ReasonUnsafeArtifact,
+			artifact.Unavailable:    mlv1.ReasonSourceNotReady,
+		}[ae.Reason]
+		return "", &sourceError{reason, ae.Message}
+	}
+	if err != nil {
+		return "", err
+	}
+	limits := overlay.Limits{MaxObjects: c.cfg.ArtifactLimits.MaxFiles}
+	text, err := overlay.Build(files, path, limits)
+	var oe *overlay.Error
+	if errors.As(err, &oe) {
+		reason := map[overlay.Reason]string{
+			overlay.PathNotFound: mlv1.ReasonPathNotFound,
+			overlay.BuildFailed:  mlv1.ReasonBuildFailed,
+			overlay.TooLarge:     mlv1.ReasonArtifactTooLarge,
+		}[oe.Reason]
+		return "", &sourceError{reason, oe.Message}
+	}
+	return text, err
+}
