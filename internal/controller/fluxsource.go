@@ -35,14 +35,19 @@ const artifactTimeout = 2 * time.Minute
 // report; what the lock held before stays held.
 type sourceError struct {
 	reason, message string
+	// retry says the cause may pass by itself (a download that failed):
+	// the sync is retried with backoff, as no event would bring it back.
+	retry bool
 }
 
 func (e *sourceError) Error() string { return e.message }
 
-// builtSource is the manifest a lock last built from its source, kept so
-// that a sync with the same artifact and path builds nothing again.
+// builtSource is what a lock last built from its source, the manifest or
+// the refusal, kept so that a sync with the same artifact and path (every
+// status write and drift queues one) downloads and builds nothing again.
 type builtSource struct {
-	digest, path, revision, text string
+	digest, path, text string
+	err                error
 }
 
 // sourceText reads the manifest of ml's spec.sourceRef, and watches the
@@ -56,7 +61,7 @@ func (c *Controller) sourceText(ctx context.Context, key lockKey, ml *mlv1.Manif
 	what := fmt.Sprintf("%s %s/%s", ref.Kind, namespace, ref.Name)
 	if namespace != ml.Namespace && ml.Namespace != c.cfg.Namespace {
 		c.sources.watch(key, nil)
-		return "", "", &sourceError{mlv1.ReasonForbidden, fmt.Sprintf("spec.sourceRef names %s: a ManifestLock outside the registration namespace may name a source only in its own namespace, %s; nothing was read", what, ml.Namespace)}
+		return "", "", &sourceError{reason: mlv1.ReasonForbidden, message: fmt.Sprintf("spec.sourceRef names %s: a ManifestLock outside the registration namespace may name a source only in its own namespace, %s; nothing was read", what, ml.Namespace)}
 	}
 	gvr, err := c.sourceResource(ref.Kind)
 	if err != nil && !meta.IsNoMatchError(err) {
@@ -65,35 +70,41 @@ func (c *Controller) sourceText(ctx context.Context, key lockKey, ml *mlv1.Manif
 	if err != nil {
 		c.sources.watch(key, nil)
 		c.sources.waitForTypes(key)
-		return "", "", &sourceError{mlv1.ReasonSourceNotServed, fmt.Sprintf("spec.sourceRef names %s, and the cluster serves no %s.%s (are Flux's source CRDs installed?); the lock proceeds once it does", what, ref.Kind, mlv1.SourceGroup)}
+		return "", "", &sourceError{reason: mlv1.ReasonSourceNotServed, message: fmt.Sprintf("spec.sourceRef names %s, and the cluster serves no %s.%s (are Flux's source CRDs installed?); the lock proceeds once it does", what, ref.Kind, mlv1.SourceGroup)}
 	}
 	c.sources.watch(key, &source{gvr: gvr, namespace: namespace, name: ref.Name})
 	obj, err := c.cfg.Dynamic.Resource(gvr).Namespace(namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return "", "", &sourceError{mlv1.ReasonSourceNotReady, what + " does not exist"}
+		return "", "", &sourceError{reason: mlv1.ReasonSourceNotReady, message: what + " does not exist"}
 	case apierrors.IsForbidden(err):
-		return "", "", &sourceError{mlv1.ReasonForbidden, fmt.Sprintf("the locker may not read %s: %v", what, err)}
+		return "", "", &sourceError{reason: mlv1.ReasonForbidden, message: fmt.Sprintf("the locker may not read %s: %v", what, err)}
 	case err != nil:
 		return "", "", err
 	}
 	a, ok := artifactOf(obj)
 	if !ok {
-		return "", "", &sourceError{mlv1.ReasonSourceNotReady, what + " has no artifact yet (status.artifact)"}
+		return "", "", &sourceError{reason: mlv1.ReasonSourceNotReady, message: what + " has no artifact yet (status.artifact)"}
 	}
 	st.attempted = a.Revision
 	if b := st.built; b.digest == a.Digest && b.path == ml.Spec.Path {
-		return b.text, a.Revision, nil
+		return b.text, a.Revision, b.err
 	}
 	text, err = c.buildArtifact(ctx, a, ml.Spec.Path)
-	if err != nil {
-		var se *sourceError
-		if errors.As(err, &se) {
-			se.message = fmt.Sprintf("%s, revision %s: %s", what, a.Revision, se.message)
+	var se *sourceError
+	switch {
+	case errors.As(err, &se):
+		// Refused for what the artifact is: the same one is refused
+		// again without another download.
+		se.message = fmt.Sprintf("%s, revision %s: %s", what, a.Revision, se.message)
+		if !se.retry {
+			st.built = builtSource{digest: a.Digest, path: ml.Spec.Path, err: se}
 		}
 		return "", a.Revision, err
+	case err != nil:
+		return "", a.Revision, err
 	}
-	st.built = builtSource{digest: a.Digest, path: ml.Spec.Path, revision: a.Revision, text: text}
+	st.built = builtSource{digest: a.Digest, path: ml.Spec.Path, text: text}
 	return text, a.Revision, nil
 }
 
@@ -137,7 +148,7 @@ func (c *Controller) buildArtifact(ctx context.Context, a artifact.Artifact, pat
 			artifact.Unreadable:     mlv1.ReasonUnsafeArtifact,
 			artifact.Unavailable:    mlv1.ReasonSourceNotReady,
 		}[ae.Reason]
-		return "", &sourceError{reason, ae.Message}
+		return "", &sourceError{reason: reason, message: ae.Message, retry: ae.Reason == artifact.Unavailable}
 	}
 	if err != nil {
 		return "", err
@@ -151,7 +162,7 @@ func (c *Controller) buildArtifact(ctx context.Context, a artifact.Artifact, pat
 			overlay.BuildFailed:  mlv1.ReasonBuildFailed,
 			overlay.TooLarge:     mlv1.ReasonArtifactTooLarge,
 		}[oe.Reason]
-		return "", &sourceError{reason, oe.Message}
+		return "", &sourceError{reason: reason, message: oe.Message}
 	}
 	return text, err
 }

@@ -198,6 +198,9 @@ func (c *Controller) declareManifestLock(ctx context.Context, req *manifestSync)
 	text, revision, err := c.manifestText(ctx, key, ml, st)
 	var se *sourceError
 	switch {
+	case errors.As(err, &se) && se.retry:
+		status, syncErr := c.manifestError(ctx, req, se.reason, limit(se.message))
+		return nil, status, errors.Join(err, syncErr)
 	case errors.As(err, &se):
 		return ended(c.manifestError(ctx, req, se.reason, limit(se.message)))
 	case apierrors.IsNotFound(err) || errors.Is(err, errNoManifest):

@@ -1,0 +1,339 @@
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
+	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/e2e/controlplane"
+)
+
+var externalArtifacts = schema.GroupVersionResource{Group: mlv1.SourceGroup, Version: "v1", Resource: "externalartifacts"}
+
+// artifactServer serves tar.gz artifacts, as source-controller's storage
+// does, and counts what was asked of it.
+type artifactServer struct {
+	*httptest.Server
+	mu       sync.Mutex
+	served   map[string][]byte
+	requests atomic.Int32
+}
+
+func newArtifactServer(t *testing.T) *artifactServer {
+	s := &artifactServer{served: map[string][]byte{}}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.requests.Add(1)
+		s.mu.Lock()
+		data, ok := s.served[r.URL.Path]
+		s.mu.Unlock()
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write(data)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// publish serves files as the tar.gz at name, and returns its URL and
+// digest.
+func (s *artifactServer) publish(t *testing.T, name string, files map[string]string) (url, digest string) {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		if err := tw.WriteHeader(&tar.Header{Name: p, Mode: 0o644, Size: int64(len(files[p])), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(files[p])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.served["/"+name] = buf.Bytes()
+	s.mu.Unlock()
+	sum := sha256.Sum256(buf.Bytes())
+	return s.URL + "/" + name, "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// installFluxCRDs installs Flux source-controller's own CRDs, from the
+// module at the version e2e/tools/flux/go.mod requires.
+func installFluxCRDs(t *testing.T) {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gomod, err := os.ReadFile(filepath.Join(root, "e2e", "tools", "flux", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^require github.com/fluxcd/source-controller (v\S+)$`).FindSubmatch(gomod)
+	if m == nil {
+		t.Fatal("e2e/tools/flux/go.mod requires no github.com/fluxcd/source-controller")
+	}
+	var mod struct{ Dir string }
+	out := runIn(t, t.TempDir(), 5*time.Minute, "go", "mod", "download", "-json", "github.com/fluxcd/source-controller@"+string(m[1]))
+	if err := json.Unmarshal([]byte(out), &mod); err != nil || mod.Dir == "" {
+		t.Fatalf("go mod download of source-controller said %v:\n%s", err, out)
+	}
+	env.Kubectl(t, "apply", "--server-side", "-f", filepath.Join(mod.Dir, "config", "crd", "bases"))
+	env.Kubectl(t, "wait", "--for=condition=Established", "crd/externalartifacts.source.toolkit.fluxcd.io", "crd/gitrepositories.source.toolkit.fluxcd.io", "--timeout=60s")
+}
+
+// setArtifact writes an ExternalArtifact's status.artifact, as whatever
+// publishes it does.
+func setArtifact(t *testing.T, ns, name, url, digest, revision string) {
+	t.Helper()
+	client := env.Dynamic.Resource(externalArtifacts).Namespace(ns)
+	ea, err := client.Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedMap(ea.Object, map[string]any{
+		"url": url, "digest": digest, "revision": revision, "path": "externalartifact/" + name + ".tar.gz",
+		"lastUpdateTime": time.Now().UTC().Format(time.RFC3339),
+	}, "status", "artifact")
+	if _, err := client.UpdateStatus(t.Context(), ea, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("writing the status of ExternalArtifact %s/%s: %v", ns, name, err)
+	}
+}
+
+// webOverlay is a Kustomize base (a Deployment, a Service and a
+// ConfigMap) with an overlay that patches replicas, generates a ConfigMap
+// and puts everything in ns, as such repositories are laid out.
+func webOverlay(ns string, replicas int, mode string, service bool) map[string]string {
+	resources := "- deployment.yaml\n- config.yaml\n"
+	if service {
+		resources += "- service.yaml\n"
+	}
+	return map[string]string{
+		"base/kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n" + resources,
+		"base/deployment.yaml": `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.27
+        resources:
+          requests: {cpu: "0.1", memory: 64Mi}
+        envFrom:
+        - configMapRef: {name: web-env}
+`,
+		"base/service.yaml": "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector: {app: web}\n  ports:\n  - port: 80\n    targetPort: 8080\n",
+		"base/config.yaml":  "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-config\ndata:\n  greeting: hello\n",
+		"overlays/prod/kustomization.yaml": fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: %s
+resources:
+- ../../base
+patches:
+- path: replicas.yaml
+configMapGenerator:
+- name: web-env
+  literals: [MODE=%s]
+`, ns, mode),
+		"overlays/prod/replicas.yaml": fmt.Sprintf("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: %d\n", replicas),
+	}
+}
+
+// TestManifestLockFromExternalArtifact: a tenant's ManifestLock names an
+// ExternalArtifact in its namespace, whose artifact is a Kustomize
+// overlay served over HTTP, as Flux's source-controller serves one.
+// Created before Flux's CRDs exist, it says SourceNotServed and proceeds
+// once they are installed. It holds what `kustomize build` makes, reverts
+// an edit, applies and holds each new revision (status.lastAppliedRevision
+// names it), and prunes what a revision drops, the generated ConfigMap of
+// the old hash included. An artifact whose digest does not match, or
+// whose overlay names a remote base, is refused with its reason, nothing
+// fetched from the remote, the last revision still held; a tenant's lock
+// naming another namespace's source is Forbidden.
+func TestManifestLockFromExternalArtifact(t *testing.T) {
+	t.Parallel()
+	ns := env.Namespace(t)
+	env.Kubectl(t, "-n", ns, "create", "rolebinding", "default-edit", "--clusterrole=edit", "--serviceaccount="+ns+":default")
+	optIn(t, ns, "default", "web")
+	server := newArtifactServer(t)
+
+	createManifestLock(t, ns, "web", map[string]any{
+		"sourceRef": map[string]any{"kind": "ExternalArtifact", "name": "web"}, "path": "./overlays/prod", "prune": true,
+	})
+	waitSourceCondition(t, ns, "web", mlv1.ReasonSourceNotServed, "ExternalArtifact "+ns+"/web")
+
+	installFluxCRDs(t)
+	ea := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": externalArtifacts.GroupVersion().String(), "kind": "ExternalArtifact",
+		"metadata": map[string]any{"name": "web", "namespace": ns},
+	}}
+	if _, err := env.Dynamic.Resource(externalArtifacts).Namespace(ns).Create(t.Context(), ea, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitSourceCondition(t, ns, "web", mlv1.ReasonSourceNotReady, "has no artifact yet")
+
+	url, digest := server.publish(t, "rev1.tar.gz", webOverlay(ns, 3, "prod", true))
+	setArtifact(t, ns, "web", url, digest, "main@sha1:1111")
+	ml := waitRevision(t, ns, "web", "main@sha1:1111")
+	firstEnv := generatedConfigMap(t, ns)
+	if got := replicasOf(t, ns, "web"); got != 3 {
+		t.Errorf("Deployment web has %d replicas, want the overlay's 3", got)
+	}
+	if env.Get(t, "v1", "services", ns, "web") == nil || env.Get(t, "v1", "configmaps", ns, "web-config") == nil {
+		t.Error("the base's Service or ConfigMap was not created")
+	}
+	if ml.Status.LastAttemptedRevision != "main@sha1:1111" {
+		t.Errorf("status.lastAttemptedRevision = %q", ml.Status.LastAttemptedRevision)
+	}
+
+	env.Kubectl(t, "-n", ns, "scale", "deployment", "web", "--replicas=7")
+	waitReplicas(t, ns, "web", 3)
+
+	// A new revision: other replicas, another generated ConfigMap, and no
+	// Service.
+	url, digest = server.publish(t, "rev2.tar.gz", webOverlay(ns, 2, "canary", false))
+	setArtifact(t, ns, "web", url, digest, "main@sha1:2222")
+	waitRevision(t, ns, "web", "main@sha1:2222")
+	waitReplicas(t, ns, "web", 2)
+	env.Eventually(t, 30*time.Second, func() error {
+		if env.Get(t, "v1", "services", ns, "web") != nil {
+			return fmt.Errorf("Service %s/web, which revision 2 drops, was not pruned", ns)
+		}
+		if env.Get(t, "v1", "configmaps", ns, firstEnv) != nil {
+			return fmt.Errorf("ConfigMap %s/%s, revision 1's generated one, was not pruned", ns, firstEnv)
+		}
+		return nil
+	})
+	if second := generatedConfigMap(t, ns); second == firstEnv {
+		t.Errorf("revision 2's generated ConfigMap has revision 1's name %s", second)
+	}
+
+	// Refused revisions: revision 2 stays held.
+	before := server.requests.Load()
+	url, _ = server.publish(t, "rev3.tar.gz", webOverlay(ns, 5, "prod", true))
+	setArtifact(t, ns, "web", url, "sha256:"+strings.Repeat("0", 64), "main@sha1:3333")
+	waitSourceCondition(t, ns, "web", mlv1.ReasonArtifactDigestMismatch, "main@sha1:3333")
+	remote := webOverlay(ns, 5, "prod", true)
+	remote["overlays/prod/kustomization.yaml"] = strings.Replace(remote["overlays/prod/kustomization.yaml"], "resources:\n- ../../base\n", "resources:\n- ../../base\n- "+server.URL+"/remote/base.yaml\n", 1)
+	url, digest = server.publish(t, "rev4.tar.gz", remote)
+	setArtifact(t, ns, "web", url, digest, "main@sha1:4444")
+	ml = waitSourceCondition(t, ns, "web", mlv1.ReasonBuildFailed, server.URL+"/remote/base.yaml is remote")
+	if ml.Status.LastAppliedRevision != "main@sha1:2222" || ml.Status.LastAttemptedRevision != "main@sha1:4444" {
+		t.Errorf("revisions applied %q, attempted %q; want main@sha1:2222 still held, main@sha1:4444 tried", ml.Status.LastAppliedRevision, ml.Status.LastAttemptedRevision)
+	}
+	// One download of each refused revision, however often the lock
+	// syncs, and nothing of the remote base.
+	if got := server.requests.Load() - before; got != 2 {
+		t.Errorf("the server saw %d requests for the two refused artifacts, want one each, and none for the remote base", got)
+	}
+	env.Kubectl(t, "-n", ns, "scale", "deployment", "web", "--replicas=9")
+	waitReplicas(t, ns, "web", 2)
+
+	// A tenant's lock may not name another namespace's source.
+	other := env.Namespace(t)
+	optIn(t, other, "default", "borrow")
+	createManifestLock(t, other, "borrow", map[string]any{"sourceRef": map[string]any{"kind": "ExternalArtifact", "name": "web", "namespace": ns}})
+	waitSourceCondition(t, other, "borrow", mlv1.ReasonForbidden, "may name a source only in its own namespace")
+}
+
+// waitSourceCondition waits until the lock's Ready condition is False with
+// reason, its message saying says.
+func waitSourceCondition(t *testing.T, ns, name, reason, says string) *mlv1.ManifestLock {
+	t.Helper()
+	var ml *mlv1.ManifestLock
+	env.Eventually(t, 60*time.Second, func() error {
+		ml = getManifestLock(t, ns, name)
+		for _, c := range ml.Status.Conditions {
+			if c.Type == v1alpha1.ConditionReady && c.Status == "False" && c.Reason == reason && strings.Contains(c.Message, says) {
+				return nil
+			}
+		}
+		return fmt.Errorf("ManifestLock %s/%s conditions %+v, want Ready=False %s saying %q", ns, name, ml.Status.Conditions, reason, says)
+	})
+	return ml
+}
+
+// waitRevision waits until the lock holds revision, Locked.
+func waitRevision(t *testing.T, ns, name, revision string) *mlv1.ManifestLock {
+	t.Helper()
+	var ml *mlv1.ManifestLock
+	env.Eventually(t, 60*time.Second, func() error {
+		ml = getManifestLock(t, ns, name)
+		if ml.Status.State != mlv1.StateLocked || ml.Status.LastAppliedRevision != revision {
+			return fmt.Errorf("ManifestLock %s/%s is %s at revision %q, want Locked at %s: %+v", ns, name, ml.Status.State, ml.Status.LastAppliedRevision, revision, ml.Status.Conditions)
+		}
+		return nil
+	})
+	return ml
+}
+
+func replicasOf(t *testing.T, ns, name string) int64 {
+	t.Helper()
+	d := env.Get(t, "apps/v1", "deployments", ns, name)
+	if d == nil {
+		t.Fatalf("no Deployment %s/%s", ns, name)
+	}
+	n, _, _ := unstructured.NestedInt64(d.Object, "spec", "replicas")
+	return n
+}
+
+func waitReplicas(t *testing.T, ns, name string, want int64) {
+	t.Helper()
+	env.Eventually(t, 30*time.Second, func() error {
+		if got := replicasOf(t, ns, name); got != want {
+			return fmt.Errorf("Deployment %s/%s has %d replicas, want %d", ns, name, got, want)
+		}
+		return nil
+	})
+}
+
+// generatedConfigMap is the name of the ConfigMap the overlay generated,
+// web-env-<hash>, which the Deployment refers to.
+func generatedConfigMap(t *testing.T, ns string) string {
+	t.Helper()
+	d := env.Get(t, "apps/v1", "deployments", ns, "web")
+	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	from, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "envFrom")
+	name, _, _ := unstructured.NestedString(from[0].(map[string]any), "configMapRef", "name")
+	if !strings.HasPrefix(name, "web-env-") || env.Get(t, "v1", "configmaps", ns, name) == nil {
+		t.Fatalf("the Deployment refers to ConfigMap %q, want an existing web-env-<hash>", name)
+	}
+	return name
+}
