@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -193,5 +194,52 @@ func TestCLILockHelmTemplate(t *testing.T) {
 	}
 	if res := env.CLI(t, "", "diff", "manifestlock/"+name); res.Code != 0 {
 		t.Errorf("diff right after the lock: exit %d\nstdout:\n%s\nstderr:\n%s", res.Code, res.Stdout, res.Stderr)
+	}
+}
+
+// TestCLIKustomize: diff -k and lock -k build a Kustomize overlay as a
+// ManifestLock's spec.sourceRef builds it, so a user sees what a lock of
+// the same folder in Git would hold before creating it; a remote base is
+// refused as the locker refuses it.
+func TestCLIKustomize(t *testing.T) {
+	t.Parallel()
+	ns := env.Namespace(t)
+	dir := t.TempDir()
+	for p, body := range webOverlay(ns, 3, "prod", true) {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A checkout: the overlay's base is above it, as in a repository.
+	runIn(t, dir, time.Minute, "git", "init", "-q")
+	overlay := filepath.Join(dir, "overlays", "prod")
+	res := env.CLI(t, "", "diff", "-k", overlay)
+	if res.Code != 1 || !strings.Contains(res.Stdout, "# Deployment "+ns+"/web: does not exist") || !strings.Contains(res.Stdout, "+  replicas: 3") {
+		t.Fatalf("diff -k of an overlay not yet applied: exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
+	}
+	res = env.CLI(t, "", "lock", "-k", overlay, "--name", "kustomized-"+ns, "--prune")
+	if res.Code != 0 {
+		t.Fatalf("lock -k: exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
+	}
+	if got := replicasOf(t, ns, "web"); got != 3 {
+		t.Errorf("Deployment web has %d replicas, want the overlay's 3", got)
+	}
+	generatedConfigMap(t, ns)
+	if res := env.CLI(t, "", "diff", "-k", overlay); res.Code != 0 {
+		t.Errorf("diff -k of the overlay just locked: exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
+	}
+
+	kust := filepath.Join(overlay, "kustomization.yaml")
+	data, _ := os.ReadFile(kust)
+	remote := strings.Replace(string(data), "- ../../base\n", "- ../../base\n- https://127.0.0.1:1/base.yaml\n", 1)
+	if err := os.WriteFile(kust, []byte(remote), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := env.CLI(t, "", "diff", "-k", overlay); res.Code != 2 || !strings.Contains(res.Stderr, "https://127.0.0.1:1/base.yaml is remote") {
+		t.Errorf("diff -k of an overlay with a remote base: exit %d\n%s%s; want it refused", res.Code, res.Stdout, res.Stderr)
 	}
 }

@@ -36,6 +36,7 @@ func newDiffCommand() *cobra.Command {
 	var (
 		client        clientFlags
 		files         []string
+		kustomizeDir  string
 		lockNamespace string
 		color         string
 		rerender      bool
@@ -43,7 +44,7 @@ func newDiffCommand() *cobra.Command {
 		timeout       time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "diff (helmrelease/NAME | manifestlock/NAME | -f FILE | --rerender [-n NAMESPACE] RELEASE)",
+		Use:   "diff (helmrelease/NAME | manifestlock/NAME | -f FILE | -k DIR | --rerender [-n NAMESPACE] RELEASE)",
 		Short: "Show how live objects differ from what a lock declares, or a chart from what it renders now",
 		Long: `diff compares live objects with what a lock declares and prints a unified diff
 per object that differs (- live, + declared), naming the field managers that
@@ -57,6 +58,10 @@ changed it. It writes nothing.
                     would hold them; -n is the namespace of objects that name
                     none. They are read as Helm 4 applies a manifest (as
                     kubectl does); --helm 3 reads them as Helm 3 does
+  -k DIR            the objects a folder builds to, as a ManifestLock's
+                    spec.sourceRef builds it: Kustomize where it holds a
+                    kustomization (builtin plugins, nothing remote), its YAML
+                    files otherwise
 
 With --rerender, diff renders the chart of a Helm release again and prints
 how the render differs from the manifest Helm stored (- stored, + rendered
@@ -84,7 +89,14 @@ a wrong call, as kubectl diff.`,
   helm-locker diff --rerender -n apps web`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if kustomizeDir != "" {
+				if len(files) > 0 {
+					return usageError(cmd, errors.New("-f and -k name what to diff two ways: choose one"))
+				}
+				files = []string{kustomizeDir}
+			}
 			target, err := parseDiffTarget(args, files, rerender)
+			target.kustomize = kustomizeDir != ""
 			if err != nil {
 				return usageError(cmd, err)
 			}
@@ -106,6 +118,7 @@ a wrong call, as kubectl diff.`,
 	}
 	client.add(cmd)
 	cmd.Flags().StringSliceVarP(&files, "filename", "f", nil, "YAML or JSON file, folder of them, or - for standard input")
+	cmd.Flags().StringVarP(&kustomizeDir, "kustomize", "k", "", "folder to build as a ManifestLock's spec.sourceRef is built (Kustomize, or its YAML files)")
 	cmd.Flags().StringVar(&lockNamespace, "lock-namespace", "cattle-helm-system", "namespace of the HelmRelease or ManifestLock")
 	cmd.Flags().StringVar(&color, "color", "auto", "colour the diff: auto (on a terminal, unless NO_COLOR is set), always or never")
 	helm.add(cmd.Flags())
@@ -130,6 +143,8 @@ type diffTarget struct {
 	kind  targetKind
 	name  string
 	files []string
+	// kustomize says files is one folder to build as with -k.
+	kustomize bool
 	// helm is the Helm whose reading files are parsed with.
 	helm manifest.Helm
 	// timeout bounds a --rerender: its reads, renders and lookups.
@@ -212,7 +227,7 @@ func lockDiff(cmd *cobra.Command, cfg *rest.Config, namespace string, target dif
 		return nil, err
 	}
 	if target.kind == targetFiles {
-		objs, err := readFiles(target.files, cmd.InOrStdin(), target.helm)
+		objs, err := readObjects(target.files, target.kustomize, cmd.InOrStdin(), target.helm)
 		if err != nil {
 			return nil, err
 		}

@@ -32,6 +32,7 @@ func newLockCommand() *cobra.Command {
 	var (
 		client        clientFlags
 		files         []string
+		kustomizeDir  string
 		name          string
 		lockNamespace string
 		prune, warn   bool
@@ -42,21 +43,30 @@ func newLockCommand() *cobra.Command {
 		helm          = newHelmFlag()
 	)
 	cmd := &cobra.Command{
-		Use:   "lock -f FILE|DIR|- [-n NAMESPACE] [--name NAME]",
+		Use:   "lock (-f FILE|DIR|- | -k DIR) [-n NAMESPACE] [--name NAME]",
 		Short: "Lock the objects of YAML or JSON files with a ManifestLock",
 		Long: `lock creates, or updates, a ManifestLock holding the objects of the files:
 the operator applies what is missing and from then on reverts every edit and
 recreates every deleted object. -n is the namespace of objects that name none
 (the kubeconfig context's by default). The files are read as Helm 4 applies
 a manifest, as kubectl does (--helm 3 reads them as Helm 3 does). The lock
-itself goes in --lock-namespace. lock waits until the ManifestLock says Locked, and prints
+itself goes in --lock-namespace. -k DIR locks what the folder builds to, as a
+ManifestLock's spec.sourceRef builds it: Kustomize where it holds a
+kustomization (builtin plugins only, nothing remote), else its YAML files.
+lock waits until the ManifestLock says Locked, and prints
 its status.`,
 		Example: `  helm-locker lock -f app.yaml -n apps
+  helm-locker lock -k overlays/prod --name prod -n apps --prune
   kustomize build overlays/prod | helm-locker lock -f - --name prod -n apps --prune`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(files) == 0 {
-				return usageError(cmd, errors.New("name the files to lock with -f"))
+			switch {
+			case len(files) == 0 && kustomizeDir == "":
+				return usageError(cmd, errors.New("name the files to lock with -f, or a folder to build with -k"))
+			case len(files) > 0 && kustomizeDir != "":
+				return usageError(cmd, errors.New("-f and -k name what to lock two ways: choose one"))
+			case kustomizeDir != "":
+				files = []string{kustomizeDir}
 			}
 			if output != "" && output != "yaml" && output != "json" {
 				return usageError(cmd, fmt.Errorf("-o %s: want yaml or json", output))
@@ -74,7 +84,7 @@ its status.`,
 			if err != nil {
 				return err
 			}
-			objs, err := readFiles(files, cmd.InOrStdin(), helm.h)
+			objs, err := readObjects(files, kustomizeDir != "", cmd.InOrStdin(), helm.h)
 			if err != nil {
 				return err
 			}
@@ -129,6 +139,7 @@ its status.`,
 	client.add(cmd)
 	f := cmd.Flags()
 	f.StringSliceVarP(&files, "filename", "f", nil, "YAML or JSON file, folder of them, or - for standard input")
+	f.StringVarP(&kustomizeDir, "kustomize", "k", "", "folder to build as a ManifestLock's spec.sourceRef is built (Kustomize, or its YAML files)")
 	helm.add(f)
 	f.StringVar(&name, "name", "", "name of the ManifestLock; defaults to the first file's name")
 	f.StringVar(&lockNamespace, "lock-namespace", "cattle-helm-system", "namespace of the ManifestLock: the registration namespace may hold anything; any other, its own objects only")

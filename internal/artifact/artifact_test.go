@@ -9,6 +9,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -153,5 +155,38 @@ func TestFetch(t *testing.T) {
 				t.Fatalf("Fetch: %v, want a %s error of revision main@sha1:abc saying %q", err, tc.reason, tc.says)
 			}
 		})
+	}
+}
+
+func TestReadDir(t *testing.T) {
+	dir := t.TempDir()
+	write := func(p, body string) {
+		t.Helper()
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("base/kustomization.yaml", "resources: [cm.yaml]")
+	write("base/cm.yaml", "kind: ConfigMap")
+	files, err := ReadDir(dir, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(Files{"base/kustomization.yaml": []byte("resources: [cm.yaml]"), "base/cm.yaml": []byte("kind: ConfigMap")}, files); diff != "" {
+		t.Errorf("files (-want +got):\n%s", diff)
+	}
+	if _, err := ReadDir(dir, Limits{MaxFiles: 1}); err == nil || !strings.Contains(err.Error(), "more than 1 files") {
+		t.Errorf("ReadDir past MaxFiles: %v", err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "base", "passwd.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	var e *Error
+	if _, err := ReadDir(dir, Limits{}); !errors.As(err, &e) || e.Reason != Unsafe || !strings.Contains(err.Error(), "passwd.yaml is not a plain file") {
+		t.Errorf("ReadDir of a folder with a symlink: %v, want it refused as Unsafe", err)
 	}
 }
