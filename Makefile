@@ -110,5 +110,5 @@ SERIES ?= 25000,50000,100000
 
 .PHONY: bench
 bench: build ## Measure cold lock, revert latency against the floor, memory, idle load, churn and the scale series; writes docs/benchmarks.*
-	go test -run '^$$' -bench . -benchmem -count 5 ./manifest/ ./internal/storage/ ./engine/ ./informers/ ./internal/render/ ./internal/sandbox/ ./internal/controller/ | tee docs/go-benchmarks.txt
+	go test -run '^$$' -bench . -benchmem -count 5 ./manifest/ ./internal/storage/ ./engine/ ./informers/ ./internal/render/ ./internal/sandbox/ ./internal/controller/ ./internal/overlay/ | tee docs/go-benchmarks.txt
 	HELM_LOCKER_TOOLS_BIN=$$(bash hack/tools.sh) go run ./e2e/cmd/bench -series $(SERIES) $(BENCH_FLAGS)
