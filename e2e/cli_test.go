@@ -205,15 +205,7 @@ func TestCLIKustomize(t *testing.T) {
 	t.Parallel()
 	ns := env.Namespace(t)
 	dir := t.TempDir()
-	for p, body := range webOverlay(ns, 3, "prod", true) {
-		full := filepath.Join(dir, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFiles(t, dir, webOverlay(ns, 3, "prod", true))
 	// A checkout: the overlay's base is above it, as in a repository.
 	runIn(t, dir, time.Minute, "git", "init", "-q")
 	overlay := filepath.Join(dir, "overlays", "prod")

@@ -8,12 +8,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +22,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxcd/pkg/gittestserver"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -62,6 +71,17 @@ func newArtifactServer(t *testing.T) *artifactServer {
 // digest.
 func (s *artifactServer) publish(t *testing.T, name string, files map[string]string) (url, digest string) {
 	t.Helper()
+	data := tarGz(t, files)
+	s.mu.Lock()
+	s.served["/"+name] = data
+	s.mu.Unlock()
+	sum := sha256.Sum256(data)
+	return s.URL + "/" + name, "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// tarGz is files as a tar.gz, in path order.
+func tarGz(t *testing.T, files map[string]string) []byte {
+	t.Helper()
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
@@ -79,31 +99,33 @@ func (s *artifactServer) publish(t *testing.T, name string, files map[string]str
 	if err := gz.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s.mu.Lock()
-	s.served["/"+name] = buf.Bytes()
-	s.mu.Unlock()
-	sum := sha256.Sum256(buf.Bytes())
-	return s.URL + "/" + name, "sha256:" + hex.EncodeToString(sum[:])
+	return buf.Bytes()
+}
+
+// writeFiles writes files under dir.
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for p, body := range files {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // installFluxCRDs installs Flux source-controller's own CRDs, from the
 // module at the version e2e/tools/flux/go.mod requires.
 func installFluxCRDs(t *testing.T) {
 	t.Helper()
-	root, err := controlplane.RepoRoot()
+	version, err := controlplane.FluxVersion()
 	if err != nil {
 		t.Fatal(err)
-	}
-	gomod, err := os.ReadFile(filepath.Join(root, "e2e", "tools", "flux", "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^require github.com/fluxcd/source-controller (v\S+)$`).FindSubmatch(gomod)
-	if m == nil {
-		t.Fatal("e2e/tools/flux/go.mod requires no github.com/fluxcd/source-controller")
 	}
 	var mod struct{ Dir string }
-	out := runIn(t, t.TempDir(), 5*time.Minute, "go", "mod", "download", "-json", "github.com/fluxcd/source-controller@"+string(m[1]))
+	out := runIn(t, t.TempDir(), 5*time.Minute, "go", "mod", "download", "-json", "github.com/fluxcd/source-controller@"+version)
 	if err := json.Unmarshal([]byte(out), &mod); err != nil || mod.Dir == "" {
 		t.Fatalf("go mod download of source-controller said %v:\n%s", err, out)
 	}
@@ -176,7 +198,7 @@ configMapGenerator:
 	}
 }
 
-// TestManifestLockFromExternalArtifact: a tenant's ManifestLock names an
+// TestManifestLockFromFluxSources: a tenant's ManifestLock names an
 // ExternalArtifact in its namespace, whose artifact is a Kustomize
 // overlay served over HTTP, as Flux's source-controller serves one.
 // Created before Flux's CRDs exist, it says SourceNotServed and proceeds
@@ -186,8 +208,11 @@ configMapGenerator:
 // the old hash included. An artifact whose digest does not match, or
 // whose overlay names a remote base, is refused with its reason, nothing
 // fetched from the remote, the last revision still held; a tenant's lock
-// naming another namespace's source is Forbidden.
-func TestManifestLockFromExternalArtifact(t *testing.T) {
+// naming another namespace's source is Forbidden. Then Flux's real
+// source-controller (built by hack/tools.sh) fetches a Git repository
+// and an OCI artifact, each served on loopback, and locks of each hold
+// what they build.
+func TestManifestLockFromFluxSources(t *testing.T) {
 	t.Parallel()
 	ns := env.Namespace(t)
 	env.Kubectl(t, "-n", ns, "create", "rolebinding", "default-edit", "--clusterrole=edit", "--serviceaccount="+ns+":default")
@@ -271,6 +296,134 @@ func TestManifestLockFromExternalArtifact(t *testing.T) {
 	optIn(t, other, "default", "borrow")
 	createManifestLock(t, other, "borrow", map[string]any{"sourceRef": map[string]any{"kind": "ExternalArtifact", "name": "web", "namespace": ns}})
 	waitSourceCondition(t, other, "borrow", mlv1.ReasonForbidden, "may name a source only in its own namespace")
+
+	// Flux's CRDs are installed now: the real source-controller fetches
+	// from a Git server and an OCI registry, each on loopback.
+	env.StartSourceController(t)
+	t.Run("GitRepository", testLockFromGit)
+	t.Run("OCIRepository", testLockFromOCI)
+}
+
+// testLockFromGit: a tenant's lock of an overlay in a Git repository
+// that source-controller fetches from a Git server on loopback holds each
+// commit as it is pushed.
+func testLockFromGit(t *testing.T) {
+	ns := env.Namespace(t)
+	env.Kubectl(t, "-n", ns, "create", "rolebinding", "default-edit", "--clusterrole=edit", "--serviceaccount="+ns+":default")
+	optIn(t, ns, "default", "web")
+	srv, err := gittestserver.NewTempGitServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.AutoCreate()
+	if err := srv.StartHTTP(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.StopHTTP(); _ = os.RemoveAll(srv.Root()) })
+	remote := srv.HTTPAddress() + "/platform.git"
+
+	work := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		return strings.TrimSpace(runIn(t, work, time.Minute, "git", append([]string{"-c", "user.name=e2e", "-c", "user.email=e2e@example.com"}, args...)...))
+	}
+	commit := func(files map[string]string, message string) string {
+		t.Helper()
+		_ = os.RemoveAll(filepath.Join(work, "base"))
+		_ = os.RemoveAll(filepath.Join(work, "overlays"))
+		writeFiles(t, work, files)
+		git("add", "-A")
+		git("commit", "-q", "-m", message)
+		git("push", "-q", remote, "main")
+		return git("rev-parse", "HEAD")
+	}
+	git("init", "-q", "-b", "main")
+	first := commit(webOverlay(ns, 3, "prod", true), "web: three replicas")
+
+	repo := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": mlv1.SourceGroup + "/v1", "kind": "GitRepository",
+		"metadata": map[string]any{"name": "platform", "namespace": ns},
+		"spec":     map[string]any{"url": remote, "interval": "1m", "ref": map[string]any{"branch": "main"}},
+	}}
+	gitRepos := schema.GroupVersionResource{Group: mlv1.SourceGroup, Version: "v1", Resource: "gitrepositories"}
+	if _, err := env.Dynamic.Resource(gitRepos).Namespace(ns).Create(t.Context(), repo, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createManifestLock(t, ns, "web", map[string]any{
+		"sourceRef": map[string]any{"kind": "GitRepository", "name": "platform"}, "path": "overlays/prod", "prune": true,
+	})
+	waitRevision(t, ns, "web", "main@sha1:"+first)
+	if got := replicasOf(t, ns, "web"); got != 3 {
+		t.Errorf("Deployment web has %d replicas, want the overlay's 3", got)
+	}
+	env.Kubectl(t, "-n", ns, "scale", "deployment", "web", "--replicas=7")
+	waitReplicas(t, ns, "web", 3)
+
+	second := commit(webOverlay(ns, 2, "canary", false), "web: two replicas, no Service")
+	// As `flux reconcile source git` asks for a fetch now.
+	env.Kubectl(t, "-n", ns, "annotate", "--overwrite", "gitrepository", "platform", "reconcile.fluxcd.io/requestedAt="+time.Now().Format(time.RFC3339Nano))
+	waitRevision(t, ns, "web", "main@sha1:"+second)
+	waitReplicas(t, ns, "web", 2)
+	env.Eventually(t, 30*time.Second, func() error {
+		if env.Get(t, "v1", "services", ns, "web") != nil {
+			return fmt.Errorf("Service %s/web, which the second commit drops, was not pruned", ns)
+		}
+		return nil
+	})
+}
+
+// Flux's OCI artifact media types (fluxcd/pkg/oci): what `flux push
+// artifact` pushes and OCIRepository pulls.
+const (
+	fluxConfigType  = "application/vnd.cncf.flux.config.v1+json"
+	fluxContentType = "application/vnd.cncf.flux.content.v1.tar+gzip"
+)
+
+// testLockFromOCI: a lock of an overlay pushed as an OCI artifact to a
+// registry on loopback, which source-controller pulls.
+func testLockFromOCI(t *testing.T) {
+	ns := env.Namespace(t)
+	env.Kubectl(t, "-n", ns, "create", "rolebinding", "default-edit", "--clusterrole=edit", "--serviceaccount="+ns+":default")
+	optIn(t, ns, "default", "web")
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(reg.Close)
+	repo := strings.TrimPrefix(reg.URL, "http://") + "/apps/web"
+	push := func(files map[string]string) string {
+		t.Helper()
+		layer := static.NewLayer(tarGz(t, files), fluxContentType)
+		img, err := mutate.Append(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), fluxConfigType), mutate.Addendum{Layer: layer})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := name.ParseReference(repo+":latest", name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Write(ref, img); err != nil {
+			t.Fatal(err)
+		}
+		d, _ := img.Digest()
+		return d.String()
+	}
+	digest := push(webOverlay(ns, 3, "prod", true))
+	ociRepos := schema.GroupVersionResource{Group: mlv1.SourceGroup, Version: "v1", Resource: "ocirepositories"}
+	src := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": mlv1.SourceGroup + "/v1", "kind": "OCIRepository",
+		"metadata": map[string]any{"name": "web", "namespace": ns},
+		"spec":     map[string]any{"url": "oci://" + repo, "interval": "1m", "insecure": true, "ref": map[string]any{"tag": "latest"}},
+	}}
+	if _, err := env.Dynamic.Resource(ociRepos).Namespace(ns).Create(t.Context(), src, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createManifestLock(t, ns, "web", map[string]any{
+		"sourceRef": map[string]any{"kind": "OCIRepository", "name": "web"}, "path": "./overlays/prod", "prune": true,
+	})
+	waitRevision(t, ns, "web", "latest@"+digest)
+	if got := replicasOf(t, ns, "web"); got != 3 {
+		t.Errorf("Deployment web has %d replicas, want the overlay's 3", got)
+	}
+	env.Kubectl(t, "-n", ns, "scale", "deployment", "web", "--replicas=7")
+	waitReplicas(t, ns, "web", 3)
 }
 
 // waitSourceCondition waits until the lock's Ready condition is False with

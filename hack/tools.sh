@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the binaries the e2e suite and the demo run, from the Go module proxy
-# only: etcd, kube-apiserver, kube-controller-manager, kubectl and the helm
-# v3 and v4 CLIs.
+# only: etcd, kube-apiserver, kube-controller-manager, kubectl, the helm v3
+# and v4 CLIs, and Flux's source-controller.
 #
 # The helm CLIs are installed as v3/helm and v4/helm: Helm names its field
 # manager after the binary, and users run it as "helm".
@@ -25,6 +25,7 @@ required() {
 }
 KUBE_VERSION=$(required k8s.io/kubernetes "$ROOT/e2e/tools/kube/go.mod")
 ETCD_VERSION=$(required go.etcd.io/etcd/server/v3 "$ROOT/e2e/tools/etcd/go.mod")
+FLUX_SC_VERSION=$(required github.com/fluxcd/source-controller "$ROOT/e2e/tools/flux/go.mod")
 HELM3_VERSION=v3.22.0
 HELM4_VERSION=v4.3.1
 
@@ -55,6 +56,7 @@ kube_ldflags() {
 }
 
 build_kube() { (cd "$ROOT/e2e/tools/kube" && go build -trimpath -ldflags "$(kube_ldflags)" -o "$out" "k8s.io/kubernetes/cmd/$1"); }
+build_flux_sc() { (cd "$ROOT/e2e/tools/flux" && go build -trimpath -ldflags "-s -w" -o "$out" github.com/fluxcd/source-controller); }
 build_etcd() { (cd "$ROOT/e2e/tools/etcd" && go build -trimpath -ldflags "-s -w" -o "$out" go.etcd.io/etcd/server/v3); }
 # helm's go.mod has no replace directives, so `go install pkg@version` works
 # outside any module; GOBIN keeps the two major versions apart.
@@ -79,5 +81,7 @@ build kube-controller-manager build_kube kube-controller-manager
 build kubectl build_kube kubectl
 build v3/helm build_helm v3 "$HELM3_VERSION"
 build v4/helm build_helm v4 "$HELM4_VERSION"
+# Named by its version, so that a bump builds it alone.
+build "flux/source-controller-$FLUX_SC_VERSION" build_flux_sc
 
 echo "$BIN"

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 )
 
@@ -25,6 +26,31 @@ type Tools struct {
 	Kubectl               string
 	Helm3                 string
 	Helm4                 string
+	// SourceController is Flux's source-controller, at the version
+	// e2e/tools/flux pins (FluxVersion).
+	SourceController string
+}
+
+// fluxRequire finds the source-controller version a go.mod requires.
+var fluxRequire = regexp.MustCompile(`(?m)^\s*(?:require\s+)?github\.com/fluxcd/source-controller (v\S+)\s*$`)
+
+// FluxVersion is the version of Flux's source-controller that
+// e2e/tools/flux/go.mod pins: the one hack/tools.sh builds, and whose
+// CRDs the suite installs.
+func FluxVersion() (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	gomod, err := os.ReadFile(filepath.Join(root, "e2e", "tools", "flux", "go.mod"))
+	if err != nil {
+		return "", err
+	}
+	m := fluxRequire.FindSubmatch(gomod)
+	if m == nil {
+		return "", errors.New("e2e/tools/flux/go.mod requires no github.com/fluxcd/source-controller")
+	}
+	return string(m[1]), nil
 }
 
 // FindTools returns the built tools, building them first with hack/tools.sh
@@ -55,7 +81,12 @@ func FindTools(ctx context.Context) (Tools, error) {
 		Helm3:                 filepath.Join(dir, "v3", "helm"),
 		Helm4:                 filepath.Join(dir, "v4", "helm"),
 	}
-	for _, p := range []string{t.Etcd, t.KubeAPIServer, t.KubeControllerManager, t.Kubectl, t.Helm3, t.Helm4} {
+	flux, err := FluxVersion()
+	if err != nil {
+		return Tools{}, err
+	}
+	t.SourceController = filepath.Join(dir, "flux", "source-controller-"+flux)
+	for _, p := range []string{t.Etcd, t.KubeAPIServer, t.KubeControllerManager, t.Kubectl, t.Helm3, t.Helm4, t.SourceController} {
 		if _, err := os.Stat(p); err != nil {
 			return Tools{}, fmt.Errorf("tool %s is missing (run hack/tools.sh): %w", p, err)
 		}
