@@ -30,6 +30,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -210,8 +212,8 @@ configMapGenerator:
 // fetched from the remote, the last revision still held; a tenant's lock
 // naming another namespace's source is Forbidden. Then Flux's real
 // source-controller (built by hack/tools.sh) fetches a Git repository
-// and an OCI artifact, each served on loopback, and locks of each hold
-// what they build.
+// an OCI artifact and an S3 bucket, each served on loopback, and locks of
+// each hold what they build.
 func TestManifestLockFromFluxSources(t *testing.T) {
 	t.Parallel()
 	ns := env.Namespace(t)
@@ -302,6 +304,64 @@ func TestManifestLockFromFluxSources(t *testing.T) {
 	env.StartSourceController(t)
 	t.Run("GitRepository", testLockFromGit)
 	t.Run("OCIRepository", testLockFromOCI)
+	t.Run("Bucket", testLockFromBucket)
+}
+
+// testLockFromBucket: a lock of an overlay kept in an S3 bucket (an
+// in-process S3 server, gofakes3, on loopback) that source-controller
+// reads with its generic provider.
+func testLockFromBucket(t *testing.T) {
+	ns := env.Namespace(t)
+	env.Kubectl(t, "-n", ns, "create", "rolebinding", "default-edit", "--clusterrole=edit", "--serviceaccount="+ns+":default")
+	optIn(t, ns, "default", "web")
+	backend := s3mem.New()
+	if err := backend.CreateBucket("platform"); err != nil {
+		t.Fatal(err)
+	}
+	s3 := httptest.NewServer(gofakes3.New(backend).Server())
+	t.Cleanup(s3.Close)
+	// Uploaded over S3's API, as a user's tool would (the server then
+	// records Last-Modified, which source-controller's client needs).
+	for p, body := range webOverlay(ns, 3, "prod", true) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, s3.URL+"/platform/"+p, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := s3.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("PUT %s to the S3 server: %s", p, resp.Status)
+		}
+	}
+	env.Kubectl(t, "-n", ns, "create", "secret", "generic", "s3", "--from-literal=accesskey=e2e", "--from-literal=secretkey=e2e-secret")
+	buckets := schema.GroupVersionResource{Group: mlv1.SourceGroup, Version: "v1", Resource: "buckets"}
+	src := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": mlv1.SourceGroup + "/v1", "kind": "Bucket",
+		"metadata": map[string]any{"name": "platform", "namespace": ns},
+		"spec": map[string]any{"provider": "generic", "bucketName": "platform", "endpoint": strings.TrimPrefix(s3.URL, "http://"),
+			"insecure": true, "interval": "1m", "secretRef": map[string]any{"name": "s3"}},
+	}}
+	if _, err := env.Dynamic.Resource(buckets).Namespace(ns).Create(t.Context(), src, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createManifestLock(t, ns, "web", map[string]any{
+		"sourceRef": map[string]any{"kind": "Bucket", "name": "platform"}, "path": "overlays/prod", "prune": true,
+	})
+	env.Eventually(t, 60*time.Second, func() error {
+		ml := getManifestLock(t, ns, "web")
+		if ml.Status.State != mlv1.StateLocked || !strings.HasPrefix(ml.Status.LastAppliedRevision, "sha256:") {
+			return fmt.Errorf("ManifestLock %s/web is %s at revision %q, want Locked at the bucket's sha256: %+v", ns, ml.Status.State, ml.Status.LastAppliedRevision, ml.Status.Conditions)
+		}
+		return nil
+	})
+	if got := replicasOf(t, ns, "web"); got != 3 {
+		t.Errorf("Deployment web has %d replicas, want the overlay's 3", got)
+	}
+	env.Kubectl(t, "-n", ns, "scale", "deployment", "web", "--replicas=7")
+	waitReplicas(t, ns, "web", 3)
 }
 
 // testLockFromGit: a tenant's lock of an overlay in a Git repository
