@@ -39,6 +39,7 @@ import (
 	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/e2e/controlplane"
+	"github.com/helm-locker/helm-locker/e2e/framework"
 )
 
 var externalArtifacts = schema.GroupVersionResource{Group: mlv1.SourceGroup, Version: "v1", Resource: "externalartifacts"}
@@ -73,7 +74,13 @@ func newArtifactServer(t *testing.T) *artifactServer {
 // digest.
 func (s *artifactServer) publish(t *testing.T, name string, files map[string]string) (url, digest string) {
 	t.Helper()
-	data := tarGz(t, files)
+	return s.publishTar(t, name, files)
+}
+
+// publishTar is publish with more entries after the files, such as links.
+func (s *artifactServer) publishTar(t *testing.T, name string, files map[string]string, more ...*tar.Header) (url, digest string) {
+	t.Helper()
+	data := tarGz(t, files, more...)
 	s.mu.Lock()
 	s.served["/"+name] = data
 	s.mu.Unlock()
@@ -81,8 +88,8 @@ func (s *artifactServer) publish(t *testing.T, name string, files map[string]str
 	return s.URL + "/" + name, "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// tarGz is files as a tar.gz, in path order.
-func tarGz(t *testing.T, files map[string]string) []byte {
+// tarGz is files as a tar.gz, in path order, and then the entries more.
+func tarGz(t *testing.T, files map[string]string, more ...*tar.Header) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
@@ -92,6 +99,11 @@ func tarGz(t *testing.T, files map[string]string) []byte {
 			t.Fatal(err)
 		}
 		if _, err := tw.Write([]byte(files[p])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, hdr := range more {
+		if err := tw.WriteHeader(hdr); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -290,8 +302,28 @@ func TestManifestLockFromFluxSources(t *testing.T) {
 	if got := server.requests.Load() - before; got != 2 {
 		t.Errorf("the server saw %d requests for the two refused artifacts, want one each, and none for the remote base", got)
 	}
+	// Past the locker's caps, with a symlink, or with an exec plugin:
+	// refused the same way.
+	big := webOverlay(ns, 5, "prod", true)
+	for i := range framework.SharedArtifactMaxFiles {
+		big[fmt.Sprintf("docs/page-%03d.md", i)] = "notes"
+	}
+	url, digest = server.publish(t, "rev5.tar.gz", big)
+	setArtifact(t, ns, "web", url, digest, "main@sha1:5555")
+	waitSourceCondition(t, ns, "web", mlv1.ReasonArtifactTooLarge, fmt.Sprintf("main@sha1:5555: more than %d files", framework.SharedArtifactMaxFiles))
+	url, digest = server.publishTar(t, "rev6.tar.gz", webOverlay(ns, 5, "prod", true), &tar.Header{Name: "overlays/prod/secrets.yaml", Typeflag: tar.TypeSymlink, Linkname: "/var/run/secrets/kubernetes.io/serviceaccount/token"})
+	setArtifact(t, ns, "web", url, digest, "main@sha1:6666")
+	waitSourceCondition(t, ns, "web", mlv1.ReasonUnsafeArtifact, "overlays/prod/secrets.yaml is a link to /var/run/secrets")
+	plugin := webOverlay(ns, 5, "prod", true)
+	plugin["overlays/prod/kustomization.yaml"] += "transformers:\n- |\n  apiVersion: example.com/v1\n  kind: Exec\n  metadata:\n    name: x\n    annotations:\n      config.kubernetes.io/function: |\n        exec:\n          path: /bin/sh\n"
+	url, digest = server.publish(t, "rev7.tar.gz", plugin)
+	setArtifact(t, ns, "web", url, digest, "main@sha1:7777")
+	waitSourceCondition(t, ns, "web", mlv1.ReasonBuildFailed, "external plugins disabled")
 	env.Kubectl(t, "-n", ns, "scale", "deployment", "web", "--replicas=9")
 	waitReplicas(t, ns, "web", 2)
+	if ml := getManifestLock(t, ns, "web"); ml.Status.LastAppliedRevision != "main@sha1:2222" {
+		t.Errorf("after refused revisions, status.lastAppliedRevision = %q, want main@sha1:2222 still held", ml.Status.LastAppliedRevision)
+	}
 
 	// A tenant's lock may not name another namespace's source.
 	other := env.Namespace(t)

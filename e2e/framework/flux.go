@@ -51,3 +51,8 @@ func tail(s string, n int) string {
 	lines := strings.Split(s, "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
+
+// SharedArtifactMaxFiles is the shared locker's --artifact-max-files: an
+// artifact of more files is past its caps, without a test making one of
+// 100 MiB.
+const SharedArtifactMaxFiles = 200

@@ -125,7 +125,7 @@ func run(m *testing.M, envp **Env, opts Options) int {
 		// --rerender-upgrade-interval's default.
 		if env.Locker, err = env.StartLocker("locker", "--namespace", RegistrationNamespace, "--tenant-manifest-locks",
 			"--webhook-bind-address="+webhookAddr, "--webhook-url=https://"+webhookAddr+"/validate", "--prevent-exempt-groups="+ExemptGroup,
-			"--rerender-upgrade-interval=2s"); err != nil {
+			"--rerender-upgrade-interval=2s", fmt.Sprintf("--artifact-max-files=%d", SharedArtifactMaxFiles)); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e:", err)
 			return 1
 		}
