@@ -198,6 +198,8 @@ func (c *Controller) manifestText(ctx context.Context, key lockKey, ml *mlv1.Man
 		}
 		return c.sourceText(ctx, key, ml, st)
 	}
+	// No source: no revision, and nothing built from one to keep.
+	st.attempted, st.built = "", builtSource{}
 	text, err = c.storedManifest(ctx, key, ml)
 	return text, "", err
 }
