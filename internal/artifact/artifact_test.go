@@ -80,6 +80,7 @@ func TestUnpack(t *testing.T) {
 		{name: "an absolute path", entries: []entry{{name: "/etc/x.yaml", body: "x"}}, reason: Unsafe, says: "/etc/x.yaml leaves"},
 		{name: "a file twice", entries: []entry{{name: "a.yaml", body: "x"}, {name: "./a.yaml", body: "y"}}, reason: Unsafe, says: "a.yaml is in the artifact twice"},
 		{name: "too many files", entries: []entry{{name: "a", body: "x"}, {name: "b", body: "y"}, {name: "c", body: "z"}}, limits: Limits{MaxFiles: 2}, reason: TooLarge, says: "more than 2 files"},
+		{name: "too many folders", entries: []entry{{name: "a/", typ: tar.TypeDir}, {name: "b/", typ: tar.TypeDir}, {name: "c/", typ: tar.TypeDir}}, limits: Limits{MaxFiles: 2}, reason: TooLarge, says: "more than 2 files"},
 		{name: "too many bytes", entries: []entry{{name: "a", body: "12345"}, {name: "b", body: "67890"}}, limits: Limits{MaxUnpacked: 8}, reason: TooLarge, says: "more than 8 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -29,7 +29,7 @@ type Limits struct {
 	MaxDownload int64
 	// MaxUnpacked caps the bytes of its files (default 500 MiB).
 	MaxUnpacked int64
-	// MaxFiles caps its files (default 10,000).
+	// MaxFiles caps its entries, files and folders (default 10,000).
 	MaxFiles int
 }
 

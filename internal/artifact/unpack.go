@@ -39,6 +39,9 @@ func Unpack(r io.Reader, limits Limits) (Files, error) {
 	tr := tar.NewReader(gz)
 	files := Files{}
 	var total int64
+	// entries counts folders too: a stream of empty folders costs no
+	// bytes unpacked, and would otherwise be read without end.
+	entries := 0
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -46,6 +49,9 @@ func Unpack(r io.Reader, limits Limits) (Files, error) {
 		}
 		if err != nil {
 			return nil, &Error{Reason: Unreadable, Message: "not a tar archive: " + err.Error()}
+		}
+		if entries++; entries > limits.MaxFiles {
+			return nil, &Error{Reason: TooLarge, Message: fmt.Sprintf("more than %d files", limits.MaxFiles)}
 		}
 		name, err := entryPath(hdr.Name)
 		if err != nil {
@@ -62,9 +68,6 @@ func Unpack(r io.Reader, limits Limits) (Files, error) {
 		}
 		if name == "" {
 			return nil, &Error{Reason: Unsafe, Message: fmt.Sprintf("%q names the artifact's root as a file", hdr.Name)}
-		}
-		if len(files) >= limits.MaxFiles {
-			return nil, &Error{Reason: TooLarge, Message: fmt.Sprintf("more than %d files", limits.MaxFiles)}
 		}
 		if hdr.Size > limits.MaxUnpacked-total {
 			return nil, &Error{Reason: TooLarge, Message: fmt.Sprintf("more than %d bytes unpacked", limits.MaxUnpacked)}

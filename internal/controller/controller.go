@@ -135,6 +135,9 @@ type Controller struct {
 	// ConfigMaps and Secrets they read their manifests from.
 	locks   cache.SharedIndexInformer
 	sources *sourceWatches
+	// artifactBuilds holds a slot for each artifact being downloaded and
+	// built (see buildArtifact).
+	artifactBuilds chan struct{}
 	// serviceAccounts, set only when tenants' locks are served, say
 	// which locks each ServiceAccount lets write as it (see
 	// serviceAccountInformer).
@@ -241,6 +244,7 @@ func New(cfg Config) *Controller {
 	watchDynamic, watchMetadata := c.watchClients()
 	c.newCRInformers(watchDynamic)
 	c.sources = &sourceWatches{kube: cfg.Kube, dynamic: cfg.Dynamic, mapper: cfg.Mapper, enqueue: c.queue.Add}
+	c.artifactBuilds = make(chan struct{}, artifactBuilds)
 	if cfg.TenantManifestLocks && watchMetadata != nil {
 		c.serviceAccounts = c.serviceAccountInformer(watchMetadata)
 	}

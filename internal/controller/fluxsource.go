@@ -31,6 +31,12 @@ var sourceVersions = []string{"v1", "v1beta2"}
 // artifactTimeout bounds one download.
 const artifactTimeout = 2 * time.Minute
 
+// artifactBuilds is how many artifacts are downloaded and built at once:
+// each may hold up to the caps in memory (ArtifactLimits), and the
+// workers are many, so the locker's memory is bounded by this many
+// artifacts, not by the number of locks whose source moved at once.
+const artifactBuilds = 2
+
 // sourceError is a sourceRef that cannot be held now, with the reason to
 // report; what the lock held before stays held.
 type sourceError struct {
@@ -132,6 +138,12 @@ func artifactOf(obj *unstructured.Unstructured) (artifact.Artifact, bool) {
 // buildArtifact downloads a and builds its folder path, within the
 // locker's caps.
 func (c *Controller) buildArtifact(ctx context.Context, a artifact.Artifact, path string) (string, error) {
+	select {
+	case c.artifactBuilds <- struct{}{}:
+		defer func() { <-c.artifactBuilds }()
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
 	ctx, cancel := context.WithTimeout(ctx, artifactTimeout)
 	defer cancel()
 	client := c.cfg.ArtifactClient
