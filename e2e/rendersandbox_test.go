@@ -17,7 +17,7 @@ import (
 )
 
 // TestRenderSandbox: each render of a chart runs in a process of its own,
-// which the locker stops. A locker started with --render-timeout=3s
+// which the locker stops. A locker started with --render-timeout=10s
 // renders two releases of the sharded chart, whose tuning ConfigMap (read
 // through lookup) then asks one to count the pairs of 100,000 shards (ten
 // billion loops) and the other to double its padding 40 times (a TiB):
@@ -25,7 +25,8 @@ import (
 //     deadline and a few seconds; the second RenderTooLarge;
 //   - meanwhile, a third release's lookup change is reported
 //     (ClusterChanged), and an edit of a fourth's object is reverted
-//     within 2 s: renders never hold up a revert;
+//     within 5 s, half the render deadline: renders never hold up a
+//     revert;
 //   - the locker's peak resident set stays under 512 MiB, and no render's
 //     process outlives its render;
 //   - `diff --rerender` stops the same render at its own (default) 10 s;
@@ -36,7 +37,9 @@ import (
 // worker for hours and the growth would take the locker past its memory.
 func TestRenderSandbox(t *testing.T) {
 	t.Parallel()
-	const renderTimeout = 3 * time.Second
+	// Long enough that on a busy machine the growing render meets its
+	// memory cap before its deadline.
+	const renderTimeout = 10 * time.Second
 	registration := env.Namespace(t)
 	locker, err := env.StartLockerWith("render-sandbox", env.CP.Kubeconfig, "--namespace", registration, "--render-timeout="+renderTimeout.String())
 	if err != nil {
@@ -90,7 +93,7 @@ func TestRenderSandbox(t *testing.T) {
 	setTuning(t, growNS, "padding", "40")
 	setGreeting(t, lookupNS, "bonjour")
 	setKey(t, editNS, "app-0", "drifted")
-	env.Eventually(t, 2*time.Second, func() error {
+	env.Eventually(t, renderTimeout/2, func() error {
 		if got, _ := keyOf(t, editNS, "app-0"); got != "declared" {
 			return fmt.Errorf("ConfigMap %s/app-0 data.key = %q while two renders run away, want it reverted to %q", editNS, got, "declared")
 		}
@@ -99,7 +102,7 @@ func TestRenderSandbox(t *testing.T) {
 	reverted := time.Since(start)
 
 	rendered(loopCR, renderTimeout+5*time.Second-time.Since(start), metav1.ConditionFalse, v1alpha1.ReasonRenderTimeout,
-		"ran longer than 3s and was stopped (--render-timeout), after it looked up ConfigMap "+loopNS+"/tuning")
+		"ran longer than "+renderTimeout.String()+" and was stopped (--render-timeout), after it looked up ConfigMap "+loopNS+"/tuning")
 	stopped := time.Since(start)
 	rendered(growCR, 10*time.Second, metav1.ConditionFalse, v1alpha1.ReasonRenderTooLarge,
 		"took more than its 256 MiB of memory and was stopped", "after it looked up ConfigMap "+growNS+"/tuning")
