@@ -6,7 +6,6 @@ import (
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -134,16 +133,11 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 // module at the version e2e/tools/flux/go.mod requires.
 func installFluxCRDs(t *testing.T) {
 	t.Helper()
-	version, err := controlplane.FluxVersion()
+	dir, err := controlplane.FluxCRDs(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mod struct{ Dir string }
-	out := runIn(t, t.TempDir(), 5*time.Minute, "go", "mod", "download", "-json", "github.com/fluxcd/source-controller@"+version)
-	if err := json.Unmarshal([]byte(out), &mod); err != nil || mod.Dir == "" {
-		t.Fatalf("go mod download of source-controller said %v:\n%s", err, out)
-	}
-	env.Kubectl(t, "apply", "--server-side", "-f", filepath.Join(mod.Dir, "config", "crd", "bases"))
+	env.Kubectl(t, "apply", "--server-side", "-f", dir)
 	env.Kubectl(t, "wait", "--for=condition=Established", "crd/externalartifacts.source.toolkit.fluxcd.io", "crd/gitrepositories.source.toolkit.fluxcd.io", "--timeout=60s")
 }
 

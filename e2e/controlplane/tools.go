@@ -3,6 +3,7 @@ package controlplane
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -112,4 +113,21 @@ func RepoRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// FluxCRDs is the folder of source-controller's own CRDs, from its module
+// at FluxVersion, downloaded through the module proxy if not cached.
+func FluxCRDs(ctx context.Context) (string, error) {
+	version, err := FluxVersion()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", "github.com/fluxcd/source-controller@"+version)
+	cmd.Dir = os.TempDir()
+	out, err := cmd.Output()
+	var mod struct{ Dir, Error string }
+	if jerr := json.Unmarshal(out, &mod); jerr != nil || mod.Dir == "" {
+		return "", fmt.Errorf("go mod download of source-controller %s: %v %s\n%s", version, err, mod.Error, out)
+	}
+	return filepath.Join(mod.Dir, "config", "crd", "bases"), nil
 }

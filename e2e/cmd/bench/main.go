@@ -178,6 +178,8 @@ func main() {
 	seriesOnly := flag.Bool("series-only", false, "run the scale series alone, and add it to the report already in -out")
 	watchFloor := flag.String("watch-floor", "", "be the bare watcher the churn measurements start, against this kubeconfig, and do nothing else")
 	twoWayRounds := flag.Int("two-way-rounds", 5, "cold locks of the base scenario's releases with --default-rerender Off and Report, each this many times in turns on a control plane of their own, with charts to render and write identities (0: none)")
+	sources := flag.Bool("sources", true, "also measure a ManifestLock from a source: a 1,000-object Kustomize overlay's new revisions held, and the locker's memory while it builds, into sources.md and sources.json")
+	sourcesOnly := flag.Bool("sources-only", false, "measure a ManifestLock from a source alone")
 	twoWayOnly := flag.Bool("two-way-only", false, "measure only the two-way cold locks (-two-way-rounds of each mode), print them and write no report: for two-way locking work")
 	flag.Parse()
 	if *watchFloor != "" {
@@ -197,6 +199,13 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *sourcesOnly {
+		if err := runSources(ctx, out, lockerBinary, 1000, 3); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *admissionOnly {
 		if err := runAdmission(ctx, out, lockerBinary); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -260,6 +269,12 @@ func main() {
 	}
 	if *admission {
 		if err := runAdmission(ctx, out, lockerBinary); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+	}
+	if *sources {
+		if err := runSources(ctx, out, lockerBinary, 1000, 3); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
