@@ -222,9 +222,7 @@ configMapGenerator:
 // each hold what they build.
 func TestManifestLockFromFluxSources(t *testing.T) {
 	t.Parallel()
-	ns := env.Namespace(t)
-	env.Kubectl(t, "-n", ns, "create", "rolebinding", "default-edit", "--clusterrole=edit", "--serviceaccount="+ns+":default")
-	optIn(t, ns, "default", "web")
+	ns := editTenant(t)
 	server := newArtifactServer(t)
 
 	createManifestLock(t, ns, "web", map[string]any{
@@ -337,9 +335,7 @@ func TestManifestLockFromFluxSources(t *testing.T) {
 // in-process S3 server, gofakes3, on loopback) that source-controller
 // reads with its generic provider.
 func testLockFromBucket(t *testing.T) {
-	ns := env.Namespace(t)
-	env.Kubectl(t, "-n", ns, "create", "rolebinding", "default-edit", "--clusterrole=edit", "--serviceaccount="+ns+":default")
-	optIn(t, ns, "default", "web")
+	ns := editTenant(t)
 	backend := s3mem.New()
 	if err := backend.CreateBucket("platform"); err != nil {
 		t.Fatal(err)
@@ -363,19 +359,13 @@ func testLockFromBucket(t *testing.T) {
 		}
 	}
 	env.Kubectl(t, "-n", ns, "create", "secret", "generic", "s3", "--from-literal=accesskey=e2e", "--from-literal=secretkey=e2e-secret")
-	buckets := schema.GroupVersionResource{Group: mlv1.SourceGroup, Version: "v1", Resource: "buckets"}
 	src := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": mlv1.SourceGroup + "/v1", "kind": "Bucket",
 		"metadata": map[string]any{"name": "platform", "namespace": ns},
 		"spec": map[string]any{"provider": "generic", "bucketName": "platform", "endpoint": strings.TrimPrefix(s3.URL, "http://"),
 			"insecure": true, "interval": "1m", "secretRef": map[string]any{"name": "s3"}},
 	}}
-	if _, err := env.Dynamic.Resource(buckets).Namespace(ns).Create(t.Context(), src, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	createManifestLock(t, ns, "web", map[string]any{
-		"sourceRef": map[string]any{"kind": "Bucket", "name": "platform"}, "path": "overlays/prod", "prune": true,
-	})
+	lockOverlay(t, src, "buckets", "overlays/prod")
 	env.Eventually(t, 60*time.Second, func() error {
 		ml := getManifestLock(t, ns, "web")
 		if ml.Status.State != mlv1.StateLocked || !strings.HasPrefix(ml.Status.LastAppliedRevision, "sha256:") {
@@ -383,6 +373,36 @@ func testLockFromBucket(t *testing.T) {
 		}
 		return nil
 	})
+	holdsOverlay(t, ns)
+}
+
+// editTenant is a tenant's namespace whose default ServiceAccount may
+// edit it and write for the lock "web".
+func editTenant(t *testing.T) string {
+	t.Helper()
+	ns := env.Namespace(t)
+	env.Kubectl(t, "-n", ns, "create", "rolebinding", "default-edit", "--clusterrole=edit", "--serviceaccount="+ns+":default")
+	optIn(t, ns, "default", "web")
+	return ns
+}
+
+// lockOverlay creates src, a Flux source of resource, and the lock "web"
+// of the folder path of its artifact, beside it.
+func lockOverlay(t *testing.T, src *unstructured.Unstructured, resource, path string) {
+	t.Helper()
+	gvr := schema.GroupVersionResource{Group: mlv1.SourceGroup, Version: "v1", Resource: resource}
+	if _, err := env.Dynamic.Resource(gvr).Namespace(src.GetNamespace()).Create(t.Context(), src, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createManifestLock(t, src.GetNamespace(), "web", map[string]any{
+		"sourceRef": map[string]any{"kind": src.GetKind(), "name": src.GetName()}, "path": path, "prune": true,
+	})
+}
+
+// holdsOverlay checks the overlay's Deployment is as built, three
+// replicas, and that an edit of it is reverted.
+func holdsOverlay(t *testing.T, ns string) {
+	t.Helper()
 	if got := replicasOf(t, ns, "web"); got != 3 {
 		t.Errorf("Deployment web has %d replicas, want the overlay's 3", got)
 	}
@@ -394,9 +414,7 @@ func testLockFromBucket(t *testing.T) {
 // that source-controller fetches from a Git server on loopback holds each
 // commit as it is pushed.
 func testLockFromGit(t *testing.T) {
-	ns := env.Namespace(t)
-	env.Kubectl(t, "-n", ns, "create", "rolebinding", "default-edit", "--clusterrole=edit", "--serviceaccount="+ns+":default")
-	optIn(t, ns, "default", "web")
+	ns := editTenant(t)
 	srv, err := gittestserver.NewTempGitServer()
 	if err != nil {
 		t.Fatal(err)
@@ -431,19 +449,9 @@ func testLockFromGit(t *testing.T) {
 		"metadata": map[string]any{"name": "platform", "namespace": ns},
 		"spec":     map[string]any{"url": remote, "interval": "1m", "ref": map[string]any{"branch": "main"}},
 	}}
-	gitRepos := schema.GroupVersionResource{Group: mlv1.SourceGroup, Version: "v1", Resource: "gitrepositories"}
-	if _, err := env.Dynamic.Resource(gitRepos).Namespace(ns).Create(t.Context(), repo, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	createManifestLock(t, ns, "web", map[string]any{
-		"sourceRef": map[string]any{"kind": "GitRepository", "name": "platform"}, "path": "overlays/prod", "prune": true,
-	})
+	lockOverlay(t, repo, "gitrepositories", "overlays/prod")
 	waitRevision(t, ns, "web", "main@sha1:"+first)
-	if got := replicasOf(t, ns, "web"); got != 3 {
-		t.Errorf("Deployment web has %d replicas, want the overlay's 3", got)
-	}
-	env.Kubectl(t, "-n", ns, "scale", "deployment", "web", "--replicas=7")
-	waitReplicas(t, ns, "web", 3)
+	holdsOverlay(t, ns)
 
 	second := commit(webOverlay(ns, 2, "canary", false), "web: two replicas, no Service")
 	// As `flux reconcile source git` asks for a fetch now.
@@ -468,9 +476,7 @@ const (
 // testLockFromOCI: a lock of an overlay pushed as an OCI artifact to a
 // registry on loopback, which source-controller pulls.
 func testLockFromOCI(t *testing.T) {
-	ns := env.Namespace(t)
-	env.Kubectl(t, "-n", ns, "create", "rolebinding", "default-edit", "--clusterrole=edit", "--serviceaccount="+ns+":default")
-	optIn(t, ns, "default", "web")
+	ns := editTenant(t)
 	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(reg.Close)
 	repo := strings.TrimPrefix(reg.URL, "http://") + "/apps/web"
@@ -492,24 +498,14 @@ func testLockFromOCI(t *testing.T) {
 		return d.String()
 	}
 	digest := push(webOverlay(ns, 3, "prod", true))
-	ociRepos := schema.GroupVersionResource{Group: mlv1.SourceGroup, Version: "v1", Resource: "ocirepositories"}
 	src := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": mlv1.SourceGroup + "/v1", "kind": "OCIRepository",
 		"metadata": map[string]any{"name": "web", "namespace": ns},
 		"spec":     map[string]any{"url": "oci://" + repo, "interval": "1m", "insecure": true, "ref": map[string]any{"tag": "latest"}},
 	}}
-	if _, err := env.Dynamic.Resource(ociRepos).Namespace(ns).Create(t.Context(), src, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	createManifestLock(t, ns, "web", map[string]any{
-		"sourceRef": map[string]any{"kind": "OCIRepository", "name": "web"}, "path": "./overlays/prod", "prune": true,
-	})
+	lockOverlay(t, src, "ocirepositories", "./overlays/prod")
 	waitRevision(t, ns, "web", "latest@"+digest)
-	if got := replicasOf(t, ns, "web"); got != 3 {
-		t.Errorf("Deployment web has %d replicas, want the overlay's 3", got)
-	}
-	env.Kubectl(t, "-n", ns, "scale", "deployment", "web", "--replicas=7")
-	waitReplicas(t, ns, "web", 3)
+	holdsOverlay(t, ns)
 }
 
 // waitSourceCondition waits until the lock's Ready condition is False with
