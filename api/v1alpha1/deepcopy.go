@@ -31,6 +31,15 @@ func (s *HelmReleaseStatus) DeepCopy() *HelmReleaseStatus {
 }
 
 // DeepCopy returns a copy of r that shares nothing with it.
+func (r *ChartReference) DeepCopy() *ChartReference {
+	if r == nil {
+		return nil
+	}
+	out := *r
+	return &out
+}
+
+// DeepCopy returns a copy of r that shares nothing with it.
 func (r *RenderStatus) DeepCopy() *RenderStatus {
 	if r == nil {
 		return nil
@@ -74,6 +83,7 @@ func (h *HelmRelease) DeepCopy() *HelmRelease {
 	}
 	out := &HelmRelease{TypeMeta: h.TypeMeta, Spec: h.Spec, Status: *h.Status.DeepCopy()}
 	h.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.Spec.ChartRef = h.Spec.ChartRef.DeepCopy()
 	if h.Spec.Ignore != nil {
 		out.Spec.Ignore = make([]IgnoreRule, len(h.Spec.Ignore))
 		for i, r := range h.Spec.Ignore {

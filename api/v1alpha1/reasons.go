@@ -207,3 +207,34 @@ const (
 	// again at the next trigger.
 	ReasonRenderTooLarge = "RenderTooLarge"
 )
+
+// The reasons of Rendered that spec.chartRef adds. Nothing is rendered
+// with them; each message names the source, its revision and the
+// problem. The chart is read again when its source changes.
+const (
+	// ReasonChartMismatch: the chart spec.chartRef's artifact holds is
+	// not the one the verified revision stored: the message names the
+	// first of its own files (Chart.yaml, values.yaml, a template...)
+	// that differs.
+	ReasonChartMismatch = "ChartMismatch"
+	// ReasonChartSourceNotServed: the cluster does not serve
+	// spec.chartRef's kind (Flux's CRDs are not installed); the chart is
+	// read once it does.
+	ReasonChartSourceNotServed = "SourceNotServed"
+	// ReasonChartSourceNotReady: the source does not exist, has no
+	// artifact yet, or its artifact could not be downloaded.
+	ReasonChartSourceNotReady = "SourceNotReady"
+	// ReasonChartDigestMismatch: the artifact downloaded is not the one
+	// its source's status names.
+	ReasonChartDigestMismatch = "ArtifactDigestMismatch"
+	// ReasonChartTooLarge: the artifact, packed or unpacked, is past the
+	// locker's caps (--artifact-max-download, --artifact-max-unpacked,
+	// --artifact-max-files).
+	ReasonChartTooLarge = "ArtifactTooLarge"
+	// ReasonChartUnsafe: the artifact holds a symlink, a link, or a path
+	// that leaves its folder, and is refused whole.
+	ReasonChartUnsafe = "UnsafeArtifact"
+	// ReasonInvalidChart: the artifact holds no chart Helm's loader
+	// loads.
+	ReasonInvalidChart = "InvalidChart"
+)

@@ -70,7 +70,40 @@ type HelmReleaseSpec struct {
 	// through Helm with that render. Empty takes the locker's
 	// --default-rerender.
 	Rerender Rerender `json:"rerender,omitempty"`
+	// ChartRef names where the release's chart comes from, as Flux's
+	// source-controller fetched and packaged it, dependencies included,
+	// for spec.rerender Report and Upgrade. Helm stores a release's chart
+	// without its dependencies: a chart built on a library chart cannot
+	// be rendered from its release at all, and a parent's subcharts
+	// render none of their objects and lookups. With ChartRef the locker
+	// renders the source's chart, only while its own files are the ones
+	// the verified revision stored (else Rendered is ChartMismatch), and
+	// compares and watches its subcharts' objects and lookups too. It
+	// is an admin's word on where the chart comes from: a Secret writer
+	// can rewrite a revision's chart, not what source-controller
+	// fetched.
+	ChartRef *ChartReference `json:"chartRef,omitempty"`
 }
+
+// ChartReference names a Flux source whose artifact is a release's chart
+// (see HelmReleaseSpec.ChartRef), in group source.toolkit.fluxcd.io.
+type ChartReference struct {
+	// Kind is HelmChart, OCIRepository (whose artifact is a chart) or
+	// ExternalArtifact.
+	Kind string `json:"kind"`
+	// Name is the source's name.
+	Name string `json:"name"`
+	// Namespace is the source's namespace; empty means the HelmRelease's
+	// own.
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// The kinds a ChartReference may name.
+const (
+	ChartSourceHelmChart        = "HelmChart"
+	ChartSourceOCIRepository    = "OCIRepository"
+	ChartSourceExternalArtifact = "ExternalArtifact"
+)
 
 // Rerender says whether the locker renders a release's chart again. Helm
 // renders a chart once, against the cluster as it is at install: a
@@ -310,6 +343,9 @@ type RenderStatus struct {
 	Changes []RenderChange `json:"changes,omitempty"`
 	// MoreChanges counts the changed objects left out of Changes.
 	MoreChanges int `json:"moreChanges,omitempty"`
+	// ChartRevision is the revision of spec.chartRef's artifact the
+	// chart was rendered from; empty without a chartRef.
+	ChartRevision string `json:"chartRevision,omitempty"`
 }
 
 // RenderChange is one object the chart renders differently now.

@@ -135,6 +135,9 @@ type Controller struct {
 	// ConfigMaps and Secrets they read their manifests from.
 	locks   cache.SharedIndexInformer
 	sources *sourceWatches
+	// chartSources watch the sources of HelmReleases' spec.chartRef,
+	// and tell two-way locking when one changes.
+	chartSources *sourceWatches
 	// artifactBuilds holds a slot for each artifact being downloaded and
 	// built (see buildArtifact).
 	artifactBuilds chan struct{}
@@ -244,6 +247,7 @@ func New(cfg Config) *Controller {
 	watchDynamic, watchMetadata := c.watchClients()
 	c.newCRInformers(watchDynamic)
 	c.sources = &sourceWatches{kube: cfg.Kube, dynamic: cfg.Dynamic, mapper: cfg.Mapper, enqueue: c.queue.Add}
+	c.chartSources = &sourceWatches{kube: cfg.Kube, dynamic: cfg.Dynamic, mapper: cfg.Mapper, enqueue: func(key lockKey) { c.twoway.ChartMoved(key.ObjectName) }}
 	c.artifactBuilds = make(chan struct{}, artifactBuilds)
 	if cfg.TenantManifestLocks && watchMetadata != nil {
 		c.serviceAccounts = c.serviceAccountInformer(watchMetadata)
@@ -275,6 +279,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	start(c.secrets.RunWithContext)
 	start(c.locks.RunWithContext)
 	start(c.sources.run)
+	start(c.chartSources.run)
 	start(c.sweepWriters)
 	if c.serviceAccounts != nil {
 		// Not waited for: until it has listed, a tenant's lock reads

@@ -69,35 +69,19 @@ func (c *Controller) sourceText(ctx context.Context, key lockKey, ml *mlv1.Manif
 		c.sources.watch(key, nil)
 		return "", "", &sourceError{reason: mlv1.ReasonForbidden, message: fmt.Sprintf("spec.sourceRef names %s: a ManifestLock outside the registration namespace may name a source only in its own namespace, %s; nothing was read", what, ml.Namespace)}
 	}
-	gvr, err := c.sourceResource(ref.Kind)
-	if err != nil && !meta.IsNoMatchError(err) {
-		return "", "", err
+	a, err := c.readSource(ctx, c.sources, key, ref.Kind, namespace, ref.Name)
+	var se *sourceError
+	if errors.As(err, &se) {
+		se.message = "spec.sourceRef: " + se.message
 	}
 	if err != nil {
-		c.sources.watch(key, nil)
-		c.sources.waitForTypes(key)
-		return "", "", &sourceError{reason: mlv1.ReasonSourceNotServed, message: fmt.Sprintf("spec.sourceRef names %s, and the cluster serves no %s.%s (are Flux's source CRDs installed?); the lock proceeds once it does", what, ref.Kind, mlv1.SourceGroup)}
-	}
-	c.sources.watch(key, &source{gvr: gvr, namespace: namespace, name: ref.Name})
-	obj, err := c.cfg.Dynamic.Resource(gvr).Namespace(namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return "", "", &sourceError{reason: mlv1.ReasonSourceNotReady, message: what + " does not exist"}
-	case apierrors.IsForbidden(err):
-		return "", "", &sourceError{reason: mlv1.ReasonForbidden, message: fmt.Sprintf("the locker may not read %s: %v", what, err)}
-	case err != nil:
 		return "", "", err
-	}
-	a, ok := artifactOf(obj)
-	if !ok {
-		return "", "", &sourceError{reason: mlv1.ReasonSourceNotReady, message: what + " has no artifact yet (status.artifact)"}
 	}
 	st.attempted = a.Revision
 	if b := st.built; b.digest == a.Digest && b.path == ml.Spec.Path {
 		return b.text, a.Revision, b.err
 	}
 	text, err = c.buildArtifact(ctx, a, ml.Spec.Path)
-	var se *sourceError
 	switch {
 	case errors.As(err, &se):
 		// Refused for what the artifact is: the same one is refused
@@ -112,6 +96,38 @@ func (c *Controller) sourceText(ctx context.Context, key lockKey, ml *mlv1.Manif
 	}
 	st.built = builtSource{digest: a.Digest, path: ml.Spec.Path, text: text}
 	return text, a.Revision, nil
+}
+
+// readSource reads the artifact of the Flux source kind namespace/name
+// names for key's lock, and has watches watch the source for it (or wait
+// for its kind to be served). A source that does not let its artifact be
+// read now is a *sourceError.
+func (c *Controller) readSource(ctx context.Context, watches *sourceWatches, key lockKey, kind, namespace, name string) (artifact.Artifact, error) {
+	what := fmt.Sprintf("%s %s/%s", kind, namespace, name)
+	gvr, err := c.sourceResource(kind)
+	if err != nil && !meta.IsNoMatchError(err) {
+		return artifact.Artifact{}, err
+	}
+	if err != nil {
+		watches.watch(key, nil)
+		watches.waitForTypes(key)
+		return artifact.Artifact{}, &sourceError{reason: mlv1.ReasonSourceNotServed, message: fmt.Sprintf("%s: the cluster serves no %s.%s (are Flux's source CRDs installed?); it is read once it does", what, kind, mlv1.SourceGroup)}
+	}
+	watches.watch(key, &source{gvr: gvr, namespace: namespace, name: name})
+	obj, err := c.cfg.Dynamic.Resource(gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return artifact.Artifact{}, &sourceError{reason: mlv1.ReasonSourceNotReady, message: what + " does not exist"}
+	case apierrors.IsForbidden(err):
+		return artifact.Artifact{}, &sourceError{reason: mlv1.ReasonForbidden, message: fmt.Sprintf("the locker may not read %s: %v", what, err)}
+	case err != nil:
+		return artifact.Artifact{}, err
+	}
+	a, ok := artifactOf(obj)
+	if !ok {
+		return artifact.Artifact{}, &sourceError{reason: mlv1.ReasonSourceNotReady, message: what + " has no artifact yet (status.artifact)"}
+	}
+	return a, nil
 }
 
 // sourceResource is the resource of a Flux source kind at the newest
@@ -138,11 +154,33 @@ func artifactOf(obj *unstructured.Unstructured) (artifact.Artifact, bool) {
 // buildArtifact downloads a and builds its folder path, within the
 // locker's caps.
 func (c *Controller) buildArtifact(ctx context.Context, a artifact.Artifact, path string) (string, error) {
+	files, err := c.fetchArtifact(ctx, a)
+	if err != nil {
+		return "", err
+	}
+	limits := overlay.Limits{MaxObjects: c.cfg.ArtifactLimits.MaxFiles}
+	text, err := overlay.Build(files, path, limits)
+	var oe *overlay.Error
+	if errors.As(err, &oe) {
+		reason := map[overlay.Reason]string{
+			overlay.PathNotFound: mlv1.ReasonPathNotFound,
+			overlay.BuildFailed:  mlv1.ReasonBuildFailed,
+			overlay.TooLarge:     mlv1.ReasonArtifactTooLarge,
+		}[oe.Reason]
+		return "", &sourceError{reason: reason, message: oe.Message}
+	}
+	return text, err
+}
+
+// fetchArtifact downloads a and unpacks it in memory, within the locker's
+// caps, at most artifactBuilds at once. What a is, or a download that
+// failed, is a *sourceError.
+func (c *Controller) fetchArtifact(ctx context.Context, a artifact.Artifact) (artifact.Files, error) {
 	select {
 	case c.artifactBuilds <- struct{}{}:
 		defer func() { <-c.artifactBuilds }()
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return nil, ctx.Err()
 	}
 	ctx, cancel := context.WithTimeout(ctx, artifactTimeout)
 	defer cancel()
@@ -160,21 +198,7 @@ func (c *Controller) buildArtifact(ctx context.Context, a artifact.Artifact, pat
 			artifact.Unreadable:     mlv1.ReasonUnsafeArtifact,
 			artifact.Unavailable:    mlv1.ReasonSourceNotReady,
 		}[ae.Reason]
-		return "", &sourceError{reason: reason, message: ae.Message, retry: ae.Reason == artifact.Unavailable}
+		return nil, &sourceError{reason: reason, message: ae.Message, retry: ae.Reason == artifact.Unavailable}
 	}
-	if err != nil {
-		return "", err
-	}
-	limits := overlay.Limits{MaxObjects: c.cfg.ArtifactLimits.MaxFiles}
-	text, err := overlay.Build(files, path, limits)
-	var oe *overlay.Error
-	if errors.As(err, &oe) {
-		reason := map[overlay.Reason]string{
-			overlay.PathNotFound: mlv1.ReasonPathNotFound,
-			overlay.BuildFailed:  mlv1.ReasonBuildFailed,
-			overlay.TooLarge:     mlv1.ReasonArtifactTooLarge,
-		}[oe.Reason]
-		return "", &sourceError{reason: reason, message: oe.Message}
-	}
-	return text, err
+	return files, err
 }

@@ -178,7 +178,15 @@ func (s *sourceWatches) startLocked(w *sourceWatch) {
 	enqueue := func(any) { s.enqueue(key) }
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
-		UpdateFunc: func(_, o any) { enqueue(o) },
+		UpdateFunc: func(old, o any) {
+			// A relist restates what did not change.
+			if a, err := meta.Accessor(old); err == nil {
+				if b, err := meta.Accessor(o); err == nil && a.GetResourceVersion() == b.GetResourceVersion() {
+					return
+				}
+			}
+			enqueue(o)
+		},
 		DeleteFunc: enqueue,
 	})
 	go inf.RunWithContext(ctx)

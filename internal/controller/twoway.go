@@ -41,6 +41,7 @@ func (c *Controller) twoWayConfig() twoway.Config {
 		Recorder:          c.cfg.Recorder,
 		Metrics:           c.cfg.Metrics,
 		Renderer:          c.cfg.Renderer,
+		Charts:            twoWayCharts{c},
 	}
 }
 
@@ -49,7 +50,7 @@ func (c *Controller) twoWayConfig() twoway.Config {
 // render.
 func (c *Controller) reportRender(key lockKey, hr *v1alpha1.HelmRelease, st *releaseState, status *v1alpha1.HelmReleaseStatus) {
 	l := twoway.Lock{Release: hr.Spec.Release, Mode: c.twoway.Mode(hr), Writer: c.serviceAccount(hr),
-		Holding: st.lock.Holding(), Reconciling: st.lock.Phase == lock.Reconciling}
+		Holding: st.lock.Holding(), Reconciling: st.lock.Phase == lock.Reconciling, ChartRef: chartRefOf(hr)}
 	if v := st.trust.verified; v != nil && v.Release == hr.Spec.Release {
 		l.Chart = chartOf(v)
 	}

@@ -46,15 +46,26 @@ type Change struct {
 // render them. Changes are in a fixed order: by group, kind, namespace
 // and name, with paths sorted.
 func Compare(h manifest.Helm, stored, now, again string) ([]Change, error) {
-	s, err := objectsOf(stored, h)
+	return compare(h, stored, now, again, false)
+}
+
+// Compare is Compare of what r stored with now and again, r's render and
+// its render again. A revision rendered from its chart's source (see
+// WithChart) renders its subcharts' objects too, and they are compared.
+func (r *Release) Compare(now, again string) ([]Change, error) {
+	return compare(r.Helm, r.Manifest, now, again, r.fromSource())
+}
+
+func compare(h manifest.Helm, stored, now, again string, subcharts bool) ([]Change, error) {
+	s, err := objectsOf(stored, h, subcharts)
 	if err != nil {
 		return nil, err
 	}
-	n, err := objectsOf(now, h)
+	n, err := objectsOf(now, h, subcharts)
 	if err != nil {
 		return nil, err
 	}
-	a, err := objectsOf(again, h)
+	a, err := objectsOf(again, h, subcharts)
 	if err != nil {
 		return nil, err
 	}
@@ -114,21 +125,21 @@ func (k objectKey) String() string {
 const sourceLine = "---\n# Source: "
 
 // objectsOf parses a manifest as Helm h stored it into its objects,
-// leaving out those rendered from subcharts. manifest.ParseRelease does
+// leaving out those rendered from subcharts unless subcharts is set. manifest.ParseRelease does
 // not say which template an object came from, so the manifest is cut at
 // Helm's Source lines first and each document parsed on its own, with the
 // line break that ends it: Helm 4 applies a "|+" block scalar that ends a
 // document with every line break up to the next "---". Where two
 // documents declare the same object, the last is kept, as Helm's apply of
 // both would leave it.
-func objectsOf(m string, h manifest.Helm) (map[objectKey]map[string]any, error) {
+func objectsOf(m string, h manifest.Helm, subcharts bool) (map[objectKey]map[string]any, error) {
 	out := map[objectKey]map[string]any{}
 	for doc := range documents(m) {
 		source, _, _ := strings.Cut(strings.TrimPrefix(doc, sourceLine), "\n")
 		if !strings.HasPrefix(doc, sourceLine) {
 			source = "" // what comes before the first Source line
 		}
-		if _, under, _ := strings.Cut(source, "/"); strings.HasPrefix(under, "charts/") {
+		if _, under, _ := strings.Cut(source, "/"); !subcharts && strings.HasPrefix(under, "charts/") {
 			continue
 		}
 		objs, err := manifest.ParseRelease(doc, h)

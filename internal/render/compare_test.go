@@ -102,7 +102,7 @@ func TestCompareReadsAsHelm(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			docs, err := objectsOf(m, tt.helm)
+			docs, err := objectsOf(m, tt.helm, false)
 			if err != nil {
 				t.Fatal(err)
 			}

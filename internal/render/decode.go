@@ -190,7 +190,7 @@ func (r *Release) AsHelm3() (*releasev3.Release, error) {
 
 // fromHelm3 is a revision Helm 3 wrote, decoded into Helm 3's types.
 func fromHelm3(rel *releasev3.Release) *Release {
-	r := &Release{Helm: manifest.Helm3, Name: rel.Name, Namespace: rel.Namespace, Version: rel.Version, Manifest: rel.Manifest, sdk: helm3{rel}}
+	r := &Release{Helm: manifest.Helm3, Name: rel.Name, Namespace: rel.Namespace, Version: rel.Version, Manifest: rel.Manifest, sdk: helm3{rel: rel}}
 	if rel.Info != nil {
 		r.description = rel.Info.Description
 	}
@@ -213,7 +213,7 @@ func fromHelm3(rel *releasev3.Release) *Release {
 
 // fromHelm4 is a revision Helm 4 wrote, decoded into Helm 4's types.
 func fromHelm4(rel *releasev4.Release) *Release {
-	r := &Release{Helm: manifest.Helm4, Name: rel.Name, Namespace: rel.Namespace, Version: rel.Version, Manifest: rel.Manifest, sdk: helm4{rel}}
+	r := &Release{Helm: manifest.Helm4, Name: rel.Name, Namespace: rel.Namespace, Version: rel.Version, Manifest: rel.Manifest, sdk: helm4{rel: rel}}
 	if rel.Info != nil {
 		r.description = rel.Info.Description
 	}

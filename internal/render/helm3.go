@@ -8,8 +8,12 @@ import (
 	"helm.sh/helm/v3/pkg/releaseutil"
 )
 
-// helm3 is a revision Helm 3 wrote, rendered with Helm 3's SDK.
-type helm3 struct{ rel *release.Release }
+// helm3 is a revision Helm 3 wrote, rendered with Helm 3's SDK: its
+// stored chart, or the chart of its source (see Release.WithChart).
+type helm3 struct {
+	rel    *release.Release
+	source []chartFile
+}
 
 var _ sdk = helm3{}
 
@@ -18,7 +22,10 @@ func (h helm3) prepare(c Cluster, o releaseOptions) (runEngine, error) {
 	if err != nil {
 		return nil, err
 	}
-	ch := copyChartV3(h.rel.Chart)
+	ch, err := h.chart()
+	if err != nil {
+		return nil, err
+	}
 	name := ch.Metadata.Name + "-" + ch.Metadata.Version
 	if ch.Metadata.KubeVersion != "" && !chartutil.IsCompatibleRange(ch.Metadata.KubeVersion, caps.KubeVersion.String()) {
 		return nil, incompatibleError(name, ch.Metadata.KubeVersion, caps.KubeVersion.String())
@@ -40,6 +47,19 @@ func (h helm3) prepare(c Cluster, o releaseOptions) (runEngine, error) {
 	return func(rec *recorder) (map[string]string, error) {
 		return engine.RenderWithClientProvider(ch, top, rec)
 	}, nil
+}
+
+// chart is a copy of the chart to render, for prepare to change: the
+// stored chart's, or the source's loaded afresh, dependencies and all.
+func (h helm3) chart() (*chart.Chart, error) {
+	if h.source == nil {
+		return copyChartV3(h.rel.Chart), nil
+	}
+	ch, err := loadV3(h.source)
+	if err != nil {
+		return nil, &InvalidChartError{Err: err}
+	}
+	return ch, nil
 }
 
 func (helm3) sortManifests(files map[string]string) ([]document, error) {

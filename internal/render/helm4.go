@@ -14,7 +14,10 @@ import (
 // of helm3's, each with Helm 4's own code (pkg/action's prepareUpgrade,
 // reuseValues and renderResources), imported under the names pkg/action
 // gives them.
-type helm4 struct{ rel *release.Release }
+type helm4 struct {
+	rel    *release.Release
+	source []chartFile
+}
 
 var _ sdk = helm4{}
 
@@ -23,7 +26,10 @@ func (h helm4) prepare(c Cluster, o releaseOptions) (runEngine, error) {
 	if err != nil {
 		return nil, err
 	}
-	ch := copyChartV4(h.rel.Chart)
+	ch, err := h.chart()
+	if err != nil {
+		return nil, err
+	}
 	name := ch.Metadata.Name + "-" + ch.Metadata.Version
 	if ch.Metadata.KubeVersion != "" && !chartutil.IsCompatibleRange(ch.Metadata.KubeVersion, caps.KubeVersion.String()) {
 		return nil, incompatibleError(name, ch.Metadata.KubeVersion, caps.KubeVersion.String())
@@ -45,6 +51,18 @@ func (h helm4) prepare(c Cluster, o releaseOptions) (runEngine, error) {
 	return func(rec *recorder) (map[string]string, error) {
 		return engine.RenderWithClientProvider(ch, top, rec)
 	}, nil
+}
+
+// chart is helm3.chart's, for Helm 4's types.
+func (h helm4) chart() (*chart.Chart, error) {
+	if h.source == nil {
+		return copyChartV4(h.rel.Chart), nil
+	}
+	ch, err := loadV4(h.source)
+	if err != nil {
+		return nil, &InvalidChartError{Err: err}
+	}
+	return ch, nil
 }
 
 func (helm4) sortManifests(files map[string]string) ([]document, error) {

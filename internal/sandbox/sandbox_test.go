@@ -103,7 +103,7 @@ func releaseOf(t testing.TB, h manifest.Helm, ch *chart.Chart, config map[string
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel, err := render.DecodeUnchecked(h, raw)
+	rel, err := render.DecodeUnchecked(h, []byte(`{"release":`+string(raw)+`}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func (r *Renders) Render(ctx context.Context, key cache.ObjectName) (time.Durati
 	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("helmRelease", key.String(), "release", target.release.Namespace+"/"+target.release.Name, "revision", target.revision))
 	start := time.Now()
-	res, rel, lookups, err := r.render(ctx, target, causes, prev)
+	res, rel, lookups, err := r.render(ctx, key, rs, target, causes, prev)
 	if err != nil {
 		// The API server failed a read: try again, causes and all.
 		rs.mu.Lock()
@@ -75,6 +75,9 @@ func (r *Renders) Render(ctx context.Context, key cache.ObjectName) (time.Durati
 		r.recordRenderChanged(key, res)
 	}
 	again := r.upgradeAsDecided(ctx, key, rs, target, res, rel, decision)
+	if res.retry > 0 && (again == 0 || res.retry < again) {
+		again = res.retry
+	}
 	// The lock's sync writes what was found.
 	r.locks.Resync(key)
 	return again, nil
@@ -100,7 +103,7 @@ func renderOutcome(res *renderResult) string {
 // whole, for Upgrade mode, and what the chart looked up. It returns an
 // error only when a read failed and a retry may succeed; what the chart or
 // its revision make impossible is the result.
-func (r *Renders) render(ctx context.Context, target renderTarget, causes []string, prev *renderResult) (*renderResult, *render.Release, []render.Lookup, error) {
+func (r *Renders) render(ctx context.Context, key cache.ObjectName, rs *renderState, target renderTarget, causes []string, prev *renderResult) (*renderResult, *render.Release, []render.Lookup, error) {
 	res := &renderResult{status: v1alpha1.RenderStatus{Revision: target.revision, Time: metav1.Now()}}
 	failed := func(reason, message string) (*renderResult, *render.Release, []render.Lookup, error) {
 		res.cond = condition(v1alpha1.ConditionRendered, false, reason, limit(message))
@@ -128,6 +131,20 @@ func (r *Renders) render(ctx context.Context, target renderTarget, causes []stri
 	if err != nil {
 		return failed(v1alpha1.ReasonRenderFailed, err.Error())
 	}
+	if target.chartRef != (v1alpha1.ChartReference{}) {
+		// The chart as its source has it, dependencies included, once
+		// its own files are shown to be those verified.
+		if r.cfg.Charts == nil {
+			return failed(v1alpha1.ReasonRenderFailed, "spec.chartRef is set, and this locker reads no chart sources")
+		}
+		rel, err = r.withSourceChart(ctx, key, rs, target, rel, res)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if rel == nil {
+			return res, nil, nil, nil
+		}
+	}
 	// A chart that declares a kubeVersion may fail to render on this
 	// cluster's, and render on the next one's.
 	res.readsKubeVersion = rel.KubeVersion != ""
@@ -151,7 +168,7 @@ func (r *Renders) render(ctx context.Context, target renderTarget, causes []stri
 		}
 		res.status.Lookups = append(res.status.Lookups, l.String())
 	}
-	changes, err := render.Compare(rel.Helm, rel.Manifest, out.Manifest, out.Manifest)
+	changes, err := rel.Compare(out.Manifest, out.Manifest)
 	if err == nil && len(changes) > 0 {
 		// Rendered twice, what generates itself (randAlphaNum, genCA)
 		// differs and is left out.
@@ -159,7 +176,7 @@ func (r *Renders) render(ctx context.Context, target renderTarget, causes []stri
 		if againErr != nil {
 			return renderFailed(res, target, " again", againErr)
 		}
-		changes, err = render.Compare(rel.Helm, rel.Manifest, out.Manifest, again.Manifest)
+		changes, err = rel.Compare(out.Manifest, again.Manifest)
 	}
 	if err != nil {
 		return failed(v1alpha1.ReasonRenderFailed, fmt.Sprintf("comparing the render of revision %d with its manifest: %v", target.revision, err))

@@ -273,7 +273,7 @@ func TestRenderReportsWhatItReads(t *testing.T) {
 	}
 	target := renderTarget{release: v1alpha1.ReleaseKey{Name: "rel", Namespace: "apps"}, revision: 1, digest: storage.Digest(manifestYAML), chartDigest: stored.ChartDigest(), writer: "writer", mode: v1alpha1.RerenderReport}
 
-	res, _, _, err := r.render(context.Background(), target, nil, nil)
+	res, _, _, err := r.render(context.Background(), cache.ObjectName{}, &renderState{}, target, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestRenderReportsWhatItReads(t *testing.T) {
 		{release: target.release, revision: 1, digest: "another manifest", chartDigest: target.chartDigest, writer: "writer", mode: v1alpha1.RerenderReport},
 		{release: target.release, revision: 1, digest: target.digest, chartDigest: "another chart", writer: "writer", mode: v1alpha1.RerenderReport},
 	} {
-		res, _, _, err = r.render(context.Background(), rewritten, nil, nil)
+		res, _, _, err = r.render(context.Background(), cache.ObjectName{}, &renderState{}, rewritten, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/internal/render"
@@ -76,7 +77,7 @@ func TestRenderStopped(t *testing.T) {
 				t.Fatal(err)
 			}
 			target := renderTarget{release: v1alpha1.ReleaseKey{Name: "rel", Namespace: "apps"}, revision: 1, digest: storage.Digest(manifestYAML), chartDigest: stored.ChartDigest(), writer: "writer", mode: v1alpha1.RerenderReport}
-			res, rel, _, err := rr.render(context.Background(), target, nil, nil)
+			res, rel, _, err := rr.render(context.Background(), cache.ObjectName{}, &renderState{}, target, nil, nil)
 			if err != nil {
 				t.Fatalf("render returned %v: a stopped render is reported, not retried", err)
 			}

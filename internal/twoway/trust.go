@@ -26,6 +26,9 @@ type renderTarget struct {
 	// lookups impersonate; "" for none.
 	writer string
 	mode   v1alpha1.Rerender
+	// chartRef is the HelmRelease's spec.chartRef, its namespace set;
+	// zero for none.
+	chartRef v1alpha1.ChartReference
 }
 
 // renderState is what the renderer knows of one HelmRelease. The lock's
@@ -47,6 +50,8 @@ type renderState struct {
 	// throttledUntil is when the upgrade held back last is made (see
 	// reportUpgrade).
 	throttledUntil time.Time
+	// chart is the chart source's artifact last read.
+	chart heldChart
 }
 
 // renderResult is what a render found.
@@ -59,6 +64,9 @@ type renderResult struct {
 	digest string
 	// reads say which of the cluster's capabilities the chart reads.
 	readsAPIVersions, readsKubeVersion bool
+	// retry, if set, is when to render again with no other cause: a
+	// chart source's download failed.
+	retry time.Duration
 }
 
 // Lock is what a lock's sync tells two-way locking of the lock.
@@ -72,6 +80,9 @@ type Lock struct {
 	// Chart is the chart of the verified revision the lock trusts, nil
 	// for none.
 	Chart *v1alpha1.ChartRevision
+	// ChartRef is the HelmRelease's spec.chartRef, its namespace set;
+	// nil for none.
+	ChartRef *v1alpha1.ChartReference
 	// Holding says the lock holds its revision; Reconciling that it is
 	// on its way to hold it again.
 	Holding, Reconciling bool
@@ -102,6 +113,9 @@ func (r *Renders) Trust(key cache.ObjectName, l Lock) Report {
 	}
 	rs := r.states.GetOrCreate(key, func() *renderState { return &renderState{} })
 	target := renderTarget{release: l.Release, writer: l.Writer, mode: l.Mode}
+	if l.ChartRef != nil {
+		target.chartRef = *l.ChartRef
+	}
 	// The verified revision's chart is rendered (the chart of the older
 	// one it names, if Helm was never seen to apply it), even while the
 	// lock holds a newer one that Helm was not seen to apply: only what
@@ -116,6 +130,7 @@ func (r *Renders) Trust(key cache.ObjectName, l Lock) Report {
 		target.revision, target.digest, target.chartDigest = chart.Revision, chart.ManifestDigest, chart.ChartDigest
 	}
 	changed := rs.target != target
+	unwatch := rs.target.chartRef != (v1alpha1.ChartReference{}) && target.chartRef == (v1alpha1.ChartReference{})
 	if changed && held && rs.target.revision != target.revision {
 		rs.causes = append(rs.causes, fmt.Sprintf("revision %d was deployed", target.revision))
 	}
@@ -126,6 +141,9 @@ func (r *Renders) Trust(key cache.ObjectName, l Lock) Report {
 		rep.Rendered, rep.Status = rs.result.cond, rs.result.status.DeepCopy()
 	}
 	rs.mu.Unlock()
+	if unwatch && r.cfg.Charts != nil {
+		r.cfg.Charts.Unwatch(key)
+	}
 	if changed && held {
 		r.queue.AddAfter(key, renderDelay)
 	}
@@ -150,6 +168,9 @@ func (r *Renders) Forget(key cache.ObjectName) {
 		return
 	}
 	r.watches.Unwatch(renderWatchKey(key))
+	if r.cfg.Charts != nil {
+		r.cfg.Charts.Unwatch(key)
+	}
 	rs.mu.Lock()
 	rk := rs.target.release
 	rs.mu.Unlock()

@@ -127,6 +127,9 @@ type Config struct {
 	// Renderer renders charts; nil renders in this process
 	// (render.Render).
 	Renderer Renderer
+	// Charts reads the charts of spec.chartRef; nil reads none, and a
+	// release that names one is not rendered.
+	Charts Charts
 	// Upgrader makes Upgrade mode's upgrades; nil upgrades through the
 	// SDK of the Helm that wrote the revision.
 	Upgrader Upgrader

@@ -91,19 +91,19 @@ const (
 	// ReasonSourceNotServed: the cluster does not serve spec.sourceRef's
 	// kind (Flux's CRDs are not installed). The lock proceeds once they
 	// are.
-	ReasonSourceNotServed = "SourceNotServed"
+	ReasonSourceNotServed = helmv1.ReasonChartSourceNotServed
 	// ReasonSourceNotReady: the source does not exist, or has no
 	// artifact yet.
-	ReasonSourceNotReady = "SourceNotReady"
+	ReasonSourceNotReady = helmv1.ReasonChartSourceNotReady
 	// ReasonArtifactDigestMismatch: the artifact downloaded is not the
 	// one its source's status names, or could not be downloaded.
-	ReasonArtifactDigestMismatch = "ArtifactDigestMismatch"
+	ReasonArtifactDigestMismatch = helmv1.ReasonChartDigestMismatch
 	// ReasonArtifactTooLarge: the artifact, unpacked or not, or what it
 	// builds, is past the locker's caps.
-	ReasonArtifactTooLarge = "ArtifactTooLarge"
+	ReasonArtifactTooLarge = helmv1.ReasonChartTooLarge
 	// ReasonUnsafeArtifact: the artifact holds a symlink, a link, or a
 	// path that leaves its folder, and is refused whole.
-	ReasonUnsafeArtifact = "UnsafeArtifact"
+	ReasonUnsafeArtifact = helmv1.ReasonChartUnsafe
 	// ReasonPathNotFound: spec.path is not a folder of the artifact.
 	ReasonPathNotFound = "PathNotFound"
 	// ReasonBuildFailed: Kustomize failed, with its own error, or the
