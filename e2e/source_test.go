@@ -325,7 +325,7 @@ func TestManifestLockFromFluxSources(t *testing.T) {
 
 	// Flux's CRDs are installed now: the real source-controller fetches
 	// from a Git server and an OCI registry, each on loopback.
-	env.StartSourceController(t)
+	env.StartSourceController(t, "")
 	t.Run("GitRepository", testLockFromGit)
 	t.Run("OCIRepository", testLockFromOCI)
 	t.Run("Bucket", testLockFromBucket)

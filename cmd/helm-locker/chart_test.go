@@ -26,6 +26,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
+
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 )
 
 // chartDir is the operator's Helm chart.
@@ -184,12 +186,16 @@ func TestChartRBAC(t *testing.T) {
 		})
 	}
 	// What the locker reads for itself: release Secrets, ManifestLock
-	// sources, namespaces, ServiceAccounts (a tenant writer's opt-in), CRDs
-	// and its CRs.
+	// sources, namespaces, ServiceAccounts (a tenant writer's opt-in), CRDs,
+	// its CRs, and Flux's sources that ManifestLocks' sourceRef and
+	// HelmReleases' chartRef name.
 	own := []schema.GroupResource{
 		{Resource: "secrets"}, {Resource: "configmaps"}, {Resource: "namespaces"}, {Resource: "serviceaccounts"},
 		{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"},
 		{Group: "helm.cattle.io", Resource: "helmreleases"}, {Group: "helm-locker.io", Resource: "manifestlocks"},
+	}
+	for _, r := range []string{"buckets", "externalartifacts", "gitrepositories", "helmcharts", "ocirepositories"} {
+		own = append(own, schema.GroupResource{Group: mlv1.SourceGroup, Resource: r})
 	}
 	fixtures := fixtureChartKinds(t)
 	for _, tt := range []struct {

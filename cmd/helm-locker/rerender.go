@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pmezard/go-difflib/difflib"
 	"helm.sh/helm/v3/pkg/action"
@@ -23,8 +25,10 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
+	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/engine"
+	"github.com/helm-locker/helm-locker/internal/artifact"
 	"github.com/helm-locker/helm-locker/internal/render"
 	"github.com/helm-locker/helm-locker/internal/sandbox"
 	"github.com/helm-locker/helm-locker/internal/storage"
@@ -68,6 +72,11 @@ func rerenderDiffs(ctx context.Context, cfg *rest.Config, rk v1alpha1.ReleaseKey
 		return nil, fmt.Errorf("reading the API server's groups and kinds: %w", err)
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(disc)
+	if hr != nil && hr.Spec.ChartRef != nil {
+		if rel, err = withChartRef(ctx, dyn, mapper, hr, rel); err != nil {
+			return nil, err
+		}
+	}
 	cluster := render.Cluster{KubeVersion: version.GitVersion, APIVersions: apiVersions, Client: dyn, Mapper: mapper}
 	// Rendering a chart is running code: each render runs in a process
 	// of its own, with the operator's default deadline and memory cap,
@@ -84,7 +93,7 @@ func rerenderDiffs(ctx context.Context, cfg *rest.Config, rk v1alpha1.ReleaseKey
 	if err != nil {
 		return nil, err
 	}
-	changes, err := render.Compare(rel.Helm, rel.Manifest, now, now)
+	changes, err := rel.Compare(now, now)
 	if err == nil && len(changes) > 0 {
 		// What a second render with the same inputs sets otherwise is
 		// generated (randAlphaNum, genCA) and left out.
@@ -92,7 +101,7 @@ func rerenderDiffs(ctx context.Context, cfg *rest.Config, rk v1alpha1.ReleaseKey
 		if renderErr != nil {
 			return nil, renderErr
 		}
-		changes, err = render.Compare(rel.Helm, rel.Manifest, now, again)
+		changes, err = rel.Compare(now, again)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("comparing the render of revision %d with its manifest: %w", rel.Version, err)
@@ -127,6 +136,44 @@ func releaseToRender(ctx context.Context, kube kubernetes.Interface, rk v1alpha1
 		return nil, fmt.Errorf("reading the Secret of revision %d, whose chart HelmRelease %s/%s trusts: %w", chart.Revision, hr.Namespace, hr.Name, err)
 	}
 	return render.Decode(secret, rk.Namespace, rk.Name, render.Trusted{Revision: chart.Revision, ManifestDigest: chart.ManifestDigest, ChartDigest: chart.ChartDigest})
+}
+
+// withChartRef is rel rendering the chart hr's spec.chartRef names, as
+// the lock renders it: the source read and its artifact downloaded with
+// the user's credentials, its digest checked, within the locker's default
+// caps, and its chart taken only if its own files are rel's stored
+// chart's. The artifact's URL is the source's, often one served only
+// inside the cluster: one this process cannot reach is an error that
+// says so.
+func withChartRef(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, hr *v1alpha1.HelmRelease, rel *render.Release) (*render.Release, error) {
+	ref := *hr.Spec.ChartRef
+	if ref.Namespace == "" {
+		ref.Namespace = hr.Namespace
+	}
+	what := fmt.Sprintf("spec.chartRef %s %s/%s of HelmRelease %s/%s", ref.Kind, ref.Namespace, ref.Name, hr.Namespace, hr.Name)
+	m, err := mapper.RESTMapping(schema.GroupKind{Group: mlv1.SourceGroup, Kind: ref.Kind}, artifact.SourceVersions...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	src, err := dyn.Resource(m.Resource).Namespace(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	a, ok := artifact.FromStatus(src.Object)
+	if !ok {
+		return nil, fmt.Errorf("%s has no artifact yet (status.artifact)", what)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	files, err := artifact.Fetch(ctx, http.DefaultClient, a, artifact.Limits{})
+	if err != nil {
+		return nil, fmt.Errorf("%s, revision %s (served at %s, which may be reachable only inside the cluster): %w", what, a.Revision, a.URL, err)
+	}
+	withChart, err := rel.WithChart(files)
+	if err != nil {
+		return nil, fmt.Errorf("%s, revision %s: %w", what, a.Revision, err)
+	}
+	return withChart, nil
 }
 
 // deployedReleaseSecret is the Secret of rk's latest deployed revision.

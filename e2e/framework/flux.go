@@ -12,11 +12,20 @@ import (
 	"github.com/helm-locker/helm-locker/e2e/controlplane"
 )
 
+// ShardLabel is the label Flux shards sources by: a source-controller a
+// test starts for shard X reconciles only the sources labelled X, and one
+// started for no shard only those without the label (see
+// StartSourceController).
+const ShardLabel = "sharding.fluxcd.io/key"
+
 // StartSourceController runs Flux's source-controller against the control
 // plane until the test ends: its artifacts stored in a folder of the test
 // binary's, and served on a loopback port, as in a cluster its Service
-// serves them. Flux's CRDs must be installed first.
-func (e *Env) StartSourceController(t testing.TB) *controlplane.Process {
+// serves them. It reconciles the sources of shard (labelled ShardLabel:
+// shard), or with shard "" every source without the label, so that tests
+// that run at once each have their own, as Flux's sharding does. Flux's
+// CRDs must be installed first.
+func (e *Env) StartSourceController(t testing.TB, shard string) *controlplane.Process {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -31,7 +40,7 @@ func (e *Env) StartSourceController(t testing.TB) *controlplane.Process {
 	p, err := controlplane.StartProcessEnv("source-controller", e.Tools.SourceController, []string{
 		"--storage-path=" + dir, "--storage-addr=" + storage, "--storage-adv-addr=" + storage,
 		"--metrics-addr=127.0.0.1:0", "--health-addr=127.0.0.1:0", "--enable-leader-election=false",
-		"--log-level=debug",
+		"--log-level=debug", "--watch-label-selector=" + shardSelector(shard),
 	}, []string{"KUBECONFIG=" + e.CP.Kubeconfig, "RUNTIME_NAMESPACE=default"}, filepath.Join(dir, "source-controller.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +53,14 @@ func (e *Env) StartSourceController(t testing.TB) *controlplane.Process {
 		}
 	})
 	return p
+}
+
+// shardSelector selects the sources of shard.
+func shardSelector(shard string) string {
+	if shard == "" {
+		return "!" + ShardLabel
+	}
+	return ShardLabel + "=" + shard
 }
 
 // tail is the last n lines of s.

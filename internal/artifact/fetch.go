@@ -10,6 +10,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // Artifact is what a source's status.artifact says of one revision.
@@ -21,6 +23,22 @@ type Artifact struct {
 	Revision string
 	// Digest is "sha256:" and the hex digest of the tar.gz.
 	Digest string
+}
+
+// SourceVersions are the versions of Flux's source kinds, newest first: a
+// cluster that serves a kind only at v1beta2 is read there.
+var SourceVersions = []string{"v1", "v1beta2"}
+
+// FromStatus reads the artifact a Flux source's status.artifact names;
+// false if it names none yet.
+func FromStatus(source map[string]any) (Artifact, bool) {
+	url, _, _ := unstructured.NestedString(source, "status", "artifact", "url")
+	digest, _, _ := unstructured.NestedString(source, "status", "artifact", "digest")
+	revision, _, _ := unstructured.NestedString(source, "status", "artifact", "revision")
+	if url == "" || digest == "" {
+		return Artifact{}, false
+	}
+	return Artifact{URL: url, Digest: digest, Revision: revision}, true
 }
 
 // Limits cap what an artifact may cost. Zero fields take the defaults.

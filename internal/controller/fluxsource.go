@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	mlv1 "github.com/helm-locker/helm-locker/api/manifestlock/v1alpha1"
@@ -23,10 +22,6 @@ import (
 // source is watched by name, so that a new artifact revision is a new
 // declaration; a kind the cluster does not serve is looked up again when
 // a CRD appears (see sourceWatches.typesChanged).
-
-// sourceVersions are the versions of Flux's source kinds, newest first: a
-// cluster that serves a kind only at v1beta2 is read there.
-var sourceVersions = []string{"v1", "v1beta2"}
 
 // artifactTimeout bounds one download.
 const artifactTimeout = 2 * time.Minute
@@ -123,7 +118,7 @@ func (c *Controller) readSource(ctx context.Context, watches *sourceWatches, key
 	case err != nil:
 		return artifact.Artifact{}, err
 	}
-	a, ok := artifactOf(obj)
+	a, ok := artifact.FromStatus(obj.Object)
 	if !ok {
 		return artifact.Artifact{}, &sourceError{reason: mlv1.ReasonSourceNotReady, message: what + " has no artifact yet (status.artifact)"}
 	}
@@ -133,22 +128,11 @@ func (c *Controller) readSource(ctx context.Context, watches *sourceWatches, key
 // sourceResource is the resource of a Flux source kind at the newest
 // version the cluster serves.
 func (c *Controller) sourceResource(kind string) (schema.GroupVersionResource, error) {
-	m, err := c.cfg.Mapper.RESTMapping(schema.GroupKind{Group: mlv1.SourceGroup, Kind: kind}, sourceVersions...)
+	m, err := c.cfg.Mapper.RESTMapping(schema.GroupKind{Group: mlv1.SourceGroup, Kind: kind}, artifact.SourceVersions...)
 	if err != nil {
 		return schema.GroupVersionResource{}, err
 	}
 	return m.Resource, nil
-}
-
-// artifactOf reads a source's status.artifact.
-func artifactOf(obj *unstructured.Unstructured) (artifact.Artifact, bool) {
-	url, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "url")
-	digest, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "digest")
-	revision, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision")
-	if url == "" || digest == "" {
-		return artifact.Artifact{}, false
-	}
-	return artifact.Artifact{URL: url, Digest: digest, Revision: revision}, true
 }
 
 // buildArtifact downloads a and builds its folder path, within the

@@ -12,6 +12,7 @@ import (
 	loaderv3 "helm.sh/helm/v3/pkg/chart/loader"
 	chartutilv3 "helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v4/pkg/chart/common"
+	commonutil "helm.sh/helm/v4/pkg/chart/common/util"
 	"helm.sh/helm/v4/pkg/chart/loader/archive"
 	chartv4 "helm.sh/helm/v4/pkg/chart/v2"
 	loaderv4 "helm.sh/helm/v4/pkg/chart/v2/loader"
@@ -73,17 +74,14 @@ func (r *Release) WithChart(files map[string][]byte) (*Release, error) {
 	out := *r
 	out.dependencies = nil
 	out.readsAPIVersions, out.readsKubeVersion = false, false
-	var stored, loaded chartContent
+	var stored, loaded, reused chartContent
 	switch s := r.sdk.(type) {
 	case helm3:
-		ch, err := loadV3(src)
+		ch, again, err := processedV3(src, s.rel.Config)
 		if err != nil {
 			return nil, &InvalidChartError{Err: err}
 		}
-		if err := chartutilv3.ProcessDependenciesWithMerge(ch, s.rel.Config); err != nil {
-			return nil, &InvalidChartError{Err: err}
-		}
-		stored, loaded = contentV3(s.rel.Chart), contentV3(ch)
+		stored, loaded, reused = contentV3(s.rel.Chart), contentV3(ch), contentV3(again)
 		out.sdk = helm3{rel: s.rel, source: src}
 		walkV3(ch, func(c *chartv3.Chart) {
 			for _, t := range c.Templates {
@@ -91,14 +89,11 @@ func (r *Release) WithChart(files map[string][]byte) (*Release, error) {
 			}
 		})
 	case helm4:
-		ch, err := loadV4(src)
+		ch, again, err := processedV4(src, s.rel.Config)
 		if err != nil {
 			return nil, &InvalidChartError{Err: err}
 		}
-		if err := chartutilv4.ProcessDependencies(ch, s.rel.Config); err != nil {
-			return nil, &InvalidChartError{Err: err}
-		}
-		stored, loaded = contentV4(s.rel.Chart), contentV4(ch)
+		stored, loaded, reused = contentV4(s.rel.Chart), contentV4(ch), contentV4(again)
 		out.sdk = helm4{rel: s.rel, source: src}
 		walkV4(ch, func(c *chartv4.Chart) {
 			for _, t := range c.Templates {
@@ -107,6 +102,9 @@ func (r *Release) WithChart(files map[string][]byte) (*Release, error) {
 		})
 	default:
 		return nil, fmt.Errorf("revision %d of release %s/%s has no chart to render", r.Version, r.Namespace, r.Name)
+	}
+	if bytes.Equal(stored.values, reused.values) {
+		loaded.values = reused.values
 	}
 	if file, problem := stored.differ(loaded); file != "" {
 		return nil, &ChartMismatchError{Chart: r.Chart, Revision: r.Version, File: file, Problem: problem}
@@ -123,6 +121,53 @@ func (r *Release) fromSource() bool {
 		return s.source != nil
 	}
 	return false
+}
+
+// SourceChartV3 is, for a revision Helm 3 wrote that renders its chart's
+// source (see WithChart), that chart loaded afresh in Helm 3's types,
+// dependencies included, for an upgrade to render with: Helm's upgrade
+// changes the chart it is given. It is nil for any other Release.
+func (r *Release) SourceChartV3() (*chartv3.Chart, error) {
+	if s, ok := r.sdk.(helm3); ok && s.source != nil {
+		return s.chart()
+	}
+	return nil, nil
+}
+
+// SourceChartV4 is SourceChartV3 for a revision Helm 4 wrote, in Helm 4's
+// types.
+func (r *Release) SourceChartV4() (*chartv4.Chart, error) {
+	if s, ok := r.sdk.(helm4); ok && s.source != nil {
+		return s.chart()
+	}
+	return nil, nil
+}
+
+// SourceTemplates are the paths of every template of the chart's source,
+// subcharts' included, as Helm names each in a manifest's "# Source:"
+// comments (chart/templates/..., chart/charts/sub/templates/...); nil for
+// a Release that renders its stored chart.
+func (r *Release) SourceTemplates() []string {
+	var paths []string
+	switch s := r.sdk.(type) {
+	case helm3:
+		if ch, err := s.chart(); err == nil && s.source != nil {
+			walkV3(ch, func(c *chartv3.Chart) {
+				for _, t := range c.Templates {
+					paths = append(paths, c.ChartFullPath()+"/"+t.Name)
+				}
+			})
+		}
+	case helm4:
+		if ch, err := s.chart(); err == nil && s.source != nil {
+			walkV4(ch, func(c *chartv4.Chart) {
+				for _, t := range c.Templates {
+					paths = append(paths, c.ChartFullPath()+"/"+t.Name)
+				}
+			})
+		}
+	}
+	return paths
 }
 
 // chartFile is one file of a chart's source, by its path in the chart.
@@ -159,6 +204,46 @@ func chartFiles(files map[string][]byte) ([]chartFile, error) {
 	}
 	slices.SortFunc(out, func(a, b chartFile) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// processedV3 is the chart of files as Helm 3 stores it with user values
+// config: as an install does (ProcessDependenciesWithMerge: dependencies
+// enabled by the values, values imported), and again as an upgrade that
+// reuses values does, which stores the previous revision's values,
+// coalesced with config, as the chart's: after `helm upgrade
+// --reuse-values`, or the locker's own upgrade, of the same chart.
+func processedV3(files []chartFile, config map[string]any) (installed, reused *chartv3.Chart, err error) {
+	if installed, err = loadV3(files); err == nil {
+		err = chartutilv3.ProcessDependenciesWithMerge(installed, config)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if reused, err = loadV3(files); err != nil {
+		return nil, nil, err
+	}
+	if reused.Values, err = chartutilv3.CoalesceValues(&chartv3.Chart{Metadata: installed.Metadata, Values: installed.Values}, config); err == nil {
+		err = chartutilv3.ProcessDependenciesWithMerge(reused, config)
+	}
+	return installed, reused, err
+}
+
+// processedV4 is processedV3 for Helm 4, whose install and upgrade
+// process dependencies with ProcessDependencies.
+func processedV4(files []chartFile, config map[string]any) (installed, reused *chartv4.Chart, err error) {
+	if installed, err = loadV4(files); err == nil {
+		err = chartutilv4.ProcessDependencies(installed, config)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if reused, err = loadV4(files); err != nil {
+		return nil, nil, err
+	}
+	if reused.Values, err = commonutil.CoalesceValues(&chartv4.Chart{Metadata: installed.Metadata, Values: installed.Values}, config); err == nil {
+		err = chartutilv4.ProcessDependencies(reused, config)
+	}
+	return installed, reused, err
 }
 
 func loadV3(files []chartFile) (*chartv3.Chart, error) {

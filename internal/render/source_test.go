@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	chartutilv3 "helm.sh/helm/v3/pkg/chartutil"
+	commonutil "helm.sh/helm/v4/pkg/chart/common/util"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -185,6 +187,47 @@ func TestWithChartMismatch(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestWithChartAfterReusedValues: an upgrade that reuses values (`helm
+// upgrade --reuse-values`, or the locker's own in Upgrade mode) stores the
+// previous revision's values, coalesced with the user's, as the chart's;
+// the source's chart is still the stored one.
+func TestWithChartAfterReusedValues(t *testing.T) {
+	values := map[string]any{"replicaCount": 2, "cache": map[string]any{"settings": map[string]any{"defaultMaxMemory": "128mb"}}}
+	for _, h := range helms {
+		t.Run(h.String(), func(t *testing.T) {
+			rel, err := DecodeUntrusted(installedBy(t, h, webapp, values), "apps", "web")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rel.WithChart(chartDir(t, webapp, "webapp/")); err != nil {
+				t.Fatalf("as installed: %v", err)
+			}
+			// Revision 2 as Helm's upgrade stores it.
+			switch s := rel.sdk.(type) {
+			case helm3:
+				s.rel.Chart.Values, err = chartutilv3.CoalesceValues(s.rel.Chart, s.rel.Config)
+			case helm4:
+				s.rel.Chart.Values, err = commonutil.CoalesceValues(s.rel.Chart, s.rel.Config)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			withChart, err := rel.WithChart(chartDir(t, webapp, "webapp/"))
+			if err != nil {
+				t.Fatalf("after values were reused: %v", err)
+			}
+			c, _ := fakeCluster()
+			out, err := Render(context.Background(), withChart, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if changes, err := withChart.Compare(out.Manifest, out.Manifest); err != nil || len(changes) != 0 {
+				t.Errorf("Compare = %+v, %v; want no change", changes, err)
+			}
+		})
 	}
 }
 

@@ -110,40 +110,11 @@ func (r *Renders) render(ctx context.Context, key cache.ObjectName, rs *renderSt
 		return res, nil, nil, nil
 	}
 	rk := target.release
-	if target.writer == "" {
-		return failed(v1alpha1.ReasonNoWriteIdentity, "the lock writes with the locker's own identity, which may read every object: a chart's lookups are never made with it. Name a ServiceAccount in spec.serviceAccountName, or start the locker with --default-service-account, to render the chart again")
-	}
-	name := storage.SecretName(rk.Name, target.revision)
-	secret, err := r.cfg.Kube.CoreV1().Secrets(rk.Namespace).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return failed(v1alpha1.ReasonRenderFailed, fmt.Sprintf("the Secret %s/%s of revision %d is gone", rk.Namespace, name, target.revision))
-	}
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	// A tenant may write release Secrets: only the manifest, chart and
-	// values that were verified are rendered.
-	rel, err := render.Decode(secret, rk.Namespace, rk.Name, render.Trusted{Revision: target.revision, ManifestDigest: target.digest, ChartDigest: target.chartDigest})
-	var untrusted *render.UntrustedError
-	if errors.As(err, &untrusted) {
-		return failed(v1alpha1.ReasonUnverifiedChart, err.Error())
-	}
-	if err != nil {
-		return failed(v1alpha1.ReasonRenderFailed, err.Error())
-	}
-	if target.chartRef != (v1alpha1.ChartReference{}) {
-		// The chart as its source has it, dependencies included, once
-		// its own files are shown to be those verified.
-		if r.cfg.Charts == nil {
-			return failed(v1alpha1.ReasonRenderFailed, "spec.chartRef is set, and this locker reads no chart sources")
-		}
-		rel, err = r.withSourceChart(ctx, key, rs, target, rel, res)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		if rel == nil {
-			return res, nil, nil, nil
-		}
+	rel, err := r.revision(ctx, key, rs, target, res)
+	if err != nil || rel == nil {
+		// What cannot be rendered is res's; a read that failed may
+		// pass.
+		return res, nil, nil, err
 	}
 	// A chart that declares a kubeVersion may fail to render on this
 	// cluster's, and render on the next one's.
@@ -195,6 +166,49 @@ func (r *Renders) render(ctx context.Context, key cache.ObjectName, rs *renderSt
 	res.cond = condition(v1alpha1.ConditionRendered, false, v1alpha1.ReasonClusterChanged,
 		limit(fmt.Sprintf("%s: %s would change (helm-locker diff --rerender -n %s %s)", res.status.Cause, describeChanges(res.status.Changes, res.status.MoreChanges), rk.Namespace, rk.Name)))
 	return res, rel, out.Lookups, nil
+}
+
+// revision reads target's revision whole, as render renders it: from its
+// Secret, only if it still holds what was verified, and with its chart
+// from spec.chartRef's source if the lock names one. It returns nil, with
+// res's condition set, for what makes it impossible to render, and an
+// error only for a read a retry may make.
+func (r *Renders) revision(ctx context.Context, key cache.ObjectName, rs *renderState, target renderTarget, res *renderResult) (*render.Release, error) {
+	failed := func(reason, message string) (*render.Release, error) {
+		res.cond = condition(v1alpha1.ConditionRendered, false, reason, limit(message))
+		return nil, nil
+	}
+	rk := target.release
+	if target.writer == "" {
+		return failed(v1alpha1.ReasonNoWriteIdentity, "the lock writes with the locker's own identity, which may read every object: a chart's lookups are never made with it. Name a ServiceAccount in spec.serviceAccountName, or start the locker with --default-service-account, to render the chart again")
+	}
+	name := storage.SecretName(rk.Name, target.revision)
+	secret, err := r.cfg.Kube.CoreV1().Secrets(rk.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return failed(v1alpha1.ReasonRenderFailed, fmt.Sprintf("the Secret %s/%s of revision %d is gone", rk.Namespace, name, target.revision))
+	}
+	if err != nil {
+		return nil, err
+	}
+	// A tenant may write release Secrets: only the manifest, chart and
+	// values that were verified are rendered.
+	rel, err := render.Decode(secret, rk.Namespace, rk.Name, render.Trusted{Revision: target.revision, ManifestDigest: target.digest, ChartDigest: target.chartDigest})
+	var untrusted *render.UntrustedError
+	if errors.As(err, &untrusted) {
+		return failed(v1alpha1.ReasonUnverifiedChart, err.Error())
+	}
+	if err != nil {
+		return failed(v1alpha1.ReasonRenderFailed, err.Error())
+	}
+	if target.chartRef != (v1alpha1.ChartReference{}) {
+		// The chart as its source has it, dependencies included, once
+		// its own files are shown to be those verified.
+		if r.cfg.Charts == nil {
+			return failed(v1alpha1.ReasonRenderFailed, "spec.chartRef is set, and this locker reads no chart sources")
+		}
+		return r.withSourceChart(ctx, key, rs, target, rel, res)
+	}
+	return rel, nil
 }
 
 // renderFailed reports a render of target that failed with err (of the

@@ -26,19 +26,29 @@ import (
 // fail on a library chart's missing templates. Such a chart declares its
 // dependencies in Chart.yaml (requirements.yaml for apiVersion v1), and the
 // manifest names, in Helm's "# Source:" comments, templates the stored
-// chart does not hold.
-func checkChartComplete(rel *release.Release) error {
+// chart does not hold. A release src renders from its chart's source
+// (render.Release.WithChart) has its dependencies: it is refused only for
+// a template the source lacks.
+func checkChartComplete(rel *release.Release, src *render.Release) error {
 	ch := rel.Chart
-	if deps := ch.Metadata.Dependencies; len(deps) > 0 {
-		names := make([]string, 0, len(deps))
-		for _, d := range deps {
-			names = append(names, d.Name)
+	var held map[string]bool
+	if templates := sourceTemplates(src); templates != nil {
+		held = make(map[string]bool, len(templates))
+		for _, t := range templates {
+			held[t] = true
 		}
-		return fmt.Errorf("%w: chart %s depends on %s, and Helm stores a release's chart without its subcharts", ErrIncompleteChart, ch.Metadata.Name, strings.Join(names, ", "))
-	}
-	held := make(map[string]bool, len(ch.Templates))
-	for _, t := range ch.Templates {
-		held[ch.Metadata.Name+"/"+t.Name] = true
+	} else {
+		if deps := ch.Metadata.Dependencies; len(deps) > 0 {
+			names := make([]string, 0, len(deps))
+			for _, d := range deps {
+				names = append(names, d.Name)
+			}
+			return fmt.Errorf("%w: chart %s depends on %s, and Helm stores a release's chart without its subcharts (name the chart's source in spec.chartRef)", ErrIncompleteChart, ch.Metadata.Name, strings.Join(names, ", "))
+		}
+		held = make(map[string]bool, len(ch.Templates))
+		for _, t := range ch.Templates {
+			held[ch.Metadata.Name+"/"+t.Name] = true
+		}
 	}
 	sources := manifestSources(rel.Manifest)
 	for _, h := range rel.Hooks {
@@ -46,10 +56,18 @@ func checkChartComplete(rel *release.Release) error {
 	}
 	for _, s := range sources {
 		if !held[s] {
-			return fmt.Errorf("%w: the release holds output of %s, which its stored chart %s has no template for", ErrIncompleteChart, s, ch.Metadata.Name)
+			return fmt.Errorf("%w: the release holds output of %s, which its chart %s has no template for", ErrIncompleteChart, s, ch.Metadata.Name)
 		}
 	}
 	return nil
+}
+
+// sourceTemplates are the templates of src's chart source, nil for none.
+func sourceTemplates(src *render.Release) []string {
+	if src == nil {
+		return nil
+	}
+	return src.SourceTemplates()
 }
 
 // manifestSources returns the template paths of Helm's "# Source:"

@@ -8,6 +8,8 @@ import (
 	actionv3 "helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/release"
+
+	"github.com/helm-locker/helm-locker/internal/render"
 )
 
 // newHelm3Config returns Helm 3's action configuration over getter, with
@@ -26,9 +28,16 @@ func newHelm3Config(getter *clientGetter, namespace string) (*actionv3.Configura
 // upgrade action, as `helm upgrade --reuse-values` of Helm 3 does: its
 // engine renders, and a client-side three-way strategic merge applies,
 // written as manager "helm" with operation Update. A revision that fails
-// once stored is rolled back (rollBackFailed).
-func upgradeHelm3(ctx context.Context, cfg *actionv3.Configuration, rel *release.Release, opts Options) (*release.Release, error) {
+// once stored is rolled back (rollBackFailed). The chart is rel's stored
+// chart, or src's source (see render.Release.WithChart) with its
+// dependencies.
+func upgradeHelm3(ctx context.Context, cfg *actionv3.Configuration, rel *release.Release, src *render.Release, opts Options) (*release.Release, error) {
 	ch, err := copyChart[chart.Chart](rel.Chart)
+	if src != nil && err == nil {
+		if fromSource, srcErr := src.SourceChartV3(); srcErr != nil || fromSource != nil {
+			ch, err = fromSource, srcErr
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

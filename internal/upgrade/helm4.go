@@ -12,6 +12,8 @@ import (
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	kubev4 "helm.sh/helm/v4/pkg/kube"
 	releasev4 "helm.sh/helm/v4/pkg/release/v1"
+
+	"github.com/helm-locker/helm-locker/internal/render"
 )
 
 // newHelm4Config returns Helm 4's action configuration over getter, with
@@ -53,8 +55,13 @@ func newHelm4Config(getter *clientGetter, namespace string) (*actionv4.Configura
 // succeeded client-side and stored apply_method "csa": the release had
 // silently left server-side apply. e2e TestUpgradeThroughSDK holds the
 // server-side path to keeping it.
-func upgradeHelm4(ctx context.Context, cfg *actionv4.Configuration, rel *release.Release, method string, opts Options) (*release.Release, error) {
+func upgradeHelm4(ctx context.Context, cfg *actionv4.Configuration, rel *release.Release, src *render.Release, method string, opts Options) (*release.Release, error) {
 	ch, err := copyChart[chartv2.Chart](rel.Chart)
+	if src != nil && err == nil {
+		if fromSource, srcErr := src.SourceChartV4(); srcErr != nil || fromSource != nil {
+			ch, err = fromSource, srcErr
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

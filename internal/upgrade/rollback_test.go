@@ -285,7 +285,7 @@ func upgradeOverFakesV3(t *testing.T, opts Options, storeErr error, updates *upd
 		Log:          func(string, ...any) {},
 	}
 	given := installedWeb()
-	_, err := upgradeHelm3(context.Background(), cfg, given, opts)
+	_, err := upgradeHelm3(context.Background(), cfg, given, nil, opts)
 	history, herr := cfg.Releases.History(rel.Name)
 	if herr != nil {
 		t.Fatal(herr)
@@ -319,7 +319,7 @@ func upgradeOverFakesV4(t *testing.T, method string, opts Options, storeErr erro
 	cfg.Releases = storagev4.Init(refuseCreateV4{Memory: mem, err: storeErr})
 	cfg.KubeClient = kube
 	cfg.Capabilities = chartcommon.DefaultCapabilities
-	_, err = upgradeHelm4(context.Background(), cfg, installedWeb(), method, opts)
+	_, err = upgradeHelm4(context.Background(), cfg, installedWeb(), nil, method, opts)
 	// Helm 4's waiter for hookOnly waits for hooks alone; the fake's
 	// waiter would wait for anything, so the strategy asked for is checked.
 	if i := slices.IndexFunc(kube.RecordedWaitStrategies, func(s kubev4.WaitStrategy) bool { return s != kubev4.HookOnlyStrategy }); i >= 0 {

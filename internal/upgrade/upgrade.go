@@ -133,14 +133,14 @@ func Upgrade(ctx context.Context, cfg *rest.Config, rel *render.Release, opts Op
 	if err := checkStoredChart(ctx, kube, rel); err != nil {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
 	}
-	return upgradeRelease(ctx, cfg, given, rel.Helm, opts)
+	return upgradeRelease(ctx, cfg, given, rel, opts)
 }
 
-// upgradeRelease is Upgrade of rel, written by Helm h, once the caller
+// upgradeRelease is Upgrade of rel, as src decoded it, once the caller
 // checked that its Secret holds the chart and values it was given.
-func upgradeRelease(ctx context.Context, cfg *rest.Config, rel *release.Release, h manifest.Helm, opts Options) (*release.Release, error) {
+func upgradeRelease(ctx context.Context, cfg *rest.Config, rel *release.Release, src *render.Release, opts Options) (*release.Release, error) {
 	prefix := fmt.Sprintf("upgrading release %s/%s from revision %d", rel.Namespace, rel.Name, rel.Version)
-	if err := checkChartComplete(rel); err != nil {
+	if err := checkChartComplete(rel, src); err != nil {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
 	}
 	if err := useHelmFieldManager(); err != nil {
@@ -155,7 +155,7 @@ func upgradeRelease(ctx context.Context, cfg *rest.Config, rel *release.Release,
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
 	}
-	next, err := upgradeAsWritten(ctx, helm3, helm4, rel, h, opts)
+	next, err := upgradeAsWritten(ctx, helm3, helm4, rel, src.Helm, src, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
 	}
@@ -165,8 +165,11 @@ func upgradeRelease(ctx context.Context, cfg *rest.Config, rel *release.Release,
 // upgradeAsWritten upgrades rel with the SDK of the Helm that wrote it, as
 // the stored revision says, over that SDK's configuration: helm3's or
 // helm4's, which reach the same release storage. Helm 4's storage is read
-// first, since its types keep the apply method.
-func upgradeAsWritten(ctx context.Context, helm3 *actionv3.Configuration, helm4 *actionv4.Configuration, rel *release.Release, given manifest.Helm, opts Options) (*release.Release, error) {
+// first, since its types keep the apply method. given, if not zero, is
+// the Helm the caller read rel as; src, if not nil, is rel as render
+// decoded it, whose chart's source, if it has one, is the chart upgraded
+// with.
+func upgradeAsWritten(ctx context.Context, helm3 *actionv3.Configuration, helm4 *actionv4.Configuration, rel *release.Release, given manifest.Helm, src *render.Release, opts Options) (*release.Release, error) {
 	method, err := storedApplyMethod(helm4, rel)
 	if err != nil {
 		return nil, err
@@ -177,9 +180,9 @@ func upgradeAsWritten(ctx context.Context, helm3 *actionv3.Configuration, helm4 
 		return nil, fmt.Errorf("%w: %s wrote revision %d, not %s", ErrReleaseChanged, h, rel.Version, given)
 	}
 	if h == manifest.Helm3 {
-		return upgradeHelm3(ctx, helm3, rel, opts)
+		return upgradeHelm3(ctx, helm3, rel, src, opts)
 	}
-	return upgradeHelm4(ctx, helm4, rel, method, opts)
+	return upgradeHelm4(ctx, helm4, rel, src, method, opts)
 }
 
 func checkRelease(rel *release.Release) error {

@@ -118,7 +118,7 @@ func TestCheckChartComplete(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := web()
 			tc.edit(r)
-			if err := checkChartComplete(r); !errors.Is(err, tc.wantErr) {
+			if err := checkChartComplete(r, nil); !errors.Is(err, tc.wantErr) {
 				t.Errorf("checkChartComplete() = %v, want %v", err, tc.wantErr)
 			}
 		})
@@ -253,7 +253,7 @@ func TestUpgradeAsWritten(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			helm3, helm4 := fakeConfigs(t, tc.method)
-			_, err := upgradeAsWritten(context.Background(), helm3, helm4, installedWeb(), tc.caller, Options{})
+			_, err := upgradeAsWritten(context.Background(), helm3, helm4, installedWeb(), tc.caller, nil, Options{})
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("upgradeAsWritten() = %v, want %v", err, tc.wantErr)
 			}
