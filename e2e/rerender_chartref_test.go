@@ -121,7 +121,8 @@ func setChartRef(t *testing.T, cr, kind, name, namespace string) {
 // from the stored one in a template says ChartMismatch, naming the
 // template, and renders nothing. Then Flux's real source-controller pulls
 // the chart from an OCI registry on loopback, where the helm CLI pushed
-// it, and the lock renders it from the OCIRepository's artifact. In
+// it, and fetches it from a chart repository served on loopback, and the
+// lock renders it from the OCIRepository's artifact and the HelmChart's. In
 // Upgrade mode, a change of the subchart's lookup target upgrades the
 // release with the source's chart, which Helm's stored chart could not
 // render, and the new revision renders as stored.
@@ -205,38 +206,81 @@ func TestRerenderChartRef(t *testing.T) {
 			}
 		})
 	}
-	t.Run("OCIRepository", func(t *testing.T) {
+	t.Run("source-controller", func(t *testing.T) {
 		t.Parallel()
 		const shard = "chartref"
 		env.StartSourceController(t, shard)
-		reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-		t.Cleanup(reg.Close)
-		host := strings.TrimPrefix(reg.URL, "http://")
-
-		v := framework.Helm4
-		ns := webappRelease(t, v, "64mb")
-		packaged := filepath.Join(t.TempDir(), "webapp-1.4.2.tgz")
-		if err := os.WriteFile(packaged, packageChart(t, v, framework.Chart(t, "webapp")), 0o644); err != nil {
-			t.Fatal(err)
+		// lockFrom creates src, labelled for this test's
+		// source-controller, and a lock of release "app" in ns whose
+		// chartRef names it, and waits for the chart to render as
+		// stored, the subchart's lookup among the lookups.
+		lockFrom := func(t *testing.T, ns, resource string, src *unstructured.Unstructured, revision string) {
+			t.Helper()
+			src.SetNamespace(ns)
+			src.SetLabels(map[string]string{framework.ShardLabel: shard})
+			if _, err := env.Dynamic.Resource(externalArtifacts.GroupVersion().WithResource(resource)).Namespace(ns).Create(t.Context(), src, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			cr := env.RegisterWith(t, framework.RegistrationNamespace, ns, "app", map[string]any{"serviceAccountName": "writer", "rerender": "Report",
+				"chartRef": map[string]any{"kind": src.GetKind(), "name": src.GetName(), "namespace": ns}})
+			env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)
+			hr := waitRendered(t, cr, 90*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
+			if got := hr.Status.Rerender; !strings.HasPrefix(got.ChartRevision, revision) || !slices.Contains(got.Lookups, "ConfigMap "+ns+"/cache-settings") {
+				t.Errorf("status.rerender = %+v, want chartRevision %s... and the subchart's lookup", got, revision)
+			}
 		}
-		env.Helm(t, v, "push", packaged, "oci://"+host+"/charts", "--plain-http")
-		src := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": mlv1.SourceGroup + "/v1", "kind": "OCIRepository",
-			"metadata": map[string]any{"name": "webapp", "namespace": ns, "labels": map[string]any{framework.ShardLabel: shard}},
-			"spec": map[string]any{"url": "oci://" + host + "/charts/webapp", "interval": "1m", "insecure": true,
-				"ref":           map[string]any{"tag": "1.4.2"},
-				"layerSelector": map[string]any{"mediaType": "application/vnd.cncf.helm.chart.content.v1.tar+gzip", "operation": "copy"}},
-		}}
-		if _, err := env.Dynamic.Resource(externalArtifacts.GroupVersion().WithResource("ocirepositories")).Namespace(ns).Create(t.Context(), src, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		cr := env.RegisterWith(t, framework.RegistrationNamespace, ns, "app", map[string]any{"serviceAccountName": "writer", "rerender": "Report",
-			"chartRef": map[string]any{"kind": "OCIRepository", "name": "webapp", "namespace": ns}})
-		env.WaitForState(t, cr, v1alpha1.StateDeployed, 1)
-		hr := waitRendered(t, cr, 90*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
-		if got := hr.Status.Rerender; !strings.HasPrefix(got.ChartRevision, "1.4.2@sha256:") || !slices.Contains(got.Lookups, "ConfigMap "+ns+"/cache-settings") {
-			t.Errorf("status.rerender = %+v, want the OCI artifact's revision and the subchart's lookup", got)
-		}
+		t.Run("OCIRepository", func(t *testing.T) {
+			t.Parallel()
+			reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+			t.Cleanup(reg.Close)
+			host := strings.TrimPrefix(reg.URL, "http://")
+			v := framework.Helm4
+			ns := webappRelease(t, v, "64mb")
+			packaged := filepath.Join(t.TempDir(), "webapp-1.4.2.tgz")
+			if err := os.WriteFile(packaged, packageChart(t, v, framework.Chart(t, "webapp")), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			env.Helm(t, v, "push", packaged, "oci://"+host+"/charts", "--plain-http")
+			lockFrom(t, ns, "ocirepositories", &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": mlv1.SourceGroup + "/v1", "kind": "OCIRepository", "metadata": map[string]any{"name": "webapp"},
+				"spec": map[string]any{"url": "oci://" + host + "/charts/webapp", "interval": "1m", "insecure": true,
+					"ref":           map[string]any{"tag": "1.4.2"},
+					"layerSelector": map[string]any{"mediaType": "application/vnd.cncf.helm.chart.content.v1.tar+gzip", "operation": "copy"}},
+			}}, "1.4.2@sha256:")
+		})
+		t.Run("HelmChart", func(t *testing.T) {
+			t.Parallel()
+			// A chart repository, as `helm repo index` lays one out,
+			// served on loopback.
+			v := framework.Helm3
+			ns := webappRelease(t, v, "64mb")
+			dir := t.TempDir()
+			packaged := packageChart(t, v, framework.Chart(t, "webapp"))
+			if err := os.WriteFile(filepath.Join(dir, "webapp-1.4.2.tgz"), packaged, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			repoURL := server.URL + "/" + ns
+			env.Helm(t, v, "repo", "index", dir, "--url", repoURL)
+			index, err := os.ReadFile(filepath.Join(dir, "index.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			server.serve(ns+"/index.yaml", index)
+			server.serve(ns+"/webapp-1.4.2.tgz", packaged)
+			repo := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": mlv1.SourceGroup + "/v1", "kind": "HelmRepository",
+				"metadata": map[string]any{"name": "charts", "namespace": ns, "labels": map[string]any{framework.ShardLabel: shard}},
+				"spec":     map[string]any{"url": repoURL, "interval": "1m"},
+			}}
+			if _, err := env.Dynamic.Resource(externalArtifacts.GroupVersion().WithResource("helmrepositories")).Namespace(ns).Create(t.Context(), repo, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			lockFrom(t, ns, "helmcharts", &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": mlv1.SourceGroup + "/v1", "kind": "HelmChart", "metadata": map[string]any{"name": "webapp"},
+				"spec": map[string]any{"chart": "webapp", "version": "1.4.2", "interval": "1m",
+					"sourceRef": map[string]any{"kind": "HelmRepository", "name": "charts"}},
+			}}, "1.4.2")
+		})
 	})
 }
 
