@@ -177,7 +177,7 @@ func (s *sourceWatches) startLocked(w *sourceWatch) {
 	}
 	enqueue := func(any) { s.enqueue(key) }
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
+		AddFunc: enqueue,
 		UpdateFunc: func(old, o any) {
 			// A relist restates what did not change.
 			if a, err := meta.Accessor(old); err == nil {
