@@ -81,7 +81,7 @@ func runOperator(ctx context.Context, opts *options) error {
 		return err
 	}
 	if !opts.leaderElect {
-		return op.runTerm(ctx, func() {})
+		return op.runTerm(ctx, nil)
 	}
 	return runAsLeader(ctx, op.kube, opts, op.readiness, op.runTerm, op.standBy)
 }
@@ -312,53 +312,93 @@ func (op *operator) locks() admission.Locks {
 	return nil
 }
 
-// standBy runs a read-only controller, with admission on, while this
-// replica stands by; stop stops it and waits for it.
-func (op *operator) standBy(ctx context.Context) (stop func()) {
-	if op.certs == nil {
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c := op.newController(true)
-		op.standby.Store(c)
-		defer op.standby.CompareAndSwap(c, nil)
-		_ = c.Run(ctx)
-	}()
-	var once sync.Once
-	return func() { once.Do(func() { cancel(); <-done }) }
+// standing is the read-only controller of a replica standing by (see
+// standBy), until a term of leadership takes it.
+type standing struct {
+	op     *operator
+	c      *controller.Controller
+	cancel context.CancelFunc
+	done   chan struct{}
+	// taken is set once a term took the controller: stop leaves it then.
+	taken atomic.Bool
 }
 
-// runTerm runs a term of leadership; leading is called once its caches
-// have synced, when a standby controller is no longer needed.
-func (op *operator) runTerm(ctx context.Context, leading func()) error {
-	c := op.newController(false)
+// standBy runs a read-only controller while this replica stands by: it
+// answers admission from the same declarations as the leader, keeps its
+// caches warm, and writes nothing, until a term takes it (see take) or
+// stop stops it.
+func (op *operator) standBy(ctx context.Context) *standing {
+	ctx, cancel := context.WithCancel(ctx)
+	sb := &standing{op: op, c: op.newController(true), cancel: cancel, done: make(chan struct{})}
+	op.standby.Store(sb.c)
+	go func() {
+		defer close(sb.done)
+		defer op.standby.CompareAndSwap(sb.c, nil)
+		_ = sb.c.Run(ctx)
+	}()
+	return sb
+}
+
+// stop stops the standby's controller and waits for it, unless a term
+// took it.
+func (sb *standing) stop() {
+	if sb == nil || sb.taken.Load() {
+		return
+	}
+	sb.cancel()
+	<-sb.done
+}
+
+// take hands the standby's controller to a term of leadership, which
+// promotes it; end stops it, and waits for it, when the term ends. It is
+// nil without a standby.
+func (sb *standing) take() (c *controller.Controller, done <-chan struct{}, end func()) {
+	if sb == nil || !sb.taken.CompareAndSwap(false, true) {
+		return nil, nil, nil
+	}
+	sb.op.standby.CompareAndSwap(sb.c, nil)
+	return sb.c, sb.done, func() { sb.cancel(); <-sb.done }
+}
+
+// runTerm runs a term of leadership with the controller sb kept warm while
+// this replica stood by, promoted, or a new one without a standby (no
+// leader election). It returns when ctx is done, or when the controller
+// stops on its own.
+func (op *operator) runTerm(ctx context.Context, sb *standing) error {
+	c, done, end := sb.take()
+	if c == nil {
+		c = op.newController(false)
+		ctx, cancel := context.WithCancel(ctx)
+		ch := make(chan struct{})
+		errc := make(chan error, 1)
+		go func() { defer close(ch); errc <- c.Run(ctx) }()
+		done, end = ch, func() { cancel(); <-ch }
+		defer func() {
+			if err := <-errc; err != nil {
+				klog.FromContext(ctx).Error(err, "The controller stopped")
+			}
+		}()
+	}
+	defer end()
 	op.current.Store(c)
 	defer op.current.Store(nil)
-	if op.certs == nil {
-		return c.Run(ctx)
-	}
-	// The leader keeps the webhook configuration; every replica
-	// answers it (see serve).
+	c.Promote()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var term sync.WaitGroup
 	defer term.Wait()
-	term.Go(func() { _ = webhookConfiguration(op.kube, op.opts, op.certs, c).Run(ctx) })
-	term.Go(func() { op.probe.Run(ctx) })
-	term.Go(func() {
-		for !c.Synced() {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-		leading()
-	})
-	return c.Run(ctx)
+	if op.certs != nil {
+		// The leader keeps the webhook configuration; every replica
+		// answers it (see serve).
+		term.Go(func() { _ = webhookConfiguration(op.kube, op.opts, op.certs, c).Run(ctx) })
+		term.Go(func() { op.probe.Run(ctx) })
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-done:
+		return errors.New("the controller stopped on its own")
+	}
 }
 
 // webhookCerts returns where the webhook's certificate comes from, or nil
@@ -442,9 +482,10 @@ func metricsMux(m *metrics.Metrics, profiling bool) http.Handler {
 // and its next term runs run afresh, with new caches. It does not exit:
 // restarted by the kubelet while the API server is still down, it would
 // back off for minutes (CrashLoopBackOff) after the API server returned.
-// While it stands by, standBy runs; a term stops it once its caches have
-// synced (run's leading).
-func runAsLeader(ctx context.Context, kube kubernetes.Interface, opts *options, ready leader.Readiness, run func(ctx context.Context, leading func()) error, standBy func(context.Context) func()) error {
+// While it stands by, standBy runs a read-only controller with warm
+// caches; its term takes that controller and promotes it, so that a new
+// leader corrects a drift as soon as it holds the Lease.
+func runAsLeader(ctx context.Context, kube kubernetes.Interface, opts *options, ready leader.Readiness, run func(ctx context.Context, sb *standing) error, standBy func(context.Context) *standing) error {
 	host, err := os.Hostname()
 	if err != nil {
 		return err
@@ -466,9 +507,9 @@ func runAsLeader(ctx context.Context, kube kubernetes.Interface, opts *options, 
 	logger := klog.FromContext(ctx)
 	for {
 		logger.Info("Waiting to lead", "lease", opts.namespace+"/"+opts.lease(), "identity", identity)
-		stop := standBy(ctx)
-		err := elector.Run(ctx, func(ctx context.Context) error { return run(ctx, stop) })
-		stop()
+		sb := standBy(ctx)
+		err := elector.Run(ctx, func(ctx context.Context) error { return run(ctx, sb) })
+		sb.stop()
 		if !errors.Is(err, leader.ErrLost) || ctx.Err() != nil {
 			return err
 		}

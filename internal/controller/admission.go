@@ -124,7 +124,7 @@ func (c *Controller) Describe(setKey string) (string, string) {
 func (c *Controller) Record(setKey string, d admission.Denial) {
 	j := d.Judgement
 	key, known := c.sets.Get(setKey)
-	if c.cfg.ReadOnly || !known {
+	if c.readOnly.Load() || !known {
 		_, ns, name := c.lockRef(key)
 		c.cfg.Metrics.Denied(ns, name, j.Kind)
 		return

@@ -161,6 +161,12 @@ type Controller struct {
 	sets registry.Map[string, lockKey]
 
 	synced atomic.Bool
+	// readOnly is Config.ReadOnly until Promote turns it off; leading is
+	// closed then (at once for a controller built to lead), and starts
+	// what only a leader runs.
+	readOnly    atomic.Bool
+	leading     chan struct{}
+	promoteOnce sync.Once
 
 	writersMu sync.Mutex
 	writers   map[string]dynamic.Interface // by impersonated user
@@ -230,6 +236,11 @@ func New(cfg Config) *Controller {
 		writers:     map[string]dynamic.Interface{},
 		sweep:       make(chan struct{}, 1),
 		bookkeeping: rate.NewLimiter(bookkeepingRate, bookkeepingBurst),
+		leading:     make(chan struct{}),
+	}
+	c.readOnly.Store(cfg.ReadOnly)
+	if !cfg.ReadOnly {
+		close(c.leading)
 	}
 	if c.cfg.Recorder == nil {
 		c.cfg.Recorder = noEvents{}
@@ -291,24 +302,76 @@ func (c *Controller) Run(ctx context.Context) error {
 		return errors.New("caches did not sync before shutdown")
 	}
 	c.declareAll(ctx)
-	if c.cfg.ReadOnly {
+	if c.readOnly.Load() {
 		// A replica standing by judges requests against declarations
-		// alone: it watches no locked object.
+		// alone, from now on.
 		c.synced.Store(true)
-	} else {
-		c.runEngine(ctx, start)
 	}
-	if c.cfg.Admission != nil && !c.cfg.ReadOnly {
-		start(c.watchAdmission)
-	}
-	if !c.cfg.ReadOnly {
-		start(c.twoway.Run)
-	}
+	// A replica standing by watches the locked objects too, and keeps
+	// its caches warm: promoted (see Promote), it corrects a drift at
+	// once, with nothing to list.
+	c.runEngine(ctx, start)
+	start(func(ctx context.Context) { c.lead(ctx, start) })
 	logger.Info("Starting workers", "count", c.cfg.Workers)
 	start(func(ctx context.Context) { worker.Run(ctx, c.queue, c.cfg.Workers, c.syncKey) })
 	<-ctx.Done()
 	logger.Info("Shutting down")
 	return nil
+}
+
+// Promote makes a controller built ReadOnly, for a replica standing by,
+// the leader's: from now on it writes (claims, statuses, corrections),
+// runs what only a leader runs, and syncs every lock at once, from the
+// caches and declarations it kept warm while it stood by. A replica that
+// takes the Lease promotes its standby rather than start a controller
+// with cold caches. It does nothing to a controller built to lead, or
+// promoted already; it may be called before Run.
+func (c *Controller) Promote() {
+	c.promoteOnce.Do(func() {
+		c.readOnly.Store(false)
+		close(c.leading)
+	})
+}
+
+// ReadOnly reports whether the controller writes nothing: built ReadOnly,
+// and not promoted.
+func (c *Controller) ReadOnly() bool { return c.readOnly.Load() }
+
+// lead runs, once the controller leads (see Promote), what only a leader
+// runs: two-way locking and the admission probe's watch. A promoted
+// controller then reads the failed upgrades the leader before it
+// recorded, and syncs every lock as the leader.
+func (c *Controller) lead(ctx context.Context, start func(func(context.Context))) {
+	promoted := c.readOnly.Load()
+	select {
+	case <-c.leading:
+	case <-ctx.Done():
+		return
+	}
+	if c.cfg.Admission != nil {
+		start(c.watchAdmission)
+	}
+	start(c.twoway.Run)
+	if !promoted {
+		return
+	}
+	klog.FromContext(ctx).Info("Promoted: leading with the caches kept while standing by")
+	c.restoreFailedUpgrades()
+	c.requeueAll()
+}
+
+// requeueAll queues every lock the CR caches hold.
+func (c *Controller) requeueAll() {
+	for _, obj := range c.crs.GetStore().List() {
+		if key, ok := keyOf(v1alpha1.Kind, obj); ok {
+			c.queue.Add(key)
+		}
+	}
+	for _, obj := range c.locks.GetStore().List() {
+		if key, ok := keyOf(mlv1.Kind, obj); ok {
+			c.queue.Add(key)
+		}
+	}
 }
 
 // runEngine starts the engine and its informers, and marks the controller

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -377,6 +378,7 @@ func TestReadOnlyDeclaresAndWritesNothing(t *testing.T) {
 	hr.Object["spec"].(map[string]any)["mode"] = "Prevent"
 	c, dyn := newTestController(t, hr, releaseSecret(t, "deployed", 1), nil)
 	c.cfg.ReadOnly = true
+	c.readOnly.Store(true)
 	recorder := record.NewFakeRecorder(10)
 	c.cfg.Recorder = recorder
 	if _, err := c.sync(context.Background(), helmReleaseKey("cattle-helm-system", "hr")); err != nil {
@@ -398,6 +400,63 @@ func TestReadOnlyDeclaresAndWritesNothing(t *testing.T) {
 	close(recorder.Events)
 	for ev := range recorder.Events {
 		t.Errorf("a read-only controller recorded an event: %s", ev)
+	}
+}
+
+// TestPromote: a controller standing by, promoted, writes as the leader:
+// its next sync of the lock it declared while read-only claims the CR,
+// creates the missing object and writes the status; and the lock queue
+// holds every CR, so that the sync comes at once.
+func TestPromote(t *testing.T) {
+	c, dyn := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
+	c.cfg.ReadOnly = true
+	c.readOnly.Store(true)
+	c.leading = make(chan struct{}) // newTestController's leads: stand by
+	key := helmReleaseKey("cattle-helm-system", "hr")
+	if _, err := c.sync(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	writes := func() (n int, what []string) {
+		for _, a := range dyn.Actions() {
+			switch a.GetVerb() {
+			case "create", "update", "patch", "delete":
+				n++
+				what = append(what, a.GetVerb()+" "+a.GetResource().Resource)
+			}
+		}
+		return n, what
+	}
+	if n, what := writes(); n != 0 {
+		t.Fatalf("read-only, the controller wrote %v", what)
+	}
+
+	c.Promote()
+	c.Promote() // once is enough, twice does no harm
+	if c.ReadOnly() {
+		t.Fatal("promoted, the controller is still read-only")
+	}
+	select {
+	case <-c.leading:
+	default:
+		t.Fatal("promoted, the controller does not lead")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	c.lead(ctx, func(run func(context.Context)) { wg.Go(func() { run(ctx) }) })
+	if got := c.queue.Len(); got != 1 {
+		t.Errorf("promoted, the lock queue holds %d keys, want the one CR", got)
+	}
+	if _, err := c.sync(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	_, what := writes()
+	for _, want := range []string{"patch helmreleases", "create configmaps"} {
+		if !slices.Contains(what, want) {
+			t.Errorf("promoted, the controller's writes %v lack %s", what, want)
+		}
 	}
 }
 

@@ -175,7 +175,7 @@ func (c *Controller) syncHelmRelease(ctx context.Context, key lockKey) (result, 
 	if !ok {
 		return result{}, nil
 	}
-	if c.cfg.ReadOnly {
+	if c.readOnly.Load() {
 		held := st.rel
 		_, _, err := c.decide(ctx, c.newReleaseSync(key, hr, st, &result{}))
 		if st.rel != held {

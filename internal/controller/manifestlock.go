@@ -88,7 +88,7 @@ func (c *Controller) syncManifestLock(ctx context.Context, key lockKey) (result,
 	}
 	var res result
 	status, syncErr := c.reconcileManifestLock(ctx, newManifestSync(key, ml, st, &res))
-	if c.cfg.ReadOnly {
+	if c.readOnly.Load() {
 		return res, syncErr
 	}
 	status.ObservedGeneration = ml.Generation
@@ -151,7 +151,7 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, req *manifestSyn
 	switch {
 	case d == nil:
 		return status, err
-	case c.cfg.ReadOnly:
+	case c.readOnly.Load():
 		// A replica standing by syncs nothing, so nothing else
 		// resolves what it declared for Judge.
 		if d.changed {
@@ -249,7 +249,7 @@ func (c *Controller) declareManifestLock(ctx context.Context, req *manifestSync)
 		return nil, ml.Status, err
 	}
 	applied := false
-	if !c.cfg.ReadOnly {
+	if !c.readOnly.Load() {
 		// A replica standing by writes nothing: it prunes nothing, and
 		// what the lock creates is the leader's to note.
 		if applied, err = c.engageManifest(ctx, req, refs, h.missing, writer, d.digest); err != nil {

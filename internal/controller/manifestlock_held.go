@@ -43,7 +43,7 @@ type holding struct {
 // nothing; a tenant's reads all (see tenantHolds).
 func (c *Controller) heldObjects(ctx context.Context, ml *mlv1.ManifestLock, objs []*unstructured.Unstructured, refs map[mlv1.ObjectRef]bool, namespace string, writer dynamic.Interface, inventory []mlv1.ObjectRef) (holding, error) {
 	tenant := c.isTenant(ml)
-	if !tenant && c.cfg.ReadOnly {
+	if !tenant && c.readOnly.Load() {
 		return holding{objs: objs}, nil
 	}
 	live := make(map[mlv1.ObjectRef]*metav1.PartialObjectMetadata, len(refs))

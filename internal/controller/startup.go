@@ -229,7 +229,7 @@ func (c *Controller) declare(ctx context.Context, key lockKey) error {
 	// server writes the claims while the locker parses manifests and
 	// lists, rather than after, when every status write waits behind
 	// them.
-	if !c.cfg.ReadOnly {
+	if !c.readOnly.Load() {
 		if err := c.claimIfFree(ctx, hr, st); err != nil {
 			return err
 		}

@@ -68,6 +68,7 @@ func TestDeclareAllClaims(t *testing.T) {
 		t.Run(fmt.Sprintf("read-only=%v", readOnly), func(t *testing.T) {
 			c, dyn := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
 			c.cfg.ReadOnly = readOnly
+			c.readOnly.Store(readOnly)
 			claims := func() int {
 				n := 0
 				for _, a := range dyn.Actions() {

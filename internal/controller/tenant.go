@@ -202,7 +202,7 @@ func (c *Controller) notPermitted(ctx context.Context, req *manifestSync, why st
 	if c.serviceAccounts == nil {
 		req.result.requeueBy(permittedRetry)
 	}
-	if ready := meta.FindStatusCondition(ml.Status.Conditions, v1alpha1.ConditionReady); !c.cfg.ReadOnly && (ready == nil || ready.Reason != mlv1.ReasonWriterNotPermitted || ready.Message != why) {
+	if ready := meta.FindStatusCondition(ml.Status.Conditions, v1alpha1.ConditionReady); !c.readOnly.Load() && (ready == nil || ready.Reason != mlv1.ReasonWriterNotPermitted || ready.Message != why) {
 		c.cfg.Recorder.Event(manifestLockRef(ml), corev1.EventTypeWarning, EventWriterNotPermitted, truncate(why, maxEventMessage))
 	}
 	return manifestOpenStatus(ml, mlv1.StateError, mlv1.ReasonWriterNotPermitted, why)
@@ -269,7 +269,7 @@ func (c *Controller) tenantHolds(ctx context.Context, ml *mlv1.ManifestLock, obj
 			return holding{}, fmt.Errorf("adopting %s %s: %w", gvk.Kind, inventoryName(ref), err)
 		}
 	}
-	if !c.cfg.ReadOnly {
+	if !c.readOnly.Load() {
 		for _, p := range h.unheld {
 			if !slices.Contains(ml.Status.NotLocked, p) {
 				c.cfg.Recorder.Event(manifestLockRef(ml), corev1.EventTypeWarning, EventNotAdopted, truncate(p.Object+": "+p.Message, maxEventMessage))

@@ -224,6 +224,7 @@ func TestHeldObjectsReadsEachObjectOnce(t *testing.T) {
 				existing("made", map[string]string{mlv1.MarkerAnnotation: tt.namespace + "/app"}))
 			dyn := dynamicfake.NewSimpleDynamicClient(scheme.Scheme)
 			c := &Controller{cfg: Config{Namespace: "reg", ReadOnly: tt.readOnly, Metadata: metaClient, Dynamic: dyn, Mapper: resettable{mapper}, Recorder: noEvents{}}}
+			c.readOnly.Store(tt.readOnly)
 			ml := &mlv1.ManifestLock{ObjectMeta: metav1.ObjectMeta{Namespace: tt.namespace, Name: "app"}}
 			objs, err := manifest.Parse(strings.NewReader(text))
 			if err != nil {
