@@ -164,9 +164,8 @@ type Controller struct {
 	// readOnly is Config.ReadOnly until Promote turns it off; leading is
 	// closed then (at once for a controller built to lead), and starts
 	// what only a leader runs.
-	readOnly    atomic.Bool
-	leading     chan struct{}
-	promoteOnce sync.Once
+	readOnly atomic.Bool
+	leading  chan struct{}
 
 	writersMu sync.Mutex
 	writers   map[string]dynamic.Interface // by impersonated user
@@ -327,10 +326,9 @@ func (c *Controller) Run(ctx context.Context) error {
 // with cold caches. It does nothing to a controller built to lead, or
 // promoted already; it may be called before Run.
 func (c *Controller) Promote() {
-	c.promoteOnce.Do(func() {
-		c.readOnly.Store(false)
+	if c.readOnly.CompareAndSwap(true, false) {
 		close(c.leading)
-	})
+	}
 }
 
 // ReadOnly reports whether the controller writes nothing: built ReadOnly,

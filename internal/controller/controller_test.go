@@ -432,6 +432,8 @@ func TestPromote(t *testing.T) {
 
 	c.Promote()
 	c.Promote() // once is enough, twice does no harm
+	leader, _ := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
+	leader.Promote() // built to lead: nothing to do
 	if c.ReadOnly() {
 		t.Fatal("promoted, the controller is still read-only")
 	}
