@@ -171,7 +171,11 @@ type Engine struct {
 	fieldManager string
 	opts         Options
 	informers    *informers.Registry
-	schemas      *schemas
+	// noScan is set once a read-ahead scan could not be made (see
+	// Engine.scan): the API server refused it, or the informers have no
+	// watch path of their own. Read-aheads list from then on.
+	noScan  atomic.Bool
+	schemas *schemas
 	// scales are the replicas paths of custom resources' scale
 	// subresources, for JudgeScale.
 	scales scalePaths

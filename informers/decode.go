@@ -52,15 +52,20 @@ func newWatchClient(config *rest.Config) (*watchClient, error) {
 	return &watchClient{config: config, http: h}, nil
 }
 
-// watch watches gvr, its objects decoded by d.
+// watch watches gvr in every namespace, its objects decoded by d.
 func (c *watchClient) watch(ctx context.Context, gvr schema.GroupVersionResource, d *objectDecoder, options metav1.ListOptions) (watch.Interface, error) {
+	return c.watchIn(ctx, gvr, metav1.NamespaceAll, d, options)
+}
+
+// watchIn watches gvr in namespace, its objects decoded by d.
+func (c *watchClient) watchIn(ctx context.Context, gvr schema.GroupVersionResource, namespace string, d *objectDecoder, options metav1.ListOptions) (watch.Interface, error) {
 	config := *c.config
 	config.NegotiatedSerializer = watchSerializer{objects: d}
 	rc, err := rest.UnversionedRESTClientForConfigAndClient(&config, c.http)
 	if err != nil {
 		return nil, fmt.Errorf("informers: making a REST client for watches: %w", err)
 	}
-	return dynamic.New(rc).Resource(gvr).Watch(ctx, options)
+	return dynamic.New(rc).Resource(gvr).Namespace(namespace).Watch(ctx, options)
 }
 
 // watchSerializer serves one media type, JSON, with the decoders below.
