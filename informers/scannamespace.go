@@ -7,10 +7,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
-
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // ErrNoScan says a Registry cannot scan: it was built without
