@@ -174,8 +174,10 @@ type Engine struct {
 	// noScan is set once a read-ahead scan could not be made (see
 	// Engine.scan): the API server refused it, or the informers have no
 	// watch path of their own. Read-aheads list from then on.
-	noScan  atomic.Bool
-	schemas *schemas
+	noScan atomic.Bool
+	// relistWaits are the sets waiting for their types' relists.
+	relistWaits relistWaits
+	schemas     *schemas
 	// scales are the replicas paths of custom resources' scale
 	// subresources, for JudgeScale.
 	scales scalePaths

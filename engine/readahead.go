@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,9 +87,15 @@ func (r readAhead) get(ref ObjectRef) (*unstructured.Unstructured, bool) {
 // sync's list kept for them, or with a list of its own. An object still to
 // be verified is read alone, as live reads it. A list that fails leaves its
 // objects to be read alone.
-func (e *Engine) readAhead(ctx context.Context, s *objectSet, todo []dirtyObject) readAhead {
+//
+// Objects the set has never checked, declared after their informer
+// listed, may instead wait for the informer to list its type again (see
+// informers.Registry.Relist), when the type's scans have read as much as
+// that list will: they are left out of reads, as deferred, and relisted
+// is closed once the list is stored.
+func (e *Engine) readAhead(ctx context.Context, s *objectSet, todo []dirtyObject) (read readAhead, deferred map[typeNamespace]bool, waits []<-chan struct{}) {
 	e.mu.Lock()
-	owned := s.owned
+	owned, relisted := s.owned, s.relisted
 	e.mu.Unlock()
 	missing := map[typeNamespace][]*lockedObject{}
 	for _, obj := range todo {
@@ -101,11 +108,20 @@ func (e *Engine) readAhead(ctx context.Context, s *objectSet, todo []dirtyObject
 			missing[tn] = append(missing[tn], obj.lockedObject)
 		}
 	}
-	var read readAhead
 	for tn, objs := range missing {
 		l, ok := e.listings.take(tn, owned, objs)
 		if !ok {
 			if len(objs) < readAheadMin {
+				continue
+			}
+			if wait := e.relist(tn.gvr, objs, relisted); wait != nil {
+				if deferred == nil {
+					deferred = map[typeNamespace]bool{}
+				}
+				deferred[tn] = true
+				if !slices.Contains(waits, wait) {
+					waits = append(waits, wait)
+				}
 				continue
 			}
 			if l, ok = e.list(ctx, tn, objs); !ok {
@@ -117,7 +133,68 @@ func (e *Engine) readAhead(ctx context.Context, s *objectSet, todo []dirtyObject
 		}
 		read[tn] = l
 	}
-	return read
+	if len(waits) > 0 {
+		e.mu.Lock()
+		s.relisted = true
+		e.mu.Unlock()
+	}
+	return read, deferred, waits
+}
+
+// relist asks gvr's informer to list its objects again for objs, when
+// none of them was ever checked (an object deleted since its last check is
+// read at once: a relist would hold its recreation back) and their set has
+// not waited for a relist before, and returns what to wait on, or nil to
+// read them now.
+func (e *Engine) relist(gvr schema.GroupVersionResource, objs []*lockedObject, waited bool) <-chan struct{} {
+	if waited {
+		return nil
+	}
+	for _, o := range objs {
+		if o.canonical {
+			return nil
+		}
+	}
+	return e.informers.Relist(gvr)
+}
+
+// afterRelists syncs key again once each of relisted has been stored.
+func (e *Engine) afterRelists(key string, relisted []<-chan struct{}) {
+	for _, wait := range relisted {
+		e.relistWaits.add(wait, key, e.notify)
+	}
+}
+
+// relistWaits are the sets waiting on each relist, so that one goroutine a
+// relist, not one a set, syncs them when it is stored.
+type relistWaits struct {
+	mu sync.Mutex
+	by map[<-chan struct{}][]string
+}
+
+func (w *relistWaits) add(wait <-chan struct{}, key string, notify func(string)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if keys, ok := w.by[wait]; ok {
+		if !slices.Contains(keys, key) {
+			w.by[wait] = append(keys, key)
+		}
+		return
+	}
+	if w.by == nil {
+		w.by = map[<-chan struct{}][]string{}
+	}
+	w.by[wait] = []string{key}
+	go func() {
+		<-wait
+		w.mu.Lock()
+		keys := w.by[wait]
+		delete(w.by, wait)
+		w.mu.Unlock()
+		for _, key := range keys {
+			notify(key)
+		}
+	}()
 }
 
 // list lists tn, up to readAheadSpan objects for each of objs, and returns

@@ -41,6 +41,10 @@ type objectSet struct {
 	// paused is set while the set holds its objects but neither checks
 	// nor writes them (see Engine.Pause).
 	paused bool
+	// relisted is set once a Sync of the set waited for its types'
+	// informers to list them again (see Engine.readAhead): a set waits
+	// once, and what a relist did not find is read.
+	relisted bool
 	// applied counts the objects that needed verifying and that an
 	// owner was seen to write at or after Verification.Since when they
 	// were verified (see Result.Applied). It sits in paused's padding.

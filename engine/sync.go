@@ -179,8 +179,10 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 	if schemaRetry > 0 {
 		res.requeueBy(schemaRetry)
 	}
-	errs := e.checkAll(ctx, s, todo, e.readAhead(ctx, s, todo), &res)
+	reads, deferred, relisted := e.readAhead(ctx, s, todo)
+	errs := e.checkAll(ctx, s, todo, reads, deferred, &res)
 	e.summarize(key, s, todo, &res)
+	e.afterRelists(key, relisted)
 	return res, errors.Join(errs...)
 }
 
@@ -247,10 +249,14 @@ func (e *Engine) waitForLists(ctx context.Context, todo []dirtyObject) {
 	}
 }
 
-// checkAll brings each of todo in line, into res.
-func (e *Engine) checkAll(ctx context.Context, s *objectSet, todo []dirtyObject, reads readAhead, res *Result) []error {
+// checkAll brings each of todo in line, into res, but for the deferred
+// types and namespaces' objects, which stay dirty.
+func (e *Engine) checkAll(ctx context.Context, s *objectSet, todo []dirtyObject, reads readAhead, deferred map[typeNamespace]bool, res *Result) []error {
 	var errs []error
 	for _, obj := range todo {
+		if deferred[typeNamespace{obj.ref.GVR, obj.ref.Namespace}] {
+			continue
+		}
 		drift, err := e.syncObject(ctx, s, obj.lockedObject, reads)
 		switch {
 		case errors.Is(err, errNamespaceWaiting):

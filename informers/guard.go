@@ -124,9 +124,12 @@ func Guard(lw *cache.ListWatch, ready Readiness, health *Health) *cache.ListWatc
 			}
 			return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
 				switch {
-				case ev.Type == watch.Error:
+				case ev.Type == watch.Error && ctx.Err() == nil:
 					// Usually 410 Gone: the reflector lists
 					// afresh, and until then events are lost.
+					// (A watch stopped with its reflector, as a
+					// relist stops it, ends in an error too, and
+					// says nothing of the informer.)
 					health.fail(apierrors.FromObject(ev.Object))
 				case initial && ev.Type == watch.Bookmark && initialEventsEnd(ev.Object):
 					health.set(true)

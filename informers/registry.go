@@ -101,6 +101,14 @@ type entry struct {
 	// missing is set when the API server says the type does not exist; the
 	// informer is stopped until a CRD change says to try again.
 	missing bool
+	// scanned counts the objects Scans of the type read since its
+	// informer's last list began (see Relist).
+	scanned int
+	// wave is closed once the relist due next has been stored; every
+	// Relist joins it until it begins. relisting is set while the
+	// goroutine that runs the waves does.
+	wave      chan struct{}
+	relisting bool
 }
 
 // NewRegistry returns a Registry that starts informers once Run is called.
@@ -345,28 +353,58 @@ func (r *Registry) startLocked(e *entry) {
 	if e.cancel != nil || e.missing {
 		return
 	}
-	store := newTrackingStore(e.gvr, r.strip, r.opts.Handler)
 	gvr := e.gvr
-	health := NewHealth(func(current bool) {
+	e.store = newTrackingStore(gvr, r.strip, r.opts.Handler)
+	e.health = NewHealth(func(current bool) {
 		if r.opts.OnHealthChanged != nil {
 			r.opts.OnHealthChanged(gvr, current)
 		}
 	})
+	e.scanned = 0
+	r.runLocked(e, nil)
+}
+
+// runLocked runs a reflector of e's type into e's store, once after is
+// closed (nil: at once), and returns a channel closed once its first list
+// has been stored. r.mu must be held and r.ctx set.
+func (r *Registry) runLocked(e *entry, after <-chan struct{}) <-chan struct{} {
+	store := &firstList{trackingStore: e.store, stored: make(chan struct{})}
 	// No expected type: with Options.Config, untracked objects arrive as
 	// stubs rather than as Unstructured.
 	reflector := cache.NewReflectorWithOptions(
-		cache.ToListWatcherWithWatchListSemantics(Guard(r.listWatch(e.gvr, store), r.opts.Readiness, health), r.client),
+		cache.ToListWatcherWithWatchListSemantics(Guard(r.listWatch(e.gvr, e.store), r.opts.Readiness, e.health), r.client),
 		nil, store,
 		cache.ReflectorOptions{Name: "helm-locker", TypeDescription: e.gvr.String(), Backoff: relistBackoff()})
 	ctx, cancel := context.WithCancel(r.ctx)
 	done := make(chan struct{})
-	e.store, e.health, e.cancel, e.done = store, health, cancel, done
+	e.cancel, e.done = cancel, done
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		defer close(done)
+		if after != nil {
+			<-after
+		}
 		reflector.RunWithContext(ctx)
 	}()
+	return store.stored
+}
+
+// firstList is a reflector's view of a trackingStore: it tells when that
+// reflector's first list has been stored.
+type firstList struct {
+	*trackingStore
+	once   sync.Once
+	stored chan struct{}
+}
+
+// Replace stores a list, and closes stored after the first.
+func (f *firstList) Replace(list []any, resourceVersion string) error {
+	if err := f.trackingStore.Replace(list, resourceVersion); err != nil {
+		return err
+	}
+	f.once.Do(func() { close(f.stored) })
+	return nil
 }
 
 // relistBackoff is the reflector's wait before it lists again after a

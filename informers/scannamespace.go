@@ -60,6 +60,7 @@ func (r *Registry) Scan(ctx context.Context, gvr schema.GroupVersionResource, na
 	}
 	defer w.Stop()
 	out := Scanned{Objects: map[string]*unstructured.Unstructured{}}
+	defer func() { r.scannedObjects(gvr, out.Seen) }()
 	for {
 		select {
 		case <-ctx.Done():

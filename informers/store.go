@@ -18,6 +18,8 @@ type trackingStore struct {
 	handler Handler
 	objects cache.Store
 	synced  atomic.Bool
+	// size is how many objects, tracked or not, the last list read.
+	size atomic.Int64
 }
 
 var _ cache.TransformingStore = (*trackingStore)(nil)
@@ -31,6 +33,9 @@ func newTrackingStore(gvr schema.GroupVersionResource, strip func(schema.GroupVe
 func (s *trackingStore) Transformer() cache.TransformFunc {
 	return func(obj any) (any, error) { return s.strip(s.gvr, obj), nil }
 }
+
+// listed is how many objects, tracked or not, the last list read.
+func (s *trackingStore) listed() int { return int(s.size.Load()) }
 
 // HasSynced reports whether the first list has been stored.
 func (s *trackingStore) HasSynced() bool { return s.synced.Load() }
@@ -104,6 +109,7 @@ func (s *trackingStore) Replace(list []any, _ string) error {
 			return err
 		}
 	}
+	s.size.Store(int64(len(list)))
 	s.synced.Store(true)
 	return nil
 }

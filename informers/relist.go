@@ -1,0 +1,100 @@
+package informers
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// An informer keeps no object that was untracked at its last event, so a
+// caller that begins tracking objects after the informer listed them
+// finds them missing from the cache. A few such objects are best read with
+// a Scan of their namespace; many, declared at once in many namespaces
+// (every release of a cluster locked in one burst), cost a scan each,
+// mostly of the same untracked objects again, where one list of the whole
+// type would have served them all. Relist chooses between the two by what
+// the type's scans have read since its last list.
+
+// relistGather is how long a relist waits, from the first Relist that asks
+// for it, for more callers to join before it begins: callers that come in
+// a burst share one list.
+const relistGather = 200 * time.Millisecond
+
+// Relist lists gvr's objects again into its informer's cache, for a caller
+// that began tracking objects after the informer's last list began and
+// finds them missing (see Options.Tracked), or returns nil when a Scan of
+// their namespace costs less: while the type's scans since that list have
+// read fewer objects than the list did. A relist already due is joined
+// whatever the scans read, and a nil return also means the informer is not
+// running.
+//
+// The channel returned is closed once a list that began after the call
+// has been stored, the events of the objects it found the cache without
+// handled, or once the informer stops. The informer's cache stays synced
+// meanwhile, and what changes during the list reaches the Handler when it
+// is stored: later than a watch would tell, never lost.
+func (r *Registry) Relist(gvr schema.GroupVersionResource) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.entries[gvr]
+	if e == nil || e.cancel == nil || r.ctx == nil || !e.store.HasSynced() {
+		return nil
+	}
+	if e.wave == nil {
+		if e.scanned < e.store.listed() {
+			return nil
+		}
+		e.wave = make(chan struct{})
+		if !e.relisting {
+			e.relisting = true
+			r.wg.Add(1)
+			go r.relist(r.ctx, e)
+		}
+	}
+	return e.wave
+}
+
+// relist runs e's relists, one at a time, while Relist asks for them: a
+// new reflector of the type, after the one running has stopped, into the
+// same store, whose Replace reports what changed and what the cache did
+// not hold.
+func (r *Registry) relist(ctx context.Context, e *entry) {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+		case <-time.After(relistGather):
+		}
+		r.mu.Lock()
+		wave := e.wave
+		e.wave = nil
+		if wave == nil || ctx.Err() != nil || e.cancel == nil {
+			e.relisting = false
+			r.mu.Unlock()
+			if wave != nil {
+				close(wave)
+			}
+			return
+		}
+		e.cancel()
+		e.scanned = 0
+		stored := r.runLocked(e, e.done)
+		stopped := e.done
+		r.mu.Unlock()
+		select {
+		case <-stored:
+		case <-stopped:
+		}
+		close(wave)
+	}
+}
+
+// scannedObjects adds what a Scan of gvr read to the type's count.
+func (r *Registry) scannedObjects(gvr schema.GroupVersionResource, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.entries[gvr]; e != nil {
+		e.scanned += n
+	}
+}
