@@ -513,9 +513,20 @@ type scenarioResult struct {
 	// Burst is the cold lock of the same releases with the locker up
 	// before their CRs, which are created at once (the base scenario and
 	// the series).
-	Burst   *scenarioResult `json:"burst,omitempty"`
-	RSSMiB  float64         `json:"rssMiB"`
-	HeapMiB float64         `json:"heapMiB"`
+	Burst *scenarioResult `json:"burst,omitempty"`
+	// FloorS is the floor of the cold lock (see listWatchFloor), measured
+	// right before the locker started, over FloorObjects objects.
+	FloorS       float64 `json:"floorSeconds,omitempty"`
+	FloorObjects int     `json:"floorObjects,omitempty"`
+	// ColdLockCPUS is the locker's CPU from its start to the end of the
+	// cold lock.
+	ColdLockCPUS float64 `json:"coldLockCPUSeconds,omitempty"`
+	RSSMiB       float64 `json:"rssMiB"`
+	// RSSAnonMiB and RSSFileMiB split RSSMiB into anonymous pages (the
+	// heap, stacks, the runtime) and file-backed ones (the binary's).
+	RSSAnonMiB float64 `json:"rssAnonMiB,omitempty"`
+	RSSFileMiB float64 `json:"rssFileMiB,omitempty"`
+	HeapMiB    float64 `json:"heapMiB"`
 	// memory says where the resident set went when it was read, for
 	// -memory-only.
 	memory          string
@@ -889,6 +900,12 @@ func coldLock(ctx context.Context, env *benchEnv, restored *configMapWatch, lock
 		}
 		restoredAt = append(restoredAt, restored.wait(r.ns+"/"+r.name, "declared", rv))
 	}
+	floor, read, err := listWatchFloor(ctx, env.cp.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	res.FloorS, res.FloorObjects = floor.Seconds(), read
+	fmt.Fprintf(os.Stderr, "bench: floor: %d objects of the locked types listed and watched in %.2f s\n", read, floor.Seconds())
 	apiBefore, err := requestCounts(ctx, kube)
 	if err != nil {
 		return nil, err
@@ -952,6 +969,7 @@ func coldLock(ctx context.Context, env *benchEnv, restored *configMapWatch, lock
 	res.ColdLockS = max(res.DeployedS, res.RestoredS)
 	res.ObjectsPerS = float64(p.Releases*p.Objects) / res.ColdLockS
 	if cpu, err := l.cpu(); err == nil {
+		res.ColdLockCPUS = cpu.Seconds()
 		fmt.Fprintf(os.Stderr, "bench: the locker used %.2f s of CPU by the end of its cold lock\n", cpu.Seconds())
 	}
 
@@ -970,6 +988,9 @@ func coldLock(ctx context.Context, env *benchEnv, restored *configMapWatch, lock
 		return nil, err
 	}
 	res.RSSMiB = float64(rss) / (1 << 20)
+	if res.RSSAnonMiB, res.RSSFileMiB, err = l.rssSplit(); err != nil {
+		return nil, err
+	}
 	profile := ""
 	if profiles != "" {
 		profile = filepath.Join(profiles, fmt.Sprintf("heap-N%d-M%d-B%d.pprof", p.Releases, p.Objects, p.Untracked))

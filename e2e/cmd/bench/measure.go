@@ -234,6 +234,27 @@ func (l *locker) rss() (int64, error) {
 	return 0, fmt.Errorf("no VmRSS for pid %d", l.PID())
 }
 
+// rssSplit is the process's resident set in MiB: anonymous pages, and
+// file-backed ones, from /proc.
+func (l *locker) rssSplit() (anon, file float64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", l.PID()))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		for field, v := range map[string]*float64{"RssAnon": &anon, "RssFile": &file} {
+			if rest, ok := strings.CutPrefix(line, field+":"); ok {
+				kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+				if err != nil {
+					return 0, 0, fmt.Errorf("%s of pid %d: %w", field, l.PID(), err)
+				}
+				*v = kb / 1024
+			}
+		}
+	}
+	return anon, file, nil
+}
+
 // memory says where the locker's resident set is, in MiB: anonymous and
 // file-backed (the binary's pages) from /proc, and the Go runtime's
 // account of the heap's spans (in use, and free but not yet given back),
@@ -241,15 +262,8 @@ func (l *locker) rss() (int64, error) {
 // collection, spans in use beyond the live heap are fragmentation.
 func (l *locker) memory(ctx context.Context) string {
 	var b strings.Builder
-	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", l.PID())); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			for _, field := range []string{"RssAnon", "RssFile"} {
-				if v, ok := strings.CutPrefix(line, field+":"); ok {
-					kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
-					fmt.Fprintf(&b, "%s %.1f, ", field, kb/1024)
-				}
-			}
-		}
+	if anon, file, err := l.rssSplit(); err == nil {
+		fmt.Fprintf(&b, "RssAnon %.1f, RssFile %.1f, ", anon, file)
 	}
 	lines, err := l.metrics(ctx)
 	if err != nil {
