@@ -16,18 +16,20 @@ import (
 // type would have served them all. Relist chooses between the two by what
 // the type's scans have read since its last list.
 
-// relistGather is how long a relist waits, from the first Relist that asks
-// for it, for more callers to join before it begins: callers that come in
-// a burst share one list.
+// relistGather is the least a relist waits, from the first Relist that
+// asks for it, for more callers to join before it begins: callers that
+// come in a burst share one list.
 const relistGather = 200 * time.Millisecond
 
 // Relist lists gvr's objects again into its informer's cache, for a caller
 // that began tracking objects after the informer's last list began and
 // finds them missing (see Options.Tracked), or returns nil when a Scan of
-// their namespace costs less: while the type's scans since that list have
-// read fewer objects than the list did. A relist already due is joined
-// whatever the scans read, and a nil return also means the informer is not
-// running.
+// their namespace costs less: while the type's scans since its relists
+// last ended have read fewer objects than its last list did. Once one
+// relist is asked for, every Relist joins the next while they keep coming
+// (the relists of a burst run back to back), and the scans count anew
+// only once a relist ends with none asked for. A nil return also means
+// the informer is not running.
 //
 // The channel returned is closed once a list that began after the call
 // has been stored, the events of the objects it found the cache without
@@ -61,16 +63,21 @@ func (r *Registry) Relist(gvr schema.GroupVersionResource) <-chan struct{} {
 // not hold.
 func (r *Registry) relist(ctx context.Context, e *entry) {
 	defer r.wg.Done()
+	// Each relist waits at least as long as the last took: in a burst,
+	// the type's relists keep the API server listing it half the time at
+	// most, however many callers keep asking.
+	gather := relistGather
 	for {
 		select {
 		case <-ctx.Done():
-		case <-time.After(relistGather):
+		case <-time.After(gather):
 		}
 		r.mu.Lock()
 		wave := e.wave
 		e.wave = nil
 		if wave == nil || ctx.Err() != nil || e.cancel == nil {
-			e.relisting = false
+			// The burst is over: scans count anew from here.
+			e.relisting, e.scanned = false, 0
 			r.mu.Unlock()
 			if wave != nil {
 				close(wave)
@@ -78,7 +85,7 @@ func (r *Registry) relist(ctx context.Context, e *entry) {
 			return
 		}
 		e.cancel()
-		e.scanned = 0
+		began := time.Now()
 		stored := r.runLocked(e, e.done)
 		stopped := e.done
 		r.mu.Unlock()
@@ -87,6 +94,7 @@ func (r *Registry) relist(ctx context.Context, e *entry) {
 		case <-stopped:
 		}
 		close(wave)
+		gather = max(relistGather, time.Since(began))
 	}
 }
 

@@ -16,8 +16,9 @@ import (
 // cache; Relist declines while a scan costs less than a list, and
 // otherwise lists the type again into the same cache, which stays synced
 // meanwhile, delivers the newly tracked objects and then closes the
-// channel every caller of the same relist joined. Events after it flow as
-// before, and a stopped registry relists nothing.
+// channel every caller of the same relist joined. Relists asked for while
+// one runs follow it; once they end, scans count anew. Events after them
+// flow as before, and a stopped registry relists nothing.
 func TestRelist(t *testing.T) {
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		cmGVR:       "ConfigMapList",
@@ -99,11 +100,30 @@ func TestRelist(t *testing.T) {
 		t.Errorf("the relist delivered late-1 %d and late-2 %d times, want once each", seen["late-1"], seen["late-2"])
 	}
 	mu.Unlock()
+	// While relists keep coming, each joins the next; once one ends with
+	// none asked for, scans count anew.
+	next := r.Relist(cmGVR)
+	if next == nil || next == wait {
+		t.Fatal("a Relist right after a relist did not ask for the next")
+	}
+	select {
+	case <-next:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the next relist was not stored within 10 s")
+	}
+	waitFor(t, "the relists to end", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return !r.entries[cmGVR].relisting
+	})
 	if r.Relist(cmGVR) != nil {
-		t.Error("Relist relisted again right after a relist, with no scan since")
+		t.Error("Relist relisted after its relists had ended, with no scan since")
 	}
 
 	// The relisted informer watches.
+	mu.Lock()
+	before := seen["late-1"]
+	mu.Unlock()
 	changed := cm("a", "late-1")
 	changed.Object["data"] = map[string]any{"big": "changed"}
 	changed.SetResourceVersion("2")
@@ -113,7 +133,7 @@ func TestRelist(t *testing.T) {
 	waitFor(t, "the change after the relist", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return seen["late-1"] == 2
+		return seen["late-1"] == before+1
 	})
 
 	cancel()
