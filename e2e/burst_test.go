@@ -175,9 +175,9 @@ func TestBurstRelists(t *testing.T) {
 	t.Cleanup(func() { _ = locker.Stop(10 * time.Second) })
 
 	// Each namespace: 30 untracked Widgets, and releases a and b of 12.
-	// The informer lists 8 × 54 Widgets; the a releases' scans read 7 ×
-	// 54, the first b's reach the list's 432, and the b releases after it
-	// wait for a relist.
+	// The informer lists 8 × 54 Widgets, fewer than a scan counts for (a
+	// page, 500): in each burst the first sets scan, and those after
+	// wait for relists.
 	const spaces, held, untracked = 8, 12, 30
 	namespaces := make([]string, spaces)
 	var wg sync.WaitGroup

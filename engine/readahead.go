@@ -30,7 +30,12 @@ import (
 // The read is a scan (informers.Registry.Scan), as the informers read a
 // type at start: of a namespace's objects, mostly untracked, only those a
 // set holds are decoded. A list decoded them all, and in a burst of 500
-// releases its decoding took 64% of the locker's CPU.
+// releases its decoding took 64% of the locker's CPU. Where releases
+// share namespaces and come in a burst, a scan a set still reads the same
+// untracked objects over and over: once a type's scans have read as much
+// as its informer's list did, the sets after wait for the informer to
+// list it again instead (informers.Registry.Relist), one list for every
+// set declared before it began.
 
 // readAheadMin is how many of a sync's objects of one type and namespace
 // must be missing from the caches before they are listed rather than read
@@ -91,8 +96,8 @@ func (r readAhead) get(ref ObjectRef) (*unstructured.Unstructured, bool) {
 // Objects the set has never checked, declared after their informer
 // listed, may instead wait for the informer to list its type again (see
 // informers.Registry.Relist), when the type's scans have read as much as
-// that list will: they are left out of reads, as deferred, and relisted
-// is closed once the list is stored.
+// that list will: their types and namespaces are deferred, left out of
+// reads, and each of waits is closed once its list is stored.
 func (e *Engine) readAhead(ctx context.Context, s *objectSet, todo []dirtyObject) (read readAhead, deferred map[typeNamespace]bool, waits []<-chan struct{}) {
 	e.mu.Lock()
 	owned, relisted := s.owned, s.relisted
@@ -158,9 +163,9 @@ func (e *Engine) relist(gvr schema.GroupVersionResource, objs []*lockedObject, w
 	return e.informers.Relist(gvr)
 }
 
-// afterRelists syncs key again once each of relisted has been stored.
-func (e *Engine) afterRelists(key string, relisted []<-chan struct{}) {
-	for _, wait := range relisted {
+// afterRelists syncs key again once each of waits has been closed.
+func (e *Engine) afterRelists(key string, waits []<-chan struct{}) {
+	for _, wait := range waits {
 		e.relistWaits.add(wait, key, e.notify)
 	}
 }

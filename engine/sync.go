@@ -75,6 +75,13 @@ type Result struct {
 	// Paused says the set is paused (see Engine.Pause): nothing was
 	// checked, and the rest of the Result is empty.
 	Paused bool
+	// Reading says some of the set's objects were not checked: declared
+	// after their informers listed, they wait for the informers to list
+	// their types again (see informers.Registry.Relist), and the set
+	// syncs again once they have. The rest of the Result counts them as
+	// not in line yet; a caller that reports where the set stands can
+	// wait for that sync.
+	Reading bool
 	// Applied counts the objects of the declaration that needed
 	// verifying and that, when they were verified, showed a write of
 	// one of Verification.Owners at or after Verification.Since, and
@@ -179,10 +186,11 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 	if schemaRetry > 0 {
 		res.requeueBy(schemaRetry)
 	}
-	reads, deferred, relisted := e.readAhead(ctx, s, todo)
+	reads, deferred, waits := e.readAhead(ctx, s, todo)
 	errs := e.checkAll(ctx, s, todo, reads, deferred, &res)
 	e.summarize(key, s, todo, &res)
-	e.afterRelists(key, relisted)
+	res.Reading = len(waits) > 0
+	e.afterRelists(key, waits)
 	return res, errors.Join(errs...)
 }
 

@@ -16,6 +16,14 @@ import (
 // type would have served them all. Relist chooses between the two by what
 // the type's scans have read since its last list.
 
+// scanCost is the least a Scan counts for, in objects read (see Relist):
+// a request costs the API server more than the objects it sends, and a
+// scan that finds its objects in the first few of a namespace is a
+// request all the same. A page of a list is 500 objects. Counted by the
+// objects alone, a burst of 500 releases ran 300 scans of ConfigMaps
+// before their first relist, each of about 100 objects.
+const scanCost = 500
+
 // relistGather is the least a relist waits, from the first Relist that
 // asks for it, for more callers to join before it begins: callers that
 // come in a burst share one list.
@@ -25,11 +33,11 @@ const relistGather = 200 * time.Millisecond
 // that began tracking objects after the informer's last list began and
 // finds them missing (see Options.Tracked), or returns nil when a Scan of
 // their namespace costs less: while the type's scans since its relists
-// last ended have read fewer objects than its last list did. Once one
-// relist is asked for, every Relist joins the next while they keep coming
-// (the relists of a burst run back to back), and the scans count anew
-// only once a relist ends with none asked for. A nil return also means
-// the informer is not running.
+// last ended have read fewer objects than its last list did (each counted
+// as at least scanCost). Once a relist is asked for, every Relist joins
+// the next while they keep coming (the relists of a burst follow one
+// another), and the scans count anew only once a relist ends with none
+// asked for. A nil return also means the informer is not running.
 //
 // The channel returned is closed once a list that began after the call
 // has been stored, the events of the objects it found the cache without
@@ -44,7 +52,7 @@ func (r *Registry) Relist(gvr schema.GroupVersionResource) <-chan struct{} {
 		return nil
 	}
 	if e.wave == nil {
-		if e.scanned < e.store.listed() {
+		if !e.relisting && e.scanned < e.store.listed() {
 			return nil
 		}
 		e.wave = make(chan struct{})

@@ -47,6 +47,7 @@ func (r *Registry) Scan(ctx context.Context, gvr schema.GroupVersionResource, na
 	if r.watches == nil {
 		return Scanned{}, ErrNoScan
 	}
+	r.scannedObjects(gvr, scanCost)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	d := &objectDecoder{tracked: func(_, name string) bool { return keep(name) }}
@@ -60,7 +61,9 @@ func (r *Registry) Scan(ctx context.Context, gvr schema.GroupVersionResource, na
 	}
 	defer w.Stop()
 	out := Scanned{Objects: map[string]*unstructured.Unstructured{}}
-	defer func() { r.scannedObjects(gvr, out.Seen) }()
+	// Counted when it begins, so that scans at once see each other
+	// (see Relist), and made up for once it ends.
+	defer func() { r.scannedObjects(gvr, max(0, out.Seen-scanCost)) }()
 	for {
 		select {
 		case <-ctx.Done():

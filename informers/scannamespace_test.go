@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 )
@@ -40,12 +41,16 @@ func TestScan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Registry{watches: c}
+	r := &Registry{watches: c, entries: map[schema.GroupVersionResource]*entry{cmGVR: {gvr: cmGVR}}}
 	keep := func(name string) bool { return name != "other" }
 
 	got, err := r.Scan(context.Background(), cmGVR, "apps", keep, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A scan of 3 objects counts as a page toward a relist (see Relist).
+	if n := r.entries[cmGVR].scanned; n != scanCost {
+		t.Errorf("a scan of 3 objects counted %d toward a relist, want %d", n, scanCost)
 	}
 	var names []string
 	for name, obj := range got.Objects {

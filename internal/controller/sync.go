@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
@@ -37,6 +38,11 @@ type ownCache struct {
 	health   *informers.Health
 }
 
+// readingWait is when a lock whose objects wait for a relist (see
+// engine.Result.Reading) syncs again if the engine has not synced it by
+// then: a relist of 100,000 objects takes a few seconds.
+const readingWait = 30 * time.Second
+
 // afterSync is the step after the declaration, the same for every kind of
 // lock: it syncs the objects declared for req.key, counts the caches of
 // req.caches that do not see changes as they happen as unwatched, steps
@@ -48,6 +54,14 @@ type ownCache struct {
 // CRD.
 func (c *Controller) afterSync(ctx context.Context, req *syncRequest, report func(res engine.Result, syncErr error)) error {
 	res, err := c.engine.Sync(ctx, req.key.String())
+	if res.Reading && err == nil {
+		// The engine syncs the lock again once its objects are read
+		// (see engine.Result.Reading), within a relist; a status now
+		// would only say that they are not checked yet. readingWait is
+		// in case that sync is lost.
+		req.result.requeueBy(readingWait)
+		return nil
+	}
 	for _, cache := range req.caches {
 		if !cache.health.Current() {
 			res.Unwatched, res.InLine = append(res.Unwatched, cache.resource), false
