@@ -98,7 +98,7 @@ func (r readAhead) get(ref ObjectRef) (*unstructured.Unstructured, bool) {
 // informers.Registry.Relist), when the type's scans have read as much as
 // that list will: their types and namespaces are deferred, left out of
 // reads, and each of waits is closed once its list is stored.
-func (e *Engine) readAhead(ctx context.Context, s *objectSet, todo []dirtyObject) (read readAhead, deferred map[typeNamespace]bool, waits []<-chan struct{}) {
+func (e *Engine) readAhead(ctx context.Context, key string, s *objectSet, todo []dirtyObject) (read readAhead, deferred map[typeNamespace]bool, waits []<-chan struct{}) {
 	e.mu.Lock()
 	owned, relisted := s.owned, s.relisted
 	e.mu.Unlock()
@@ -116,10 +116,17 @@ func (e *Engine) readAhead(ctx context.Context, s *objectSet, todo []dirtyObject
 	for tn, objs := range missing {
 		l, ok := e.listings.take(tn, owned, objs)
 		if !ok {
-			if len(objs) < readAheadMin {
+			// A sync before the relist it waits for (its caller's
+			// own, or one that the relist's first objects caused)
+			// waits for it still.
+			wait := e.relistWaits.pending(key)
+			if wait == nil && len(objs) < readAheadMin {
 				continue
 			}
-			if wait := e.relist(tn.gvr, objs, relisted); wait != nil {
+			if wait == nil {
+				wait = e.relist(tn.gvr, objs, relisted)
+			}
+			if wait != nil {
 				if deferred == nil {
 					deferred = map[typeNamespace]bool{}
 				}
@@ -175,11 +182,24 @@ func (e *Engine) afterRelists(key string, waits []<-chan struct{}) {
 type relistWaits struct {
 	mu sync.Mutex
 	by map[<-chan struct{}][]string
+	// of is what each waiting set waits for.
+	of map[string]<-chan struct{}
+}
+
+// pending is the relist key's set waits for, nil if none.
+func (w *relistWaits) pending(key string) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.of[key]
 }
 
 func (w *relistWaits) add(wait <-chan struct{}, key string, notify func(string)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.of == nil {
+		w.of = map[string]<-chan struct{}{}
+	}
+	w.of[key] = wait
 	if keys, ok := w.by[wait]; ok {
 		if !slices.Contains(keys, key) {
 			w.by[wait] = append(keys, key)
@@ -195,6 +215,11 @@ func (w *relistWaits) add(wait <-chan struct{}, key string, notify func(string))
 		w.mu.Lock()
 		keys := w.by[wait]
 		delete(w.by, wait)
+		for _, key := range keys {
+			if w.of[key] == wait {
+				delete(w.of, key)
+			}
+		}
 		w.mu.Unlock()
 		for _, key := range keys {
 			notify(key)

@@ -186,7 +186,7 @@ func (e *Engine) Sync(ctx context.Context, key string) (Result, error) {
 	if schemaRetry > 0 {
 		res.requeueBy(schemaRetry)
 	}
-	reads, deferred, waits := e.readAhead(ctx, s, todo)
+	reads, deferred, waits := e.readAhead(ctx, key, s, todo)
 	errs := e.checkAll(ctx, s, todo, reads, deferred, &res)
 	e.summarize(key, s, todo, &res)
 	res.Reading = len(waits) > 0
