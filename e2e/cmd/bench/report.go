@@ -423,7 +423,7 @@ func targets(b *strings.Builder, rep *report) {
 // floor measured on the same control plane right before each started.
 func coldLockTable(b *strings.Builder, series []*scenarioResult) {
 	fmt.Fprintf(b, "\nThe cold lock against its floor: a bare client that lists every object of the locked types in pages of 500, decoding each whole as a client-go informer does, and watches them, all types at once, measured right before the locker starts, on the same control plane (see e2e/cmd/bench/listfloor.go). CPU is the locker's, from its start to the end of the cold lock; reads in a burst are the lists and watches of the locked types (the informers' own included) for each release namespace and type; the memory is read once the cold lock is quiet, and RSS is split into anonymous and file-backed (the binary's) pages.\n\n")
-	fmt.Fprintf(b, "| locked objects | floor s (objects read) | CRs before the start: cold lock s, objects/s, × floor, CPU s | CRs in a burst after it: cold lock s, objects/s, × floor, CPU s | burst: reads a namespace and type; GETs of locked objects a release | RSS MiB (anonymous + file) | live heap MiB | RSS per locked object, bytes |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(b, "| locked objects | floor s (objects read) | CRs before the start: cold lock s, objects/s, × floor, CPU s | CRs in a burst after it: cold lock s, objects/s, × floor, CPU s | burst: reads a namespace and type; GETs of locked objects a release | RSS MiB (anonymous + file) | live heap MiB | RSS over locked objects, bytes (the base included) |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range series {
 		n := r.Params.Releases * r.Params.Objects
 		mode := func(m *scenarioResult) string {
