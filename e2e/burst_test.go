@@ -232,6 +232,7 @@ func TestBurstRelists(t *testing.T) {
 	if lists < 2 {
 		t.Errorf("the informer listed Widgets %d times, want its first list and at least one relist", lists)
 	}
+	scanned := 0
 	for _, ns := range namespaces {
 		scans := reads[namespacedRead{ns, "widgets", "scan"}]
 		listed := reads[namespacedRead{ns, "widgets", "list"}]
@@ -243,5 +244,12 @@ func TestBurstRelists(t *testing.T) {
 		if gets != 0 {
 			t.Errorf("the bursts read %d Widgets of namespace %s one by one, want none", gets, ns)
 		}
+		scanned += scans
+	}
+	// The first sets of each burst scan (a scan counts as more than the
+	// list); the rest wait for relists, also when the controller syncs
+	// them again before their relist is stored.
+	if scanned > 4 {
+		t.Errorf("the bursts scanned Widgets %d times in all, want at most 4: sets that wait for a relist should not scan", scanned)
 	}
 }
