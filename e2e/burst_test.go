@@ -124,24 +124,34 @@ func TestBurstReadsEachNamespaceOnce(t *testing.T) {
 	// The informer's own list, at its start, and its relists.
 	read := reads[namespacedRead{"", "configmaps", "scan"}]
 	t.Logf("every namespace: %d lists of ConfigMaps by the informer (a watch sending the current objects first), the first at its start", read)
-	for _, ns := range namespaces[1:] {
-		scans := reads[namespacedRead{ns, "configmaps", "scan"}]
-		lists := reads[namespacedRead{ns, "configmaps", "list"}]
-		gets := reads[namespacedRead{ns, "configmaps", "get"}]
-		t.Logf("namespace %s: %d scans, %d lists, %d GETs of ConfigMaps", ns, scans, lists, gets)
-		if scans > 1 || lists != 0 {
-			t.Errorf("the burst read ConfigMaps of namespace %s with %d scans and %d lists, want at most one scan", ns, scans, lists)
-		}
-		if gets != 0 {
-			t.Errorf("the burst read %d ConfigMaps of namespace %s one by one, want none", gets, ns)
-		}
-		read += scans
-	}
+	read += checkNamespaceReads(t, reads, "configmaps", namespaces[1:], 1)
 	// The first release's objects came with the informer's first list;
 	// the others' with a scan or a relist.
 	if read < 2 {
 		t.Errorf("the locker logged %d reads of ConfigMaps, want at least 2: is --v=6 still client-go's response log?", read)
 	}
+}
+
+// checkNamespaceReads fails t for a namespace whose objects of resource
+// were listed, read alone, or scanned more than maxScans times, and
+// returns the scans of all of them.
+func checkNamespaceReads(t *testing.T, reads map[namespacedRead]int, resource string, namespaces []string, maxScans int) int {
+	t.Helper()
+	scanned := 0
+	for _, ns := range namespaces {
+		scans := reads[namespacedRead{ns, resource, "scan"}]
+		lists := reads[namespacedRead{ns, resource, "list"}]
+		gets := reads[namespacedRead{ns, resource, "get"}]
+		t.Logf("namespace %s: %d scans, %d lists, %d GETs of %s", ns, scans, lists, gets, resource)
+		if scans > maxScans || lists != 0 {
+			t.Errorf("the locker read %s of namespace %s with %d scans and %d lists, want at most %d scans and no list", resource, ns, scans, lists, maxScans)
+		}
+		if gets != 0 {
+			t.Errorf("the locker read %d %s of namespace %s one by one, want none", gets, resource, ns)
+		}
+		scanned += scans
+	}
+	return scanned
 }
 
 // readsOfLocker reads a locker's log so far into its reads of namespaced
@@ -232,20 +242,7 @@ func TestBurstRelists(t *testing.T) {
 	if lists < 2 {
 		t.Errorf("the informer listed Widgets %d times, want its first list and at least one relist", lists)
 	}
-	scanned := 0
-	for _, ns := range namespaces {
-		scans := reads[namespacedRead{ns, "widgets", "scan"}]
-		listed := reads[namespacedRead{ns, "widgets", "list"}]
-		gets := reads[namespacedRead{ns, "widgets", "get"}]
-		t.Logf("namespace %s: %d scans, %d lists, %d GETs of Widgets", ns, scans, listed, gets)
-		if scans > 2 || listed != 0 {
-			t.Errorf("the bursts read Widgets of namespace %s with %d scans and %d lists, want at most one scan a burst", ns, scans, listed)
-		}
-		if gets != 0 {
-			t.Errorf("the bursts read %d Widgets of namespace %s one by one, want none", gets, ns)
-		}
-		scanned += scans
-	}
+	scanned := checkNamespaceReads(t, reads, "widgets", namespaces, 2)
 	// The first sets of each burst scan (a scan counts as more than the
 	// list); the rest wait for relists, also when the controller syncs
 	// them again before their relist is stored.
