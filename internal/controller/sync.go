@@ -54,11 +54,13 @@ const readingWait = 30 * time.Second
 // CRD.
 func (c *Controller) afterSync(ctx context.Context, req *syncRequest, report func(res engine.Result, syncErr error)) error {
 	res, err := c.engine.Sync(ctx, req.key.String())
-	if res.Reading && err == nil {
+	if res.Reading && err == nil && len(res.Drifts) == 0 {
 		// The engine syncs the lock again once its objects are read
 		// (see engine.Result.Reading), within a relist; a status now
-		// would only say that they are not checked yet. readingWait is
-		// in case that sync is lost.
+		// would only say that they are not checked yet. A sync that
+		// corrected or created objects reports them (a ManifestLock's
+		// inventory holds what it created). readingWait is in case
+		// that sync is lost.
 		req.result.requeueBy(readingWait)
 		return nil
 	}
