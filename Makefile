@@ -33,7 +33,7 @@ help: ## List the targets
 
 .PHONY: build
 build: ## Build bin/helm-locker
-	go build -trimpath -ldflags '$(LDFLAGS)' -o bin/helm-locker ./cmd/helm-locker
+	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/helm-locker ./cmd/helm-locker
 
 .PHONY: image
 image: ## Build the linux/amd64+arm64 image without Docker: an OCI layout in bin/oci, or pushed as $(REGISTRY)/helm-locker:$(VERSION)

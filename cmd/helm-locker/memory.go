@@ -1,10 +1,17 @@
 package main
 
 import (
+	"context"
 	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/helm-locker/helm-locker/internal/resident"
 )
 
 // gcPercent is the garbage collector's target unless GOGC is set. Most of
@@ -55,4 +62,84 @@ func memoryLimit(file string) (int64, bool) {
 	}
 	limit, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
 	return limit, err == nil && limit > 0
+}
+
+// The locker drops the executable's pages it touched (see resident.Trim)
+// each time it goes quiet after work: once started and synced, after a
+// cold lock, after a burst of drift. What it runs while quiet, and what
+// runs again, is mapped back on its next touch.
+const (
+	// trimPoll is how often the process's CPU time is read.
+	trimPoll = time.Second
+	// trimQuietCPU is the most CPU time a poll may see for the process
+	// to count as quiet: 2% of a core.
+	trimQuietCPU = 20 * time.Millisecond
+	// trimQuietPolls is how many quiet polls in a row make it quiet.
+	trimQuietPolls = 2
+	// trimAfterCPU is the CPU time worth a trim: less since the last one
+	// touched little that a trim would drop, and a locker busy on and
+	// off trims at most once for each of them, a few milliseconds of
+	// faults against a quarter of a second of work.
+	trimAfterCPU = 250 * time.Millisecond
+)
+
+// trimResident drops the executable's pages from the resident set each
+// time the process goes quiet after work, until ctx is done. In a locker
+// holding 1,000 objects they were half of its RSS.
+func trimResident(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	poll := time.NewTicker(trimPoll)
+	defer poll.Stop()
+	var t trimmer
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-poll.C:
+		}
+		cpu, err := processCPU()
+		if err != nil || !t.observe(cpu) {
+			continue
+		}
+		trimmed, err := resident.Trim()
+		if err != nil {
+			logger.Error(err, "Could not drop the executable's pages from the resident set")
+			return
+		}
+		logger.V(4).Info("Dropped the executable's pages from the resident set", "bytes", trimmed)
+	}
+}
+
+// trimmer decides when to trim from the process's CPU time, read once a
+// trimPoll.
+type trimmer struct {
+	// last is the CPU time at the last poll, and trimmed at the last
+	// trim (zero: the process start).
+	last, trimmed time.Duration
+	// quiet counts the quiet polls in a row.
+	quiet int
+}
+
+// observe takes the process's CPU time now, and says whether to trim.
+func (t *trimmer) observe(cpu time.Duration) bool {
+	if cpu-t.last <= trimQuietCPU {
+		t.quiet++
+	} else {
+		t.quiet = 0
+	}
+	t.last = cpu
+	if t.quiet < trimQuietPolls || cpu-t.trimmed < trimAfterCPU {
+		return false
+	}
+	t.trimmed = cpu
+	return true
+}
+
+// processCPU is the CPU time the process has used, user and system.
+func processCPU() (time.Duration, error) {
+	var usage syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
+		return 0, err
+	}
+	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano()), nil
 }

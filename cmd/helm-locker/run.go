@@ -77,6 +77,7 @@ func runOperator(ctx context.Context, opts *options) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wg.Go(func() { op.recorder.Run(ctx) })
+	wg.Go(func() { trimResident(ctx) })
 	if err := op.serve(ctx, &wg); err != nil {
 		return err
 	}
