@@ -177,7 +177,9 @@ func TestBurstRelists(t *testing.T) {
 	t.Parallel()
 	registration := env.Namespace(t)
 	group := registration + ".example.com"
-	env.Helm(t, framework.Helm3, "install", "widget-crd", framework.Chart(t, "crds"), "-n", registration, "--set", "group="+group)
+	// The release is named after the namespace: its ClusterRole is
+	// cluster-wide, and every run of the test needs its own.
+	env.Helm(t, framework.Helm3, "install", registration, framework.Chart(t, "crds"), "-n", registration, "--set", "group="+group)
 	locker, err := env.StartLocker("relists", "--namespace", registration, "--controller-name", "relists", "--leader-elect=false", "--v=6")
 	if err != nil {
 		t.Fatal(err)
