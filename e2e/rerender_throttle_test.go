@@ -110,14 +110,18 @@ var throttledUntil = regexp.MustCompile(`held back until (\S+), .*upgraded at (\
 // TestRerenderUpgradeThrottled: a lookup target flipped every second for
 // a minute, in Upgrade mode, upgrades the release only a handful of times,
 // on a locker of the test's own started with --rerender-upgrade-interval
-// 5s (the shared locker's is 2s, for the other tests): at most
+// 15s (the shared locker's is 2s, for the other tests): at most
 // upgradesWithin the time flipped. The held-back upgrade says
 // UpgradeThrottled with the time of its next try, each interval double
 // the last; the lock reverts an edit within 2 s meanwhile; and once the
 // flipping stops, the held-back upgrade is made with no other change.
 func TestRerenderUpgradeThrottled(t *testing.T) {
 	t.Parallel()
-	const interval = 5 * time.Second
+	// Longer than an upgrade takes on a busy machine: one slower than
+	// twice the interval asks again past it and sets the interval back,
+	// and at 5 s, with upgrades of about 12 s under two busy loops,
+	// nothing was ever held (3 of 5 busy runs).
+	const interval = 15 * time.Second
 	registration := env.Namespace(t)
 	startOwnLocker(t, "rerender-throttle", registration, "--rerender-upgrade-interval="+interval.String())
 	ns := env.Namespace(t)
