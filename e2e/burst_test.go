@@ -89,25 +89,11 @@ func TestBurstReadsEachNamespaceOnce(t *testing.T) {
 	t.Cleanup(func() { _ = locker.Stop(10 * time.Second) })
 
 	const releases, held, untracked = 8, 12, 30
-	namespaces := make([]string, releases+1)
-	var wg sync.WaitGroup
-	for i := range namespaces {
-		ns := env.Namespace(t)
-		namespaces[i] = ns
-		var objs strings.Builder
-		for j := range untracked {
-			fmt.Fprintf(&objs, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: other-%02d\n  namespace: %s\ndata:\n  key: untracked\n", j, ns)
-		}
-		file := filepath.Join(t.TempDir(), "objects.yaml")
-		if err := os.WriteFile(file, []byte(objs.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		env.Kubectl(t, "apply", "--server-side", "-f", file)
-		wg.Go(func() {
-			env.Helm(t, framework.Helm4, "install", "cms", framework.Chart(t, "configmaps"), "-n", ns, "--set", fmt.Sprintf("count=%d", held))
-		})
-	}
-	wg.Wait()
+	namespaces := burstNamespaces(t, releases+1, untracked, func(j int, ns string) string {
+		return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: other-%02d\n  namespace: %s\ndata:\n  key: untracked\n", j, ns)
+	}, func(ns string) {
+		env.Helm(t, framework.Helm4, "install", "cms", framework.Chart(t, "configmaps"), "-n", ns, "--set", fmt.Sprintf("count=%d", held))
+	})
 	// The first release starts the ConfigMap informer, whose list keeps
 	// none of the others' objects.
 	first := env.RegisterIn(t, registration, namespaces[0], "cms")
@@ -154,6 +140,33 @@ func checkNamespaceReads(t *testing.T, reads map[namespacedRead]int, resource st
 	return scanned
 }
 
+// burstNamespaces makes n namespaces of the test's own, applies untracked
+// objects to each (object renders the jth for a namespace), and runs each
+// of installs in each namespace, all installs at once.
+func burstNamespaces(t *testing.T, n, untracked int, object func(j int, ns string) string, installs ...func(ns string)) []string {
+	t.Helper()
+	namespaces := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range namespaces {
+		ns := env.Namespace(t)
+		namespaces[i] = ns
+		var objs strings.Builder
+		for j := range untracked {
+			objs.WriteString("---\n" + object(j, ns))
+		}
+		file := filepath.Join(t.TempDir(), "objects.yaml")
+		if err := os.WriteFile(file, []byte(objs.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		env.Kubectl(t, "apply", "--server-side", "-f", file)
+		for _, install := range installs {
+			wg.Go(func() { install(ns) })
+		}
+	}
+	wg.Wait()
+	return namespaces
+}
+
 // readsOfLocker reads a locker's log so far into its reads of namespaced
 // objects.
 func readsOfLocker(t *testing.T, path string) map[namespacedRead]int {
@@ -191,27 +204,14 @@ func TestBurstRelists(t *testing.T) {
 	// page, 500): in each burst the first sets scan, and those after
 	// wait for relists.
 	const spaces, held, untracked = 8, 12, 30
-	namespaces := make([]string, spaces)
-	var wg sync.WaitGroup
-	for i := range namespaces {
-		ns := env.Namespace(t)
-		namespaces[i] = ns
-		var objs strings.Builder
-		for j := range untracked {
-			fmt.Fprintf(&objs, "---\napiVersion: %s/v1\nkind: Widget\nmetadata:\n  name: other-%02d\n  namespace: %s\nspec:\n  size: 1\n", group, j, ns)
-		}
-		file := filepath.Join(t.TempDir(), "objects.yaml")
-		if err := os.WriteFile(file, []byte(objs.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		env.Kubectl(t, "apply", "--server-side", "-f", file)
-		for _, release := range []string{"a", "b"} {
-			wg.Go(func() {
-				env.Helm(t, framework.Helm4, "install", release, framework.Chart(t, "widgets"), "-n", ns, "--set", fmt.Sprintf("group=%s,count=%d", group, held))
-			})
+	install := func(release string) func(ns string) {
+		return func(ns string) {
+			env.Helm(t, framework.Helm4, "install", release, framework.Chart(t, "widgets"), "-n", ns, "--set", fmt.Sprintf("group=%s,count=%d", group, held))
 		}
 	}
-	wg.Wait()
+	namespaces := burstNamespaces(t, spaces, untracked, func(j int, ns string) string {
+		return fmt.Sprintf("apiVersion: %s/v1\nkind: Widget\nmetadata:\n  name: other-%02d\n  namespace: %s\nspec:\n  size: 1\n", group, j, ns)
+	}, install("a"), install("b"))
 	first := env.RegisterIn(t, registration, namespaces[0], "a")
 	env.WaitForStateIn(t, registration, first, v1alpha1.StateDeployed, 1)
 	var crs []string
