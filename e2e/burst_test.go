@@ -252,3 +252,93 @@ func TestBurstRelists(t *testing.T) {
 		t.Errorf("the bursts scanned Widgets %d times in all, want at most 4: sets that wait for a relist should not scan", scanned)
 	}
 }
+
+// TestBurstDeclaredTogether: HelmReleases registered in a burst of at
+// least 16 after the start are declared together, as a start declares
+// them: their release Secrets are listed, not read one by one, and their
+// objects come with one list of the type for all of them, not with a scan
+// of each namespace. Each lock's status is written about once, as at a
+// start, and an edit of a held object made during the burst is still
+// reverted.
+func TestBurstDeclaredTogether(t *testing.T) {
+	t.Parallel()
+	registration := env.Namespace(t)
+	locker, err := env.StartLocker("together", "--namespace", registration, "--controller-name", "together", "--leader-elect=false", "--v=6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = locker.Stop(10 * time.Second) })
+
+	// Releases a and b of 12 ConfigMaps in each of 9 namespaces, beside
+	// 30 untracked ones: the first release starts the informers, and the
+	// 17 others come in one burst.
+	const spaces, held, untracked = 9, 12, 30
+	install := func(release string) func(ns string) {
+		return func(ns string) {
+			env.Helm(t, framework.Helm4, "install", release, framework.Chart(t, "configmaps"), "-n", ns, "--set", fmt.Sprintf("count=%d", held))
+		}
+	}
+	namespaces := burstNamespaces(t, spaces, untracked, func(j int, ns string) string {
+		return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: other-%02d\n  namespace: %s\ndata:\n  key: untracked\n", j, ns)
+	}, install("a"), install("b"))
+	first := env.RegisterIn(t, registration, namespaces[0], "a")
+	env.WaitForStateIn(t, registration, first, v1alpha1.StateDeployed, 1)
+	before := readsOfLocker(t, locker.Log)
+
+	crs := []string{env.RegisterIn(t, registration, namespaces[0], "b")}
+	for _, ns := range namespaces[1:] {
+		crs = append(crs, env.RegisterIn(t, registration, ns, "a"), env.RegisterIn(t, registration, ns, "b"))
+	}
+	// During the burst: a held ConfigMap is changed.
+	env.Kubectl(t, "patch", "-n", namespaces[1], "configmap", "a-0", "--type", "merge", "-p", `{"data":{"key":"edited"}}`)
+	for _, cr := range crs {
+		env.WaitForStateIn(t, registration, cr, v1alpha1.StateDeployed, 1)
+	}
+	env.Eventually(t, 30*time.Second, func() error {
+		cm := env.Get(t, "v1", "configmaps", namespaces[1], "a-0")
+		if v, _, _ := unstructured.NestedString(cm.Object, "data", "key"); v != "declared" {
+			return fmt.Errorf("ConfigMap a-0 data.key = %q, want %q", v, "declared")
+		}
+		return nil
+	})
+
+	after := readsOfLocker(t, locker.Log)
+	relists := after[namespacedRead{"", "configmaps", "scan"}] - before[namespacedRead{"", "configmaps", "scan"}]
+	t.Logf("the burst: %d lists of ConfigMaps of every namespace", relists)
+	if relists < 1 || relists > 2 {
+		t.Errorf("the burst listed the ConfigMaps of every namespace %d times, want 1 or 2", relists)
+	}
+	if scans := checkNamespaceReads(t, after, "configmaps", namespaces[1:], 0); scans != 0 {
+		t.Errorf("the burst scanned the ConfigMaps of its namespaces %d times, want none: one list serves them all", scans)
+	}
+	for _, ns := range namespaces {
+		if gets := after[namespacedRead{ns, "secrets", "get"}] - before[namespacedRead{ns, "secrets", "get"}]; gets != 0 {
+			t.Errorf("the locker read %d release Secrets of namespace %s one by one, want none: the burst lists them", gets, ns)
+		}
+	}
+	writes := statusWrites(t, locker.Log)
+	for _, cr := range crs {
+		t.Logf("%s: %d status writes", cr, writes[cr])
+		if writes[cr] > 2 {
+			t.Errorf("the locker wrote the status of %s %d times in the burst, want at most 2", cr, writes[cr])
+		}
+	}
+}
+
+// statusLine is a write of a HelmRelease's status in client-go's log of a
+// response at --v=6.
+var statusLine = regexp.MustCompile(`"Response"[^\n]*? verb="(?:PATCH|PUT)" url="[^"]*/helmreleases/([^/"?]+)/status`)
+
+// statusWrites counts the status writes a locker logged, by HelmRelease.
+func statusWrites(t *testing.T, path string) map[string]int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, m := range statusLine.FindAllStringSubmatch(string(data), -1) {
+		out[m[1]]++
+	}
+	return out
+}

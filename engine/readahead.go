@@ -170,6 +170,59 @@ func (e *Engine) relist(gvr schema.GroupVersionResource, objs []*lockedObject, w
 	return e.informers.Relist(gvr)
 }
 
+// Relist has the informers list again, once each, the types in which
+// the sets of keys have objects the caches lack, and returns once each
+// list has been stored, or ctx is done. A caller that declared many sets
+// at once after the informers listed their types (a burst of locks)
+// calls it before their first Syncs: those then find their objects in the
+// caches, where each set would scan its namespaces, and the sets after
+// them wait for relists of their own. A set relisted here does not wait
+// for another in its Sync; what the list did not find is read then.
+// Objects whose kinds' merge rules were not read yet are resolved first,
+// as Prepare does.
+func (e *Engine) Relist(ctx context.Context, keys []string) {
+	e.Prepare(ctx)
+	var refs []ObjectRef
+	var sets []*objectSet
+	e.mu.Lock()
+	for _, key := range keys {
+		if s := e.sets[key]; s != nil {
+			sets = append(sets, s)
+			for _, o := range s.objects {
+				refs = append(refs, o.ref)
+			}
+		}
+	}
+	e.mu.Unlock()
+	missing := map[schema.GroupVersionResource]bool{}
+	for _, ref := range refs {
+		if missing[ref.GVR] {
+			continue
+		}
+		if _, exists, synced, err := e.cached(ref.GVR, ref.Namespace, ref.Name); err == nil && synced && !exists {
+			missing[ref.GVR] = true
+		}
+	}
+	var waits []<-chan struct{}
+	for gvr := range missing {
+		if wait := e.informers.Refresh(gvr); wait != nil {
+			waits = append(waits, wait)
+		}
+	}
+	for _, wait := range waits {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return
+		}
+	}
+	e.mu.Lock()
+	for _, s := range sets {
+		s.relisted = true
+	}
+	e.mu.Unlock()
+}
+
 // afterRelists syncs key again once each of waits has been closed.
 func (e *Engine) afterRelists(key string, waits []<-chan struct{}) {
 	for _, wait := range waits {

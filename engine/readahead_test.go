@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
 )
 
@@ -151,5 +153,87 @@ func TestListingsExpire(t *testing.T) {
 	defer ls.mu.Unlock()
 	if len(ls.by) != 0 {
 		t.Errorf("listings %v, want none", ls.by)
+	}
+}
+
+// TestRelistDeclaredTogether: sets declared together after their types'
+// informers listed find their objects in the caches once Relist returns,
+// with one list of each type for all of them and no read of an object
+// alone, and their Syncs then read nothing. Sets of types no set held
+// before (whose merge rules were not read yet) are resolved by Relist, and
+// their informers' first lists find them. A Relist of sets whose objects
+// the caches hold lists nothing.
+func TestRelistDeclaredTogether(t *testing.T) {
+	cm := func(ns, name string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": name, "namespace": ns}, "data": map[string]any{"key": "declared"}}}
+	}
+	for _, listedBefore := range []bool{true, false} {
+		t.Run(fmt.Sprintf("listed before %t", listedBefore), func(t *testing.T) {
+			var existing []runtime.Object
+			for _, ns := range []string{"a", "b", "c"} {
+				for _, name := range []string{"held-1", "held-2", "other"} {
+					existing = append(existing, cm(ns, name))
+				}
+			}
+			client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+				cmGVR: "ConfigMapList",
+				{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}: "CustomResourceDefinitionList",
+			}, existing...)
+			mapper := meta.NewDefaultRESTMapper(nil)
+			mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
+			e := New(client, resettable{mapper}, func(string) {}, Options{OpenAPI: &servedDocs{docs: map[string]string{"api/v1": configMapDoc}}})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if listedBefore {
+				e.Declare("first", ObjectSet{Objects: []*unstructured.Unstructured{cm("a", "held-1")}})
+				e.Prepare(ctx)
+			}
+			go func() { _ = e.Run(ctx) }()
+			if !e.WaitForSynced(ctx) {
+				t.Fatal("the informers did not sync")
+			}
+
+			keys := []string{"k-a", "k-b", "k-c"}
+			for i, ns := range []string{"a", "b", "c"} {
+				objs := []*unstructured.Unstructured{cm(ns, "held-2")}
+				if ns != "a" || !listedBefore {
+					objs = append(objs, cm(ns, "held-1"))
+				}
+				e.Declare(keys[i], ObjectSet{Objects: objs})
+			}
+			if _, exists, _, _ := e.cached(cmGVR, "b", "held-1"); exists {
+				t.Fatal("an object declared after its informer listed is in its cache")
+			}
+			client.ClearActions()
+			e.Relist(ctx, keys)
+			if !e.WaitForSynced(ctx) {
+				t.Fatal("the informers did not sync")
+			}
+			reads := map[string]int{}
+			for _, a := range client.Actions() {
+				reads[a.GetVerb()]++
+			}
+			if reads["list"] != 1 || reads["get"] != 0 {
+				t.Errorf("Relist read %v, want one list and no GET", reads)
+			}
+			for _, ns := range []string{"a", "b", "c"} {
+				for _, name := range []string{"held-1", "held-2"} {
+					if _, exists, _, _ := e.cached(cmGVR, ns, name); !exists {
+						t.Errorf("after Relist, %s/%s is not in the cache", ns, name)
+					}
+				}
+			}
+			client.ClearActions()
+			for _, key := range keys {
+				if res, err := e.Sync(ctx, key); err != nil || !res.InLine || res.Reading {
+					t.Errorf("Sync of %s after Relist = %+v, %v; want in line", key, res, err)
+				}
+			}
+			e.Relist(ctx, keys)
+			if got := client.Actions(); len(got) != 0 {
+				t.Errorf("the Syncs after Relist, and a Relist with nothing missing, sent %v; want nothing", got)
+			}
+		})
 	}
 }

@@ -45,6 +45,22 @@ const relistGather = 200 * time.Millisecond
 // meanwhile, and what changes during the list reaches the Handler when it
 // is stored: later than a watch would tell, never lost.
 func (r *Registry) Relist(gvr schema.GroupVersionResource) <-chan struct{} {
+	return r.relistIf(gvr, func(e *entry) bool { return e.relisting || e.scanned >= e.store.listed() })
+}
+
+// Refresh is Relist without the choice: it relists gvr whatever its scans
+// have read, for a caller that began tracking many of its objects at once
+// and knows a list serves them better than scans (see
+// engine.Engine.Relist). It returns nil only when the informer is not
+// running or has not listed yet: its first list, under way, finds what is
+// tracked now.
+func (r *Registry) Refresh(gvr schema.GroupVersionResource) <-chan struct{} {
+	return r.relistIf(gvr, func(*entry) bool { return true })
+}
+
+// relistIf joins gvr's next relist, asking for one if none is due and
+// worth says so.
+func (r *Registry) relistIf(gvr schema.GroupVersionResource, worth func(*entry) bool) <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e := r.entries[gvr]
@@ -52,7 +68,7 @@ func (r *Registry) Relist(gvr schema.GroupVersionResource) <-chan struct{} {
 		return nil
 	}
 	if e.wave == nil {
-		if !e.relisting && e.scanned < e.store.listed() {
+		if !worth(e) {
 			return nil
 		}
 		e.wave = make(chan struct{})

@@ -18,7 +18,8 @@ import (
 // meanwhile, delivers the newly tracked objects and then closes the
 // channel every caller of the same relist joined. Relists asked for while
 // one runs follow it; once they end, scans count anew. Events after them
-// flow as before, and a stopped registry relists nothing.
+// flow as before, and a stopped registry relists nothing. Refresh relists
+// whatever the scans read.
 func TestRelist(t *testing.T) {
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		cmGVR:       "ConfigMapList",
@@ -119,6 +120,16 @@ func TestRelist(t *testing.T) {
 	if r.Relist(cmGVR) != nil {
 		t.Error("Relist relisted after its relists had ended, with no scan since")
 	}
+	// Refresh relists whatever the scans read.
+	refresh := r.Refresh(cmGVR)
+	if refresh == nil {
+		t.Fatal("Refresh did not relist a running informer with no scan since its list")
+	}
+	select {
+	case <-refresh:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the refresh was not stored within 10 s")
+	}
 
 	// The relisted informer watches.
 	mu.Lock()
@@ -141,7 +152,7 @@ func TestRelist(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.scannedObjects(cmGVR, 100)
-	if r.Relist(cmGVR) != nil {
+	if r.Relist(cmGVR) != nil || r.Refresh(cmGVR) != nil {
 		t.Error("a stopped registry relisted")
 	}
 }

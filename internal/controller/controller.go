@@ -177,6 +177,10 @@ type Controller struct {
 	// bookkeeping (see bookkeepingRate).
 	bookkeeping *rate.Limiter
 
+	// arrivals gathers the HelmReleases first synced after the start,
+	// to declare those that come together as a start does.
+	arrivals *arrivals
+
 	// prefetched holds the page of deployed release Secrets declareAll
 	// listed, by namespace/name, for readRelease to take rather than GET.
 	prefetched sync.Map
@@ -235,6 +239,7 @@ func New(cfg Config) *Controller {
 		writers:     map[string]dynamic.Interface{},
 		sweep:       make(chan struct{}, 1),
 		bookkeeping: rate.NewLimiter(bookkeepingRate, bookkeepingBurst),
+		arrivals:    newArrivals(),
 		leading:     make(chan struct{}),
 	}
 	c.readOnly.Store(cfg.ReadOnly)
@@ -312,6 +317,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.runEngine(ctx, start)
 	start(func(ctx context.Context) { c.lead(ctx, start) })
 	logger.Info("Starting workers", "count", c.cfg.Workers)
+	start(c.admitArrivals)
 	start(func(ctx context.Context) { worker.Run(ctx, c.queue, c.cfg.Workers, c.syncKey) })
 	<-ctx.Done()
 	logger.Info("Shutting down")
@@ -545,6 +551,10 @@ func recovered(ctx context.Context, key lockKey, f func() error) error {
 func (c *Controller) sync(ctx context.Context, key lockKey) (result, error) {
 	if key.isManifestLock() {
 		return c.syncManifestLock(ctx, key)
+	}
+	if c.arrivals.holds(key) {
+		// Queued again once it is declared.
+		return result{}, nil
 	}
 	return c.syncHelmRelease(ctx, key)
 }

@@ -40,6 +40,9 @@ type releaseState struct {
 	// settled is set once the lock reported a state other than
 	// Transitioning (see Controller.unsettled).
 	settled bool
+	// arrived is set once the release was declared, or handed over to
+	// be (see Controller.arrive).
+	arrived bool
 }
 
 // held is what the lock holds: its state, and the revision declared to the
@@ -176,6 +179,9 @@ func (c *Controller) syncHelmRelease(ctx context.Context, key lockKey) (result, 
 		return result{}, nil
 	}
 	if c.readOnly.Load() {
+		// Promoted, this replica syncs what it declared here at once
+		// (see arrive).
+		st.arrived = true
 		held := st.rel
 		_, _, err := c.decide(ctx, c.newReleaseSync(key, hr, st, &result{}))
 		if st.rel != held {
@@ -183,6 +189,9 @@ func (c *Controller) syncHelmRelease(ctx context.Context, key lockKey) (result, 
 			c.engine.Prepare(ctx)
 		}
 		return result{}, err
+	}
+	if c.arrive(key, st) {
+		return result{}, nil
 	}
 	if err := c.claimIfFree(ctx, hr, st); err != nil {
 		return result{}, err

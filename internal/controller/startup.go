@@ -25,41 +25,7 @@ import (
 // has been declared once (see Synced).
 func (c *Controller) declareAll(ctx context.Context) {
 	c.restoreFailedUpgrades()
-	// Most releases' latest revision is the deployed one: listing those
-	// a page at a time costs a request per page rather than a GET per
-	// release, and holds one page at once.
-	declared := map[lockKey]bool{}
-	err := c.listDeployed(ctx, func(page []corev1.Secret) {
-		var keys []lockKey
-		var kept []string
-		for i := range page {
-			secret := &page[i]
-			rk := v1alpha1.ReleaseKey{Namespace: secret.Namespace, Name: secret.Labels[storage.LabelName]}
-			// The selector matches names, not namespaces; and only
-			// the revision a lock reads now is worth keeping.
-			crs, _ := c.crs.GetIndexer().ByIndex(byRelease, rk.Namespace+"/"+rk.Name)
-			latest := c.latestSecret(rk)
-			if len(crs) == 0 || latest == nil || latest.UID != secret.UID || latest.ResourceVersion != secret.ResourceVersion {
-				continue
-			}
-			id := secret.Namespace + "/" + secret.Name
-			c.prefetched.Store(id, secret)
-			kept = append(kept, id)
-			for _, obj := range crs {
-				if key, ok := keyOf(v1alpha1.Kind, obj); ok && !declared[key] {
-					declared[key] = true
-					keys = append(keys, key)
-				}
-			}
-		}
-		c.declareKeys(ctx, keys)
-		for _, id := range kept {
-			c.prefetched.Delete(id)
-		}
-	})
-	if err != nil {
-		klog.FromContext(ctx).Info("Not listing the deployed release Secrets at startup; reading them one by one", "reason", err.Error())
-	}
+	declared := c.declareDeployed(ctx, c.crs.GetIndexer().ListIndexFuncValues(byRelease), func(lockKey) bool { return true })
 	var rest []lockKey
 	for _, obj := range c.crs.GetStore().List() {
 		if key, ok := keyOf(v1alpha1.Kind, obj); ok && !declared[key] {
@@ -82,6 +48,49 @@ func (c *Controller) declareAll(ctx context.Context) {
 	c.engine.Prepare(ctx)
 }
 
+// declareDeployed declares the locks of releases (each "namespace/name")
+// that take says to, from their deployed release Secrets listed a page
+// at a time: most releases' latest revision is the deployed one, and a
+// list costs a request per page rather than a GET per release, and holds
+// one page at once. It returns the locks it declared; the others, whose
+// Secrets the list did not return (or when it could not be made), are
+// the caller's to declare one by one.
+func (c *Controller) declareDeployed(ctx context.Context, releases []string, take func(lockKey) bool) map[lockKey]bool {
+	declared := map[lockKey]bool{}
+	err := c.listDeployed(ctx, releases, func(page []corev1.Secret) {
+		var keys []lockKey
+		var kept []string
+		for i := range page {
+			secret := &page[i]
+			rk := v1alpha1.ReleaseKey{Namespace: secret.Namespace, Name: secret.Labels[storage.LabelName]}
+			// The selector matches names, not namespaces; and only
+			// the revision a lock reads now is worth keeping.
+			crs, _ := c.crs.GetIndexer().ByIndex(byRelease, rk.Namespace+"/"+rk.Name)
+			latest := c.latestSecret(rk)
+			if len(crs) == 0 || latest == nil || latest.UID != secret.UID || latest.ResourceVersion != secret.ResourceVersion {
+				continue
+			}
+			id := secret.Namespace + "/" + secret.Name
+			c.prefetched.Store(id, secret)
+			kept = append(kept, id)
+			for _, obj := range crs {
+				if key, ok := keyOf(v1alpha1.Kind, obj); ok && !declared[key] && take(key) {
+					declared[key] = true
+					keys = append(keys, key)
+				}
+			}
+		}
+		c.declareKeys(ctx, keys)
+		for _, id := range kept {
+			c.prefetched.Delete(id)
+		}
+	})
+	if err != nil {
+		klog.FromContext(ctx).Info("Not listing the deployed release Secrets; reading them one by one", "reason", err.Error())
+	}
+	return declared
+}
+
 // startupPage is how many release Secrets declareAll lists at once. The
 // list is of whole Secrets, and anyone who may create Secrets anywhere
 // can label one as a deployed revision of a registered release, up to the
@@ -93,14 +102,13 @@ const startupPage = 16
 // keeps its label selector, in the request's URL, to a few kilobytes.
 const startupNames = 100
 
-// listDeployed lists the deployed revisions of the registered releases,
+// listDeployed lists the deployed revisions of releases, registered ones,
 // calling page with each page of them: it selects them by Helm's labels
 // and the releases' names, as the metadata cache of release Secrets
 // already told which to read. The next page is listed while page works
 // on this one, so that the API server's time for it is not added to the
 // locker's; no more than that one is held ahead.
-func (c *Controller) listDeployed(ctx context.Context, page func([]corev1.Secret)) error {
-	releases := c.crs.GetIndexer().ListIndexFuncValues(byRelease)
+func (c *Controller) listDeployed(ctx context.Context, releases []string, page func([]corev1.Secret)) error {
 	if wanted, listed := c.deployedCounts(releases); listed > 2*wanted+startupPage {
 		return &plantedError{wanted: wanted, listed: listed}
 	}
@@ -225,6 +233,7 @@ func (c *Controller) declare(ctx context.Context, key lockKey) error {
 	if !ok {
 		return nil
 	}
+	st.arrived = true
 	// The first sync would claim it first thing. Claimed now, the API
 	// server writes the claims while the locker parses manifests and
 	// lists, rather than after, when every status write waits behind

@@ -128,7 +128,7 @@ func TestListDeployedListsAhead(t *testing.T) {
 		return true, &corev1.SecretList{Items: deployed("b")}, nil
 	})
 	var got []string
-	err := c.listDeployed(context.Background(), func(page []corev1.Secret) {
+	err := c.listDeployed(context.Background(), c.crs.GetIndexer().ListIndexFuncValues(byRelease), func(page []corev1.Secret) {
 		if len(got) == 0 {
 			select {
 			case <-second:

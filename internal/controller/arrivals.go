@@ -1,0 +1,175 @@
+package controller
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// A HelmRelease created after the start is declared by its first sync,
+// after the engine's informers listed the types of its objects: they
+// kept none of them, so the sync scans its namespaces or waits for its
+// types to be listed again. That is cheap for one CR. For many created at
+// once (a GitOps tool registering every release in one apply, a platform
+// team locking them all) it cost a GET of each release Secret, a scan or
+// a relist for each few releases, and a status write for each sync that
+// found its objects not all read yet: a burst of 500 releases took twice
+// as long as a start with the same CRs. So a first sync hands its lock to
+// arrivals instead, which gathers the locks that come together and
+// declares them as a start does (see admitArrivals): their Secrets
+// listed a page at a time, then one list of each type for all of them.
+// Their syncs follow, and find everything in the caches.
+
+// arrivalQuiet is how long arrivals waits after the last lock came for
+// another before it declares what it gathered, and arrivalGather the
+// most it waits from the first: a burst's CRs come through the CR
+// informer within milliseconds of one another.
+const (
+	arrivalQuiet  = 100 * time.Millisecond
+	arrivalGather = time.Second
+)
+
+// arrivalBatch is the fewest locks arriving together that are declared as
+// a start does. Fewer are synced at once: each finds its objects with a
+// scan of its namespaces (see engine.Engine.Sync), which costs less than
+// a list of each type of the cluster's objects.
+const arrivalBatch = 16
+
+// arrivals are the locks handed over by their first sync, gathered to be
+// declared together. A lock it holds is not synced by the workers until
+// it is queued again.
+type arrivals struct {
+	mu   sync.Mutex
+	held map[lockKey]bool
+	// next is what came since the last batch was taken, in order.
+	next []lockKey
+	last time.Time
+	wake chan struct{}
+}
+
+func newArrivals() *arrivals {
+	return &arrivals{held: map[lockKey]bool{}, wake: make(chan struct{}, 1)}
+}
+
+// add takes key over.
+func (a *arrivals) add(key lockKey, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.held[key] {
+		return
+	}
+	a.held[key] = true
+	a.next = append(a.next, key)
+	a.last = now
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// holds reports whether key waits in arrivals: a worker must then leave
+// its state alone.
+func (a *arrivals) holds(key lockKey) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.held[key]
+}
+
+// due returns how long to wait before the gathered locks are taken, from
+// now, given when the first of them came: zero once arrivalQuiet has
+// passed since the last, or arrivalGather since the first.
+func (a *arrivals) due(first, now time.Time) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return max(0, min(a.last.Add(arrivalQuiet).Sub(now), first.Add(arrivalGather).Sub(now)))
+}
+
+// take returns what was gathered; the locks stay held until done.
+func (a *arrivals) take() []lockKey {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	keys := a.next
+	a.next = nil
+	return keys
+}
+
+// done lets the workers have keys again.
+func (a *arrivals) done(keys []lockKey) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, key := range keys {
+		delete(a.held, key)
+	}
+}
+
+// arrive hands key's first sync to arrivals, and reports whether it did:
+// for a leader past its start, a HelmRelease whose release no sync has
+// declared yet.
+func (c *Controller) arrive(key lockKey, st *releaseState) bool {
+	if st.arrived || st.rel != nil || !c.synced.Load() {
+		return false
+	}
+	st.arrived = true
+	c.arrivals.add(key, time.Now())
+	return true
+}
+
+// admitArrivals gathers the locks that arrive together and declares each
+// gathering as a start does (see admit), then queues them for their
+// syncs. It returns when ctx is done.
+func (c *Controller) admitArrivals(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.arrivals.wake:
+		}
+		first := time.Now()
+		for d := c.arrivals.due(first, first); d > 0; d = c.arrivals.due(first, time.Now()) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+		}
+		keys := c.arrivals.take()
+		if len(keys) >= arrivalBatch {
+			c.admit(ctx, keys)
+		}
+		c.arrivals.done(keys)
+		for _, key := range keys {
+			c.queue.Add(key)
+		}
+	}
+}
+
+// admit declares keys' locks as declareAll does at a start, and has the
+// engine list once each type whose objects they hold it had not kept.
+func (c *Controller) admit(ctx context.Context, keys []lockKey) {
+	began := time.Now()
+	batch := map[lockKey]bool{}
+	var releases []string
+	for _, key := range keys {
+		batch[key] = true
+		if obj, exists, err := c.crs.GetIndexer().GetByKey(key.ObjectName.String()); err == nil && exists {
+			release, _ := crReleaseIndex(obj)
+			releases = append(releases, release...)
+		}
+	}
+	declared := c.declareDeployed(ctx, releases, func(key lockKey) bool { return batch[key] })
+	var rest []lockKey
+	sets := make([]string, 0, len(keys))
+	for _, key := range keys {
+		if !declared[key] {
+			rest = append(rest, key)
+		}
+		sets = append(sets, key.String())
+	}
+	c.declareKeys(ctx, rest)
+	declaredAt := time.Now()
+	c.engine.Relist(ctx, sets)
+	klog.FromContext(ctx).V(2).Info("Declared the HelmReleases that arrived together", "count", len(keys),
+		"declared", declaredAt.Sub(began), "listed", time.Since(declaredAt))
+}

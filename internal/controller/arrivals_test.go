@@ -1,0 +1,70 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/cache"
+)
+
+// TestArrivalsDue: a gathering is taken once no lock has come for
+// arrivalQuiet, or arrivalGather after its first, whichever is sooner, so
+// that a burst that keeps coming is still declared in steps.
+func TestArrivalsDue(t *testing.T) {
+	first := time.Unix(1000, 0)
+	tests := []struct {
+		name  string
+		comes []time.Duration // after first, each lock's arrival
+		now   time.Duration
+		want  time.Duration
+	}{
+		{name: "one lock, just come", comes: []time.Duration{0}, now: 0, want: arrivalQuiet},
+		{name: "one lock, quiet since", comes: []time.Duration{0}, now: arrivalQuiet, want: 0},
+		{name: "another came", comes: []time.Duration{0, 80 * time.Millisecond}, now: 100 * time.Millisecond, want: 80 * time.Millisecond},
+		{name: "a burst that keeps coming", comes: []time.Duration{0, 500 * time.Millisecond, 950 * time.Millisecond}, now: 960 * time.Millisecond, want: 40 * time.Millisecond},
+		{name: "past the gathering", comes: []time.Duration{0, 990 * time.Millisecond}, now: 1100 * time.Millisecond, want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := newArrivals()
+			for i, at := range tt.comes {
+				a.add(lockKey{ObjectName: cache.ObjectName{Namespace: "ns", Name: string(rune('a' + i))}}, first.Add(at))
+			}
+			if got := a.due(first, first.Add(tt.now)); got != tt.want {
+				t.Errorf("due = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestArrivalsHold: a lock handed over is held, once however often it is
+// handed over, until the batch it was taken in is done; what comes after a
+// take waits for the next.
+func TestArrivalsHold(t *testing.T) {
+	a := newArrivals()
+	k1 := lockKey{ObjectName: cache.ObjectName{Namespace: "ns", Name: "one"}}
+	k2 := lockKey{ObjectName: cache.ObjectName{Namespace: "ns", Name: "two"}}
+	now := time.Now()
+	a.add(k1, now)
+	a.add(k1, now)
+	select {
+	case <-a.wake:
+	default:
+		t.Fatal("adding a lock did not wake the gatherer")
+	}
+	batch := a.take()
+	if len(batch) != 1 || batch[0] != k1 {
+		t.Fatalf("take = %v, want [%v] once", batch, k1)
+	}
+	a.add(k2, now)
+	if !a.holds(k1) || !a.holds(k2) {
+		t.Error("a lock taken, or come after the take, is not held")
+	}
+	a.done(batch)
+	if a.holds(k1) {
+		t.Error("a lock is held after its batch is done")
+	}
+	if next := a.take(); len(next) != 1 || next[0] != k2 {
+		t.Errorf("the next take = %v, want [%v]", next, k2)
+	}
+}
