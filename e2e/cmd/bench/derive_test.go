@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -47,5 +49,31 @@ func TestDeriveFitsTheGrowthRows(t *testing.T) {
 	// The fit keeps the noisy run from making the figure negative.
 	if got := d.BytesPerUntrackedObject; got < 50 || got > 150 {
 		t.Errorf("RSS per untracked object = %v, want about 100", got)
+	}
+}
+
+// TestSmallRSSTarget: the report's targets hold the small scenario's RSS,
+// file-backed pages included, to smallRSSTarget.
+func TestSmallRSSTarget(t *testing.T) {
+	for _, tt := range []struct {
+		anon, file float64
+		met        string
+	}{
+		{anon: 20, file: 22, met: "| yes |"},
+		{anon: 20, file: 50, met: "| no |"},
+	} {
+		rep := &report{Base: &scenarioResult{}, Small: &scenarioResult{Params: smallParams, RSSMiB: tt.anon + tt.file, RSSAnonMiB: tt.anon, RSSFileMiB: tt.file}}
+		var b strings.Builder
+		targets(&b, rep)
+		var row string
+		for line := range strings.SplitSeq(b.String(), "\n") {
+			if strings.Contains(line, "at 1000 locked objects") {
+				row = line
+			}
+		}
+		want := fmt.Sprintf("**%.1f** | %d.0 %s", tt.anon+tt.file, smallRSSTarget, tt.met)
+		if !strings.Contains(row, want) {
+			t.Errorf("the small scenario's target row = %q, want it to contain %q", row, want)
+		}
 	}
 }

@@ -326,7 +326,10 @@ type report struct {
 	Date    string          `json:"date"`
 	Machine string          `json:"machine"`
 	Base    *scenarioResult `json:"base"`
-	Growth  []growthRow     `json:"growth,omitempty"`
+	// Small is the locker's base memory: the cold lock and memory of
+	// smallParams, on a control plane of its own.
+	Small  *scenarioResult `json:"small,omitempty"`
+	Growth []growthRow     `json:"growth,omitempty"`
 	// Series is the scale series: one replica from 25,000 to 100,000
 	// locked objects (see runSeries), measured at SeriesDate: -series-only
 	// measures it again into an older report.
@@ -338,6 +341,15 @@ type report struct {
 	Derived  derived        `json:"derived"`
 	Settings map[string]any `json:"settings"`
 }
+
+// smallParams is a small cluster's lock, 1,000 objects in 40 releases of
+// 25 with as many untracked: what the locker holds there is mostly its
+// base, which every replica and every shard pays.
+var smallParams = params{Releases: 40, Objects: 25, Untracked: 1000}
+
+// smallRSSTarget is the most RSS, in MiB, the locker may keep when quiet
+// at smallParams, its own file-backed pages included.
+const smallRSSTarget = 48
 
 type growthRow struct {
 	Dimension string  `json:"dimension"`
@@ -389,6 +401,10 @@ func run(ctx context.Context, base params, full *fullMeasure, scale bool, out, l
 	rep.Derived.SingleP99xFloor = rep.Base.Single.P99 / rep.Base.Floor.P99
 	rep.Derived.ConcurrentP50xFloor = rep.Base.Concurrent.P50 / rep.Base.ConcurrentFloor.P50
 	rep.Derived.ConcurrentP99xFloor = rep.Base.Concurrent.P99 / rep.Base.ConcurrentFloor.P99
+	fmt.Fprintf(os.Stderr, "bench: small scenario %+v\n", smallParams)
+	if rep.Small, err = scenario(ctx, tools, lockerBinary, smallParams, nil, false); err != nil {
+		return err
+	}
 	if full.twoWayRounds > 0 {
 		fmt.Fprintf(os.Stderr, "bench: two-way %+v\n", base)
 		if rep.TwoWay, err = measureTwoWay(ctx, tools, lockerBinary, base, full.twoWayRounds); err != nil {

@@ -385,6 +385,14 @@ func targets(b *strings.Builder, rep *report) {
 		{"RSS per locked object, the larger slope, bytes", d.BytesPerLockedObject, 4096, 1536, true, "%.0f"},
 		{"RSS per untracked object, bytes", d.BytesPerUntrackedObject, 200, 100, true, "%.0f"},
 	}
+	if m := rep.Small; m != nil {
+		goals = append(goals, goal{fmt.Sprintf("RSS when quiet at %d locked objects (%.1f anonymous, %.1f file-backed), MiB", m.Params.Releases*m.Params.Objects, m.RSSAnonMiB, m.RSSFileMiB),
+			m.RSSMiB, smallRSSTarget, smallRSSTarget, true, "%.1f"})
+	}
+	if m := rep.Small; m != nil {
+		goals = append(goals, goal{fmt.Sprintf("RSS when quiet at %d locked objects (%.1f anonymous, %.1f file-backed), MiB", m.Params.Releases*m.Params.Objects, m.RSSAnonMiB, m.RSSFileMiB),
+			m.RSSMiB, smallRSSTarget, smallRSSTarget, true, "%.1f"})
+	}
 	if t := rep.TwoWay; t != nil && len(t.Off) > 0 && len(t.Report) > 0 {
 		median, _, _ := t.ratio()
 		goals = append(goals, goal{"cold lock with Report on every release / Off (see Two-way locking)", median, 0.9, 0.9, false, "%.2f×"})
