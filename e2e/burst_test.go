@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
@@ -285,10 +286,30 @@ func TestBurstDeclaredTogether(t *testing.T) {
 	env.WaitForStateIn(t, registration, first, v1alpha1.StateDeployed, 1)
 	before := readsOfLocker(t, locker.Log)
 
-	crs := []string{env.RegisterIn(t, registration, namespaces[0], "b")}
+	// Created at once, as an apply on an idle API server would: one
+	// after another on a machine busy with other tests, they could come
+	// further apart than the gathering waits.
+	releases := [][2]string{{namespaces[0], "b"}}
 	for _, ns := range namespaces[1:] {
-		crs = append(crs, env.RegisterIn(t, registration, ns, "a"), env.RegisterIn(t, registration, ns, "b"))
+		releases = append(releases, [2]string{ns, "a"}, [2]string{ns, "b"})
 	}
+	var crs []string
+	var wg sync.WaitGroup
+	for _, r := range releases {
+		name := r[0] + "-" + r[1]
+		crs = append(crs, name)
+		hr := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": v1alpha1.Kind,
+			"metadata": map[string]any{"name": name, "namespace": registration},
+			"spec":     map[string]any{"release": map[string]any{"name": r[1], "namespace": r[0]}},
+		}}
+		wg.Go(func() {
+			if _, err := env.Dynamic.Resource(v1alpha1.Resource).Namespace(registration).Create(t.Context(), hr, metav1.CreateOptions{}); err != nil {
+				t.Errorf("creating HelmRelease %s: %v", name, err)
+			}
+		})
+	}
+	wg.Wait()
 	// During the burst: a held ConfigMap is changed.
 	env.Kubectl(t, "patch", "-n", namespaces[1], "configmap", "a-0", "--type", "merge", "-p", `{"data":{"key":"edited"}}`)
 	for _, cr := range crs {
