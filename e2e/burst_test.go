@@ -272,8 +272,12 @@ func TestBurstDeclaredTogether(t *testing.T) {
 
 	// Releases a and b of 12 ConfigMaps in each of 9 namespaces, beside
 	// 30 untracked ones: the first release starts the informers, and the
-	// 17 others come in one burst.
+	// 17 others come in one burst. Their names are the test's own: the
+	// startup list selects release Secrets by name in every namespace,
+	// and reads them one by one where most it would list are other
+	// tests' (see plantedError).
 	const spaces, held, untracked = 9, 12, 30
+	a, b := registration+"-a", registration+"-b"
 	install := func(release string) func(ns string) {
 		return func(ns string) {
 			env.Helm(t, framework.Helm4, "install", release, framework.Chart(t, "configmaps"), "-n", ns, "--set", fmt.Sprintf("count=%d", held))
@@ -281,17 +285,17 @@ func TestBurstDeclaredTogether(t *testing.T) {
 	}
 	namespaces := burstNamespaces(t, spaces, untracked, func(j int, ns string) string {
 		return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: other-%02d\n  namespace: %s\ndata:\n  key: untracked\n", j, ns)
-	}, install("a"), install("b"))
-	first := env.RegisterIn(t, registration, namespaces[0], "a")
+	}, install(a), install(b))
+	first := env.RegisterIn(t, registration, namespaces[0], a)
 	env.WaitForStateIn(t, registration, first, v1alpha1.StateDeployed, 1)
 	before := readsOfLocker(t, locker.Log)
 
 	// Created at once, as an apply on an idle API server would: one
 	// after another on a machine busy with other tests, they could come
 	// further apart than the gathering waits.
-	releases := [][2]string{{namespaces[0], "b"}}
+	releases := [][2]string{{namespaces[0], b}}
 	for _, ns := range namespaces[1:] {
-		releases = append(releases, [2]string{ns, "a"}, [2]string{ns, "b"})
+		releases = append(releases, [2]string{ns, a}, [2]string{ns, b})
 	}
 	var crs []string
 	var wg sync.WaitGroup
@@ -311,14 +315,14 @@ func TestBurstDeclaredTogether(t *testing.T) {
 	}
 	wg.Wait()
 	// During the burst: a held ConfigMap is changed.
-	env.Kubectl(t, "patch", "-n", namespaces[1], "configmap", "a-0", "--type", "merge", "-p", `{"data":{"key":"edited"}}`)
+	env.Kubectl(t, "patch", "-n", namespaces[1], "configmap", a+"-0", "--type", "merge", "-p", `{"data":{"key":"edited"}}`)
 	for _, cr := range crs {
 		env.WaitForStateIn(t, registration, cr, v1alpha1.StateDeployed, 1)
 	}
 	env.Eventually(t, 30*time.Second, func() error {
-		cm := env.Get(t, "v1", "configmaps", namespaces[1], "a-0")
+		cm := env.Get(t, "v1", "configmaps", namespaces[1], a+"-0")
 		if v, _, _ := unstructured.NestedString(cm.Object, "data", "key"); v != "declared" {
-			return fmt.Errorf("ConfigMap a-0 data.key = %q, want %q", v, "declared")
+			return fmt.Errorf("ConfigMap %s-0 data.key = %q, want %q", a, v, "declared")
 		}
 		return nil
 	})
