@@ -31,6 +31,11 @@ const (
 	arrivalGather = time.Second
 )
 
+// arrivalSyncWait is the most a gathering that came during the start
+// waits for the informers' first lists before it has the engine relist
+// what they dropped.
+const arrivalSyncWait = 2 * time.Minute
+
 // arrivalBatch is the fewest locks arriving together that are declared as
 // a start does. Fewer are synced at once: each finds its objects with a
 // scan of its namespaces (see engine.Engine.Sync), which costs less than
@@ -105,10 +110,12 @@ func (a *arrivals) done(keys []lockKey) {
 }
 
 // arrive hands key's first sync to arrivals, and reports whether it did:
-// for a leader past its start, a HelmRelease whose release no sync has
-// declared yet.
+// for a leader past its start's declaring, a HelmRelease whose release no
+// sync has declared yet. CRs created while the locker starts (applied
+// with it, by the same GitOps tool) arrive so too, before the informers
+// have listed.
 func (c *Controller) arrive(key lockKey, st *releaseState) bool {
-	if st.arrived || st.rel != nil || !c.synced.Load() {
+	if st.arrived || st.rel != nil || !c.declaredAll.Load() {
 		return false
 	}
 	st.arrived = true
@@ -169,6 +176,17 @@ func (c *Controller) admit(ctx context.Context, keys []lockKey) {
 	}
 	c.declareKeys(ctx, rest)
 	declaredAt := time.Now()
+	// Declared while the informers still list, the sets' objects may
+	// have been dropped by the first lists: Relist finds those missing
+	// once the lists are done. An informer that cannot list (the locker
+	// may not read its type) is not waited for past arrivalSyncWait.
+	for wait := time.Now().Add(arrivalSyncWait); !c.synced.Load() && time.Now().Before(wait); {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	c.engine.Relist(ctx, sets)
 	klog.FromContext(ctx).V(2).Info("Declared the HelmReleases that arrived together", "count", len(keys),
 		"declared", declaredAt.Sub(began), "listed", time.Since(declaredAt))

@@ -178,8 +178,11 @@ type Controller struct {
 	bookkeeping *rate.Limiter
 
 	// arrivals gathers the HelmReleases first synced after the start,
-	// to declare those that come together as a start does.
-	arrivals *arrivals
+	// to declare those that come together as a start does; declaredAll
+	// says the start's own declaring (declareAll) is over, and what comes
+	// after it is an arrival, whether or not the informers have listed.
+	arrivals    *arrivals
+	declaredAll atomic.Bool
 
 	// prefetched holds the page of deployed release Secrets declareAll
 	// listed, by namespace/name, for readRelease to take rather than GET.
@@ -306,6 +309,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return errors.New("caches did not sync before shutdown")
 	}
 	c.declareAll(ctx)
+	c.declaredAll.Store(true)
 	if c.readOnly.Load() {
 		// A replica standing by judges requests against declarations
 		// alone, from now on.

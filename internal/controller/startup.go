@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -25,14 +26,30 @@ import (
 // has been declared once (see Synced).
 func (c *Controller) declareAll(ctx context.Context) {
 	c.restoreFailedUpgrades()
-	declared := c.declareDeployed(ctx, c.crs.GetIndexer().ListIndexFuncValues(byRelease), func(lockKey) bool { return true })
-	var rest []lockKey
+	// The CRs the cache holds now are the start's to declare. Those that
+	// come while their Secrets are listed (CRs applied together with the
+	// locker) are arrivals: declared one by one here they cost a GET of
+	// each release Secret, and gathered they cost a list a page.
+	var keys []lockKey
+	start, releases := map[lockKey]bool{}, map[string]bool{}
 	for _, obj := range c.crs.GetStore().List() {
-		if key, ok := keyOf(v1alpha1.Kind, obj); ok && !declared[key] {
+		if key, ok := keyOf(v1alpha1.Kind, obj); ok {
+			keys = append(keys, key)
+			start[key] = true
+			release, _ := crReleaseIndex(obj)
+			for _, r := range release {
+				releases[r] = true
+			}
+		}
+	}
+	declared := c.declareDeployed(ctx, slices.Sorted(maps.Keys(releases)), func(key lockKey) bool { return start[key] })
+	var rest []lockKey
+	for _, key := range keys {
+		if !declared[key] {
 			rest = append(rest, key)
 		}
 	}
-	releases := len(declared) + len(rest)
+	count := len(declared) + len(rest)
 	// ManifestLocks too: the workers would declare them only after the
 	// controller says it is synced, and until then a new leader's
 	// webhook rules would lack the types only Prevent ManifestLocks hold,
@@ -44,7 +61,7 @@ func (c *Controller) declareAll(ctx context.Context) {
 		}
 	}
 	c.declareKeys(ctx, rest)
-	klog.FromContext(ctx).V(2).Info("Declared the releases", "count", releases, "manifestLocks", len(locks))
+	klog.FromContext(ctx).V(2).Info("Declared the releases", "count", count, "manifestLocks", len(locks))
 	c.engine.Prepare(ctx)
 }
 

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -227,5 +228,84 @@ func TestDeclareAllReadsOneByOneWhenPlanted(t *testing.T) {
 	}
 	if st := c.state(helmReleaseKey("cattle-helm-system", "hr")); st.rel == nil || st.rel.Version != 1 {
 		t.Errorf("the release is not declared: %+v", st.rel)
+	}
+}
+
+// TestDeclareAllLeavesArrivals: a CR created while declareAll lists the
+// deployed release Secrets (CRs applied together with the locker) is not
+// declared at the end of it with a GET of its Secret, as the CRs of a
+// start that the list missed are: it is an arrival, and its first sync
+// hands it to the gatherer, which lists.
+func TestDeclareAllLeavesArrivals(t *testing.T) {
+	ctx := context.Background()
+	c, dyn := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
+	kube := c.cfg.Kube.(*fake.Clientset)
+	metas := c.cfg.Metadata.(*metadatafake.FakeMetadataClient)
+	secret := releaseSecretWith(t, "deployed", 1, func(rel map[string]any) { rel["name"] = "late" })
+	secret.Name, secret.UID, secret.Labels["name"] = "sh.helm.release.v1.late.v1", "uid-late", "late"
+	if err := kube.Tracker().Add(secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := metas.Tracker().Add(&metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: secret.ObjectMeta}); err != nil {
+		t.Fatal(err)
+	}
+	late := helmRelease(nil)
+	late.SetName("late")
+	if err := unstructured.SetNestedField(late.Object, "late", "spec", "release", "name"); err != nil {
+		t.Fatal(err)
+	}
+	lateKey := helmReleaseKey("cattle-helm-system", "late")
+	waitFor := func(what string, done func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !done(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	waitFor("the late release's Secret in the cache", func() bool { return len(c.secrets.GetStore().List()) == 2 })
+	kube.ClearActions()
+	var created atomic.Bool
+	kube.PrependReactor("list", "secrets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if created.CompareAndSwap(false, true) {
+			if _, err := dyn.Resource(v1alpha1.Resource).Namespace("cattle-helm-system").Create(ctx, late, metav1.CreateOptions{}); err != nil {
+				t.Error(err)
+			}
+			waitFor("the late CR in the cache", func() bool {
+				_, exists, _ := c.crs.GetIndexer().GetByKey(lateKey.ObjectName.String())
+				return exists
+			})
+		}
+		return false, nil, nil
+	})
+	c.declareAll(ctx)
+	gets := func() int {
+		n := 0
+		for _, a := range kube.Actions() {
+			if a.GetResource().Resource == "secrets" && a.GetVerb() == "get" {
+				n++
+			}
+		}
+		return n
+	}
+	if !created.Load() {
+		t.Fatal("declareAll listed no release Secrets")
+	}
+	if n := gets(); n != 0 {
+		t.Errorf("declareAll sent %d GETs of Secrets, want none", n)
+	}
+	if st := c.state(lateKey); st.rel != nil {
+		t.Errorf("declareAll declared the CR that came during its list: %+v", st.rel)
+	}
+	if st := c.state(helmReleaseKey("cattle-helm-system", "hr")); st.rel == nil {
+		t.Error("declareAll did not declare the CR it started with")
+	}
+	// Past the start's declaring, the late CR's first sync is an arrival.
+	c.declaredAll.Store(true)
+	if _, err := c.sync(ctx, lateKey); err != nil {
+		t.Fatal(err)
+	}
+	if !c.arrivals.holds(lateKey) || gets() != 0 {
+		t.Errorf("the late CR's first sync: held by arrivals %v, %d GETs of Secrets; want held and none", c.arrivals.holds(lateKey), gets())
 	}
 }
