@@ -77,3 +77,61 @@ func TestSmallRSSTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestSeriesGoals: the series' memory target is the slope between its two
+// largest rows, as the target is stated, and each target it misses says
+// why from the same run's figures.
+func TestSeriesGoals(t *testing.T) {
+	const mib = 1 << 20
+	row := func(objects int, rss, coldLock, floor float64) *scenarioResult {
+		return &scenarioResult{
+			Params: params{Releases: objects / seriesRelease, Objects: seriesRelease, Untracked: objects},
+			RSSMiB: rss, HeapMiB: rss / 2, ColdLockS: coldLock, FloorS: floor, ObjectsPerS: float64(objects) / coldLock,
+			Floor: distribution{P50: 5, P99: 10}, Single: distribution{P50: 6, P99: 12, Count: 200},
+		}
+	}
+	series := []*scenarioResult{
+		// The smallest row's RSS would tilt a fit over all three.
+		row(25000, 300, 10, 5),
+		row(50000, 200, 25, 12),
+		row(100000, 200+50000*1000.0/mib, 50, 25),
+	}
+	series[2].StatusChurn = &statusChurnResult{CPUPerEvent: 180, FloorPerEvent: 150}
+	goals := map[string]seriesGoal{}
+	for _, g := range seriesGoals(series) {
+		goals[g.name] = g
+	}
+	for _, tt := range []struct {
+		name, value string
+		met         bool
+		why         string
+	}{
+		{"RSS per locked object, the slope from 50000 to 100000 (one untracked object each included)", "1000 bytes", true, ""},
+		{"cold lock at 25000, CRs before the start", "2500 objects/s", true, ""},
+		{"cold lock at 100000, CRs before the start", "2000 objects/s", true, ""},
+		{"cold lock at 50000, CRs before the start", "2000 objects/s", true, ""},
+		{"cold lock / list-and-watch floor at 25000, CRs before the start", "2.0×", true, ""},
+		{"cold lock / list-and-watch floor at 100000, CRs before the start", "2.0×", true, ""},
+		{"revert p99 / floor p99, after the cold lock", "1.20×", true, ""},
+		{"CPU per status event", "180.0 µs (a bare watcher: 150.0 µs)", false, "spends 150.0 µs an event on this machine, 7.5× the target"},
+	} {
+		g, ok := goals[tt.name]
+		if !ok {
+			t.Errorf("no goal %q", tt.name)
+			continue
+		}
+		if g.value != tt.value || g.met != tt.met || !strings.Contains(g.why, tt.why) {
+			t.Errorf("%s: %q met %v (%s), want %q met %v with %q", tt.name, g.value, g.met, g.why, tt.value, tt.met, tt.why)
+		}
+	}
+	// A cold lock too slow for 2,000 objects/s says what that rate would
+	// take against its floor.
+	series[1].ColdLockS, series[1].ObjectsPerS = 50, 1000
+	for _, g := range seriesGoals(series) {
+		if g.name == "cold lock at 50000, CRs before the start" {
+			if want := "2,000 objects/s is 25.0 s here, 2.08× this run's floor of 12.00 s, and the cold lock took 4.17×"; g.met || !strings.Contains(g.why, want) {
+				t.Errorf("%s: met %v, why %q, want it missed with %q", g.name, g.met, g.why, want)
+			}
+		}
+	}
+}

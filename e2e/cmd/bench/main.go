@@ -122,9 +122,10 @@ func runSeries(ctx context.Context, counts []int, full *fullMeasure, out, locker
 	if err := json.Unmarshal(data, rep); err != nil {
 		return err
 	}
-	rep.Series, rep.SeriesDate = nil, ""
+	rep.Series, rep.SeriesDate, rep.SeriesLocker, rep.SeriesNote, rep.SeriesWhy = nil, "", "", "", nil
 	if alone {
 		rep.SeriesDate = time.Now().UTC().Format(time.RFC3339)
+		rep.SeriesLocker = lockerVersion(ctx, lockerBinary)
 	}
 	for _, n := range counts {
 		p := params{Releases: n / seriesRelease, Objects: seriesRelease, Untracked: n}
@@ -335,6 +336,18 @@ type report struct {
 	// measures it again into an older report.
 	Series     []*scenarioResult `json:"series,omitempty"`
 	SeriesDate string            `json:"seriesDate,omitempty"`
+	// Locker and SeriesLocker are what the measured binary's version
+	// command printed, so a row names the commit it measured.
+	Locker       string `json:"locker,omitempty"`
+	SeriesLocker string `json:"seriesLocker,omitempty"`
+	// SeriesNote is what the page must say of how the series was
+	// measured that the figures do not: written by hand into the JSON,
+	// and cleared when the series is measured again.
+	SeriesNote string `json:"seriesNote,omitempty"`
+	// SeriesWhy is what a reading of the run found of why a target
+	// missed, by the target's name on the page: written by hand as
+	// SeriesNote is, after the figures' own reason.
+	SeriesWhy map[string]string `json:"seriesWhy,omitempty"`
 	// TwoWay is the base scenario's cold lock with two-way locking's
 	// Report mode on and off.
 	TwoWay   *twoWayResult  `json:"twoWay,omitempty"`
@@ -389,6 +402,7 @@ func run(ctx context.Context, base params, full *fullMeasure, scale bool, out, l
 	rep := &report{
 		Date:     time.Now().UTC().Format(time.RFC3339),
 		Machine:  machine(),
+		Locker:   lockerVersion(ctx, lockerBinary),
 		Settings: map[string]any{"edits": full.edits, "concurrency": full.concurrency, "idleWindow": full.idle.String(), "churnDuringLatency": full.churnDuring},
 	}
 	fmt.Fprintf(os.Stderr, "bench: base scenario %+v\n", base)
@@ -484,6 +498,17 @@ func slope(points [][3]float64, y int) float64 {
 		sxx += (p[0] - mx) * (p[0] - mx)
 	}
 	return sxy / sxx
+}
+
+// lockerVersion is what the binary's version command prints: its version
+// and commit. A binary that cannot say is named so rather than stopping
+// the bench.
+func lockerVersion(ctx context.Context, binary string) string {
+	out, err := exec.CommandContext(ctx, binary, "version").Output()
+	if err != nil {
+		return fmt.Sprintf("%s (version unknown: %v)", filepath.Base(binary), err)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // rerender writes the report in file again, with the figures derived anew.

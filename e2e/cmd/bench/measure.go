@@ -56,17 +56,28 @@ func (l *locker) get(ctx context.Context, path string) (*http.Response, error) {
 	return l.getFrom(ctx, servingMetrics, path)
 }
 
-// waitReady waits until the locker's /readyz answers OK.
+// waitReady waits until the locker leads with its caches synced: its
+// /readyz answers OK, and not as a replica standing by for the Lease,
+// which is ready before it has read anything. CRs created then come after
+// the start, as a burst does; created as soon as the probes answer, they
+// would race the start's own declaring.
 func (l *locker) waitReady(ctx context.Context) error {
+	last := "no answer"
 	for {
 		resp, err := l.getFrom(ctx, servingProbes, "/readyz")
-		if err == nil {
+		if err != nil {
+			last = err.Error()
+		} else {
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			return nil
+			last = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+			if strings.Contains(string(body), "caches synced") {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the locker was not ready: %w", err)
+			return fmt.Errorf("the locker was not ready: %s", last)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
