@@ -260,7 +260,9 @@ func TestBurstRelists(t *testing.T) {
 // objects come with one list of the type for all of them, not with a scan
 // of each namespace. Each lock's status is written about once, as at a
 // start, and an edit of a held object made during the burst is still
-// reverted.
+// reverted. On a busy machine a CR or two of the burst may come after the
+// gathering was taken, and be synced alone, as a lone CR is: the test
+// allows two.
 func TestBurstDeclaredTogether(t *testing.T) {
 	t.Parallel()
 	registration := env.Namespace(t)
@@ -270,14 +272,15 @@ func TestBurstDeclaredTogether(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = locker.Stop(10 * time.Second) })
 
-	// Releases a and b of 12 ConfigMaps in each of 9 namespaces, beside
-	// 30 untracked ones: the first release starts the informers, and the
-	// 17 others come in one burst. Their names are the test's own: the
+	// Releases a, b and c of 12 ConfigMaps in each of 9 namespaces,
+	// beside 30 untracked ones: the first release starts the informers,
+	// and the 26 others come in one burst, 10 more than the fewest
+	// gathered together (arrivalBatch), so that stragglers leave a batch. Their names are the test's own: the
 	// startup list selects release Secrets by name in every namespace,
 	// and reads them one by one where most it would list are other
 	// tests' (see plantedError).
-	const spaces, held, untracked = 9, 12, 30
-	a, b := registration+"-a", registration+"-b"
+	const spaces, held, untracked, stragglers = 9, 12, 30, 2
+	a, b, c := registration+"-a", registration+"-b", registration+"-c"
 	install := func(release string) func(ns string) {
 		return func(ns string) {
 			env.Helm(t, framework.Helm4, "install", release, framework.Chart(t, "configmaps"), "-n", ns, "--set", fmt.Sprintf("count=%d", held))
@@ -285,7 +288,7 @@ func TestBurstDeclaredTogether(t *testing.T) {
 	}
 	namespaces := burstNamespaces(t, spaces, untracked, func(j int, ns string) string {
 		return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: other-%02d\n  namespace: %s\ndata:\n  key: untracked\n", j, ns)
-	}, install(a), install(b))
+	}, install(a), install(b), install(c))
 	first := env.RegisterIn(t, registration, namespaces[0], a)
 	env.WaitForStateIn(t, registration, first, v1alpha1.StateDeployed, 1)
 	before := readsOfLocker(t, locker.Log)
@@ -293,9 +296,9 @@ func TestBurstDeclaredTogether(t *testing.T) {
 	// Created at once, as an apply on an idle API server would: one
 	// after another on a machine busy with other tests, they could come
 	// further apart than the gathering waits.
-	releases := [][2]string{{namespaces[0], b}}
+	releases := [][2]string{{namespaces[0], b}, {namespaces[0], c}}
 	for _, ns := range namespaces[1:] {
-		releases = append(releases, [2]string{ns, a}, [2]string{ns, b})
+		releases = append(releases, [2]string{ns, a}, [2]string{ns, b}, [2]string{ns, c})
 	}
 	var crs []string
 	var wg sync.WaitGroup
@@ -333,13 +336,15 @@ func TestBurstDeclaredTogether(t *testing.T) {
 	if relists < 1 || relists > 2 {
 		t.Errorf("the burst listed the ConfigMaps of every namespace %d times, want 1 or 2", relists)
 	}
-	if scans := checkNamespaceReads(t, after, "configmaps", namespaces[1:], 0); scans != 0 {
-		t.Errorf("the burst scanned the ConfigMaps of its namespaces %d times, want none: one list serves them all", scans)
+	if scans := checkNamespaceReads(t, after, "configmaps", namespaces[1:], stragglers); scans > stragglers {
+		t.Errorf("the burst scanned the ConfigMaps of its namespaces %d times, want %d at most (stragglers): one list serves them all", scans, stragglers)
 	}
+	gets := 0
 	for _, ns := range namespaces {
-		if gets := after[namespacedRead{ns, "secrets", "get"}] - before[namespacedRead{ns, "secrets", "get"}]; gets != 0 {
-			t.Errorf("the locker read %d release Secrets of namespace %s one by one, want none: the burst lists them", gets, ns)
-		}
+		gets += after[namespacedRead{ns, "secrets", "get"}] - before[namespacedRead{ns, "secrets", "get"}]
+	}
+	if gets > stragglers {
+		t.Errorf("the locker read %d release Secrets one by one, want %d at most (stragglers): the burst lists them", gets, stragglers)
 	}
 	writes := statusWrites(t, locker.Log)
 	for _, cr := range crs {
