@@ -80,8 +80,8 @@ func (c *Controller) declareDeployed(ctx context.Context, releases []string, tak
 		for i := range page {
 			secret := &page[i]
 			rk := v1alpha1.ReleaseKey{Namespace: secret.Namespace, Name: secret.Labels[storage.LabelName]}
-			// The selector matches names, not namespaces; and only
-			// the revision a lock reads now is worth keeping.
+			// Only the revision a lock reads now is worth keeping:
+			// a deployed one may be older, or a CR gone meanwhile.
 			crs, _ := c.crs.GetIndexer().ByIndex(byRelease, rk.Namespace+"/"+rk.Name)
 			latest := c.latestSecret(rk)
 			if len(crs) == 0 || latest == nil || latest.UID != secret.UID || latest.ResourceVersion != secret.ResourceVersion {
@@ -108,72 +108,121 @@ func (c *Controller) declareDeployed(ctx context.Context, releases []string, tak
 	return declared
 }
 
-// startupPage is how many release Secrets declareAll lists at once. The
-// list is of whole Secrets, and anyone who may create Secrets anywhere
-// can label one as a deployed revision of a registered release, up to the
-// 1 MiB a Secret may hold: a page holds at most 16 MiB of them, and
-// listDeployed holds two pages at once.
+// startupPage is how many release Secrets declareAll holds in one page.
+// The list is of whole Secrets, and anyone who may create Secrets in a
+// release's namespace can label one as a deployed revision of it, up to
+// the 1 MiB a Secret may hold: a page holds at most 16 MiB of them, and
+// listDeployed holds startupListers+1 pages at once.
 const startupPage = 16
 
 // startupNames is how many release names one startup list selects, which
 // keeps its label selector, in the request's URL, to a few kilobytes.
 const startupNames = 100
 
+// startupListers is how many startup lists are in flight at once. Most
+// namespaces hold a release or a few, so a list is mostly a round trip;
+// two hide each other's, and the API server's time for them is not added
+// to the locker's.
+const startupListers = 2
+
 // listDeployed lists the deployed revisions of releases, registered ones,
 // calling page with each page of them: it selects them by Helm's labels
-// and the releases' names, as the metadata cache of release Secrets
-// already told which to read. The next page is listed while page works
-// on this one, so that the API server's time for it is not added to the
-// locker's; no more than that one is held ahead.
+// and the releases' names, namespace by namespace, as the metadata cache
+// of release Secrets already told which to read. A list of every
+// namespace reads every Secret of the cluster from storage, once for each
+// hundred names; one of a namespace reads only that namespace's. The lists
+// go on while page works, and fill each page across namespaces, so that a
+// cluster of one release a namespace is declared startupPage at a time.
 func (c *Controller) listDeployed(ctx context.Context, releases []string, page func([]corev1.Secret)) error {
 	if wanted, listed := c.deployedCounts(releases); listed > 2*wanted+startupPage {
 		return &plantedError{wanted: wanted, listed: listed}
 	}
-	selectors := deployedSelectors(releases)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	lists := make(chan deployedList)
 	pages := make(chan []corev1.Secret)
-	var err error
+	var wg sync.WaitGroup
+	for range startupListers {
+		wg.Go(func() {
+			if err := c.fillPages(ctx, lists, pages); err != nil {
+				cancel(err)
+			}
+		})
+	}
 	go func() {
-		defer close(pages)
-		for _, selector := range selectors {
-			opts := metav1.ListOptions{LabelSelector: selector, Limit: startupPage}
-			for {
-				var list *corev1.SecretList
-				if list, err = c.cfg.Kube.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, opts); err != nil {
-					return
-				}
-				pages <- list.Items
-				if opts.Continue = list.Continue; opts.Continue == "" {
-					break
-				}
+		defer close(lists)
+		for _, l := range deployedLists(releases) {
+			select {
+			case lists <- l:
+			case <-ctx.Done():
+				return
 			}
 		}
+	}()
+	go func() {
+		wg.Wait()
+		close(pages)
 	}()
 	for p := range pages {
 		page(p)
 	}
-	return err
+	return context.Cause(ctx)
+}
+
+// fillPages makes the lists it is given, and sends what they return in
+// pages of startupPage Secrets (the last one short). A list asks for no
+// more than the page has room for, so a page is never more than that.
+func (c *Controller) fillPages(ctx context.Context, lists <-chan deployedList, pages chan<- []corev1.Secret) error {
+	var held []corev1.Secret
+	send := func() bool {
+		select {
+		case pages <- held:
+			held = nil
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for l := range lists {
+		opts := metav1.ListOptions{LabelSelector: l.selector}
+		for {
+			opts.Limit = int64(startupPage - len(held))
+			list, err := c.cfg.Kube.CoreV1().Secrets(l.namespace).List(ctx, opts)
+			if err != nil {
+				return fmt.Errorf("listing the deployed release Secrets of namespace %s: %w", l.namespace, err)
+			}
+			held = append(held, list.Items...)
+			if len(held) >= startupPage && !send() {
+				return nil
+			}
+			if opts.Continue = list.Continue; opts.Continue == "" {
+				break
+			}
+		}
+	}
+	if len(held) > 0 {
+		send()
+	}
+	return nil
 }
 
 // deployedCounts counts, in the metadata cache of release Secrets, the
-// deployed ones the startup list would select by the names of releases
-// (each "namespace/name"), and of those the latest revision of a
-// registered release: what the list is for.
+// deployed ones the startup lists would select (those in a registered
+// release's namespace that carry its name), and of those the latest
+// revision of a registered release: what the lists are for.
 func (c *Controller) deployedCounts(releases []string) (wanted, listed int) {
 	registered := map[string]bool{}
-	names := map[string]bool{}
 	for _, r := range releases {
 		registered[r] = true
-		_, name, _ := strings.Cut(r, "/")
-		names[name] = true
 	}
 	for _, obj := range c.secrets.GetStore().List() {
 		m, ok := obj.(*metav1.PartialObjectMetadata)
-		if !ok || !storage.Deployed(m.Labels[storage.LabelStatus]) || !names[m.Labels[storage.LabelName]] {
+		if !ok || !storage.Deployed(m.Labels[storage.LabelStatus]) || !registered[m.Namespace+"/"+m.Labels[storage.LabelName]] {
 			continue
 		}
-		listed++
 		rk := v1alpha1.ReleaseKey{Namespace: m.Namespace, Name: m.Labels[storage.LabelName]}
-		if latest := c.latestSecret(rk); registered[rk.Namespace+"/"+rk.Name] && latest != nil && latest.UID == m.UID {
+		listed++
+		if latest := c.latestSecret(rk); latest != nil && latest.UID == m.UID {
 			wanted++
 		}
 	}
@@ -181,35 +230,43 @@ func (c *Controller) deployedCounts(releases []string) (wanted, listed int) {
 }
 
 // plantedError says the startup list would read mostly Secrets no lock
-// reads: deployed revisions named as registered releases, in other
-// namespaces, or not their latest. Anyone who may create Secrets can
-// write those, up to 1 MiB each, so the releases are read one by one.
+// reads: deployed revisions named as registered releases, in their
+// namespaces, that are not their latest. Anyone who may create Secrets
+// there can write those, up to 1 MiB each, so the releases are read one
+// by one.
 type plantedError struct{ wanted, listed int }
 
 func (e *plantedError) Error() string {
 	return fmt.Sprintf("%d deployed release Secrets carry the names of registered releases, and only %d of them are what their locks read", e.listed, e.wanted)
 }
 
-// deployedSelectors are the label selectors of the deployed release
-// Secrets of releases, each "namespace/name", startupNames names at a
-// time. A name that is no label value names no Secret Helm wrote, and is
-// left out.
-func deployedSelectors(releases []string) []string {
-	var names []string
+// deployedList is one startup list: the deployed release Secrets of a
+// namespace that carry one of some names.
+type deployedList struct{ namespace, selector string }
+
+// deployedLists are the startup lists of the deployed release Secrets of
+// releases, each "namespace/name": for each namespace, one list of
+// startupNames names at a time. A name that is no label value names no
+// Secret Helm wrote, and is left out.
+func deployedLists(releases []string) []deployedList {
+	names := map[string][]string{}
 	seen := map[string]bool{}
 	for _, r := range releases {
-		_, name, _ := strings.Cut(r, "/")
-		if !seen[name] && len(validation.IsValidLabelValue(name)) == 0 && name != "" {
-			seen[name] = true
-			names = append(names, name)
+		ns, name, _ := strings.Cut(r, "/")
+		if !seen[r] && len(validation.IsValidLabelValue(name)) == 0 && name != "" {
+			seen[r] = true
+			names[ns] = append(names[ns], name)
 		}
 	}
-	slices.Sort(names)
-	var selectors []string
-	for chunk := range slices.Chunk(names, startupNames) {
-		selectors = append(selectors, storage.OwnedSelector+","+storage.LabelStatus+"=deployed,"+storage.LabelName+" in ("+strings.Join(chunk, ",")+")")
+	var lists []deployedList
+	for _, ns := range slices.Sorted(maps.Keys(names)) {
+		slices.Sort(names[ns])
+		for chunk := range slices.Chunk(names[ns], startupNames) {
+			selector := storage.OwnedSelector + "," + storage.LabelStatus + "=deployed," + storage.LabelName + " in (" + strings.Join(chunk, ",") + ")"
+			lists = append(lists, deployedList{namespace: ns, selector: selector})
+		}
 	}
-	return selectors
+	return lists
 }
 
 // declareKeys declares the objects of the locks keys name, with the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -43,7 +44,7 @@ func TestDeclareAllListsDeployedReleases(t *testing.T) {
 	var listed []string
 	kube.PrependReactor("list", "secrets", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		l := a.(clienttesting.ListActionImpl)
-		listed = append(listed, fmt.Sprintf("%s limit %d", l.ListRestrictions.Labels, l.ListOptions.Limit))
+		listed = append(listed, fmt.Sprintf("%s: %s limit %d", l.Namespace, l.ListRestrictions.Labels, l.ListOptions.Limit))
 		return false, nil, nil
 	})
 	c.declareAll(context.Background())
@@ -53,7 +54,7 @@ func TestDeclareAllListsDeployedReleases(t *testing.T) {
 			gets++
 		}
 	}
-	if want := []string{"name in (rel),owner=helm,status=deployed limit 16"}; !slices.Equal(listed, want) || gets != 0 {
+	if want := []string{"apps: name in (rel),owner=helm,status=deployed limit 16"}; !slices.Equal(listed, want) || gets != 0 {
 		t.Errorf("declareAll sent lists %q and %d GETs of Secrets, want %q and none", listed, gets, want)
 	}
 	if st := c.state(helmReleaseKey("cattle-helm-system", "hr")); st.rel == nil || st.rel.Version != 1 {
@@ -107,51 +108,99 @@ func TestDeclareAllClaims(t *testing.T) {
 	}
 }
 
-// TestListDeployedListsAhead: the next page of release Secrets is listed
-// while the one before is declared, so the API server's time for it is
-// not added to the locker's. The first page's work waits for the second
-// list; listed one after the other, it would wait in vain.
-func TestListDeployedListsAhead(t *testing.T) {
+// TestListDeployedFillsPages: the startup lists go namespace by
+// namespace, and fill each page across them, so that releases of one a
+// namespace are still declared a page at a time; and they go on while a
+// page is worked on, so that the API server's time for them is not added
+// to the locker's. The first page's work waits for the lists of the next
+// pages; made one after the other, it would wait in vain.
+func TestListDeployedFillsPages(t *testing.T) {
 	c, _ := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
 	kube := c.cfg.Kube.(*fake.Clientset)
-	var lists atomic.Int32
-	second := make(chan struct{})
-	deployed := func(name string) []corev1.Secret {
-		return []corev1.Secret{{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{storage.LabelOwner: "helm", storage.LabelName: "rel", storage.LabelStatus: "deployed"}}}}
+	const namespaces = 40
+	var releases []string
+	for i := range namespaces {
+		releases = append(releases, fmt.Sprintf("ns-%02d/rel", i))
 	}
-	kube.PrependReactor("list", "secrets", func(clienttesting.Action) (bool, runtime.Object, error) {
-		switch lists.Add(1) {
-		case 1:
-			return true, &corev1.SecretList{ListMeta: metav1.ListMeta{Continue: "next"}, Items: deployed("a")}, nil
-		case 2:
-			close(second)
+	var lists atomic.Int32
+	var badLimit atomic.Int64
+	kube.PrependReactor("list", "secrets", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		lists.Add(1)
+		if limit := a.(clienttesting.ListActionImpl).ListOptions.Limit; limit < 1 || limit > startupPage {
+			badLimit.Store(limit)
 		}
-		return true, &corev1.SecretList{Items: deployed("b")}, nil
+		// The fake filters what a reactor returns by the selector.
+		labels := map[string]string{storage.LabelOwner: "helm", storage.LabelName: "rel", storage.LabelStatus: "deployed"}
+		secret := corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sh.helm.release.v1.rel.v1", Namespace: a.GetNamespace(), Labels: labels}}
+		return true, &corev1.SecretList{Items: []corev1.Secret{secret}}, nil
 	})
-	var got []string
-	err := c.listDeployed(context.Background(), c.crs.GetIndexer().ListIndexFuncValues(byRelease), func(page []corev1.Secret) {
-		if len(got) == 0 {
-			select {
-			case <-second:
-			case <-time.After(5 * time.Second):
-				t.Error("the second page was not listed while the first was worked on")
+	seen := map[string]int{}
+	var sizes []int
+	err := c.listDeployed(context.Background(), releases, func(page []corev1.Secret) {
+		if len(sizes) == 0 {
+			for deadline := time.Now().Add(5 * time.Second); lists.Load() < 2*startupPage; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Errorf("%d lists were made while the first page was worked on, want the next pages' %d", lists.Load(), startupPage)
+					break
+				}
 			}
 		}
+		sizes = append(sizes, len(page))
 		for _, s := range page {
-			got = append(got, s.Name)
+			seen[s.Namespace]++
 		}
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"a", "b"}; !slices.Equal(got, want) {
-		t.Errorf("pages held %v, want %v", got, want)
+	if lists.Load() != namespaces || len(seen) != namespaces {
+		t.Errorf("%d lists returned Secrets of %d namespaces, want one list of each of %d", lists.Load(), len(seen), namespaces)
+	}
+	for ns, n := range seen {
+		if n != 1 {
+			t.Errorf("namespace %s's Secret was in %d pages", ns, n)
+		}
+	}
+	if limit := badLimit.Load(); limit != 0 {
+		t.Errorf("a list asked for %d Secrets, past the page's room", limit)
+	}
+	if len(sizes) == 0 || len(sizes) > startupListers+namespaces/startupPage || slices.Max(sizes) > startupPage {
+		t.Errorf("pages of %v Secrets, want at most %d pages of at most %d", sizes, startupListers+namespaces/startupPage, startupPage)
 	}
 }
 
-// TestDeployedSelectors: the startup lists select the registered releases'
-// names, a hundred at a time, and leave out names no Secret can carry.
-func TestDeployedSelectors(t *testing.T) {
+// TestListDeployedStopsOnError: a list that fails stops the startup
+// lists, and says which namespace it was; the caller reads what they did
+// not return one by one.
+func TestListDeployedStopsOnError(t *testing.T) {
+	c, _ := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
+	kube := c.cfg.Kube.(*fake.Clientset)
+	var releases []string
+	for i := range 100 {
+		releases = append(releases, fmt.Sprintf("ns-%02d/rel", i))
+	}
+	kube.PrependReactor("list", "secrets", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetNamespace() == "ns-05" {
+			return true, nil, fmt.Errorf("the server is on fire")
+		}
+		return true, &corev1.SecretList{Items: []corev1.Secret{{ObjectMeta: metav1.ObjectMeta{Namespace: a.GetNamespace()}}}}, nil
+	})
+	done := make(chan error, 1)
+	go func() { done <- c.listDeployed(context.Background(), releases, func([]corev1.Secret) {}) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "namespace ns-05") || !strings.Contains(err.Error(), "on fire") {
+			t.Errorf("listDeployed = %v, want the failed list of ns-05", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("listDeployed did not return after a list failed")
+	}
+}
+
+// TestDeployedLists: the startup lists select, namespace by namespace,
+// the names of the releases registered there, a hundred at a time, and
+// leave out names no Secret can carry.
+func TestDeployedLists(t *testing.T) {
 	var many []string
 	for i := range 150 {
 		many = append(many, fmt.Sprintf("apps/r%03d", i))
@@ -159,42 +208,47 @@ func TestDeployedSelectors(t *testing.T) {
 	tests := []struct {
 		name     string
 		releases []string
-		want     []int // names per selector
-		contains string
+		want     []string // namespace: names, of each list
 	}{
-		{"none", nil, nil, ""},
-		{"a name registered twice", []string{"a/web", "b/web", "a/api"}, []int{2}, "owner=helm,status=deployed,name in (api,web)"},
-		{"not a label value", []string{"a/web", "a/" + strings.Repeat("x", 64), "a/bad name"}, []int{1}, "name in (web)"},
-		{"chunked", many, []int{100, 50}, "name in (r000,r001,"},
+		{"none", nil, nil},
+		{"a name in two namespaces", []string{"b/web", "a/web", "a/api", "a/web"}, []string{"a: api,web", "b: web"}},
+		{"not a label value", []string{"a/web", "a/" + strings.Repeat("x", 64), "a/bad name", "a/"}, []string{"a: web"}},
+		{"chunked", many, []string{"apps: 100", "apps: 50"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := deployedSelectors(tt.releases)
-			var sizes []int
-			for _, s := range got {
-				sizes = append(sizes, strings.Count(s, ",")-1)
+			var got []string
+			for _, l := range deployedLists(tt.releases) {
+				prefix := storage.OwnedSelector + ",status=deployed,name in ("
+				names, ok := strings.CutPrefix(l.selector, prefix)
+				if !ok || !strings.HasSuffix(names, ")") {
+					t.Fatalf("selector %q, want it to start %q", l.selector, prefix)
+				}
+				names = strings.TrimSuffix(names, ")")
+				if n := strings.Count(names, ",") + 1; n > 2 {
+					names = strconv.Itoa(n)
+				}
+				got = append(got, l.namespace+": "+names)
 			}
-			if !slices.Equal(sizes, tt.want) {
-				t.Errorf("deployedSelectors gave %d selectors of %v names, want %v: %q", len(got), sizes, tt.want, got)
-			}
-			if tt.contains != "" && !strings.Contains(got[0], tt.contains) {
-				t.Errorf("deployedSelectors = %q, want the first to contain %q", got, tt.contains)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("deployedLists = %q, want %q", got, tt.want)
 			}
 		})
 	}
 }
 
 // TestDeclareAllReadsOneByOneWhenPlanted: when most deployed release
-// Secrets of the registered releases' names are not what a lock reads
-// (planted in other namespaces by whoever may create Secrets there), the
-// startup list is skipped, and each registered release is read alone.
+// Secrets the startup lists would select are not what a lock reads (older
+// revisions labelled deployed, planted in the release's namespace by
+// whoever may create Secrets there), the lists are not made, and each
+// registered release is read alone.
 func TestDeclareAllReadsOneByOneWhenPlanted(t *testing.T) {
-	c, _ := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
+	c, _ := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 100), nil)
 	kube := c.cfg.Kube.(*fake.Clientset)
 	metas := c.cfg.Metadata.(*metadatafake.FakeMetadataClient)
 	for i := range 2 + startupPage {
-		planted := releaseSecret(t, "deployed", 1)
-		planted.Namespace, planted.UID = fmt.Sprintf("tenant-%d", i), types.UID(fmt.Sprintf("planted-%d", i))
+		planted := releaseSecret(t, "deployed", i+1)
+		planted.UID = types.UID(fmt.Sprintf("planted-%d", i))
 		if err := kube.Tracker().Add(planted); err != nil {
 			t.Fatal(err)
 		}
@@ -202,8 +256,15 @@ func TestDeclareAllReadsOneByOneWhenPlanted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Deployed revisions of the release's name in another namespace are
+	// not what the lists select, and do not count.
+	elsewhere := releaseSecret(t, "deployed", 1)
+	elsewhere.Namespace, elsewhere.UID = "tenant", "elsewhere"
+	if err := metas.Tracker().Add(&metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: elsewhere.ObjectMeta}); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(5 * time.Second)
-	for len(c.secrets.GetStore().List()) < 2+startupPage+1 && time.Now().Before(deadline) {
+	for len(c.secrets.GetStore().List()) < 2+startupPage+2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if wanted, listed := c.deployedCounts(c.crs.GetIndexer().ListIndexFuncValues(byRelease)); wanted != 1 || listed != 2+startupPage+1 {
@@ -226,7 +287,7 @@ func TestDeclareAllReadsOneByOneWhenPlanted(t *testing.T) {
 	if lists != 0 || gets != 1 {
 		t.Errorf("declareAll sent %d lists and %d GETs of Secrets, want none and one", lists, gets)
 	}
-	if st := c.state(helmReleaseKey("cattle-helm-system", "hr")); st.rel == nil || st.rel.Version != 1 {
+	if st := c.state(helmReleaseKey("cattle-helm-system", "hr")); st.rel == nil || st.rel.Version != 100 {
 		t.Errorf("the release is not declared: %+v", st.rel)
 	}
 }
