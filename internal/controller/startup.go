@@ -170,8 +170,9 @@ func (c *Controller) listDeployed(ctx context.Context, releases []string, page f
 }
 
 // fillPages makes the lists it is given, and sends what they return in
-// pages of startupPage Secrets (the last one short). A list asks for no
-// more than the page has room for, so a page is never more than that.
+// pages of startupPage Secrets or fewer. A list asks for no more than the
+// page has room for, so a page is never more than that; and a page is
+// sent short rather than a namespace's list be split in two.
 func (c *Controller) fillPages(ctx context.Context, lists <-chan deployedList, pages chan<- []corev1.Secret) error {
 	var held []corev1.Secret
 	send := func() bool {
@@ -184,6 +185,11 @@ func (c *Controller) fillPages(ctx context.Context, lists <-chan deployedList, p
 		}
 	}
 	for l := range lists {
+		// A namespace's releases that fit the page whole are listed
+		// with one request, not two.
+		if len(held) > 0 && len(held)+l.names > startupPage && !send() {
+			return nil
+		}
 		opts := metav1.ListOptions{LabelSelector: l.selector}
 		for {
 			opts.Limit = int64(startupPage - len(held))
@@ -241,8 +247,11 @@ func (e *plantedError) Error() string {
 }
 
 // deployedList is one startup list: the deployed release Secrets of a
-// namespace that carry one of some names.
-type deployedList struct{ namespace, selector string }
+// namespace that carry one of some names, of which there are names.
+type deployedList struct {
+	namespace, selector string
+	names               int
+}
 
 // deployedLists are the startup lists of the deployed release Secrets of
 // releases, each "namespace/name": for each namespace, one list of
@@ -263,7 +272,7 @@ func deployedLists(releases []string) []deployedList {
 		slices.Sort(names[ns])
 		for chunk := range slices.Chunk(names[ns], startupNames) {
 			selector := storage.OwnedSelector + "," + storage.LabelStatus + "=deployed," + storage.LabelName + " in (" + strings.Join(chunk, ",") + ")"
-			lists = append(lists, deployedList{namespace: ns, selector: selector})
+			lists = append(lists, deployedList{namespace: ns, selector: selector, names: len(chunk)})
 		}
 	}
 	return lists

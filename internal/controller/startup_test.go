@@ -169,6 +169,55 @@ func TestListDeployedFillsPages(t *testing.T) {
 	}
 }
 
+// TestListDeployedKeepsNamespacesWhole: a namespace's releases that fit
+// a page are listed with one request; a page is sent short rather than
+// the namespace be listed in two.
+func TestListDeployedKeepsNamespacesWhole(t *testing.T) {
+	c, _ := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
+	kube := c.cfg.Kube.(*fake.Clientset)
+	const namespaces, each = 6, 10
+	var releases []string
+	for i := range namespaces * each {
+		releases = append(releases, fmt.Sprintf("ns-%d/rel-%02d", i/each, i))
+	}
+	var lists atomic.Int32
+	kube.PrependReactor("list", "secrets", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		lists.Add(1)
+		l := a.(clienttesting.ListActionImpl)
+		reqs, _ := l.ListRestrictions.Labels.Requirements()
+		var names []string
+		for _, r := range reqs {
+			if r.Key() == storage.LabelName {
+				names = r.Values().List()
+			}
+		}
+		from, _ := strconv.Atoi(l.ListOptions.Continue)
+		to := min(len(names), from+int(l.ListOptions.Limit))
+		list := &corev1.SecretList{}
+		if to < len(names) {
+			list.Continue = strconv.Itoa(to)
+		}
+		for _, name := range names[from:to] {
+			labels := map[string]string{storage.LabelOwner: "helm", storage.LabelName: name, storage.LabelStatus: "deployed"}
+			list.Items = append(list.Items, corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: a.GetNamespace(), Labels: labels}})
+		}
+		return true, list, nil
+	})
+	got := 0
+	err := c.listDeployed(context.Background(), releases, func(page []corev1.Secret) {
+		if len(page) > startupPage {
+			t.Errorf("a page of %d Secrets, past %d", len(page), startupPage)
+		}
+		got += len(page)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lists.Load() != namespaces || got != namespaces*each {
+		t.Errorf("%d lists returned %d Secrets, want %d lists of %d", lists.Load(), got, namespaces, each)
+	}
+}
+
 // TestListDeployedStopsOnError: a list that fails stops the startup
 // lists, and says which namespace it was; the caller reads what they did
 // not return one by one.
