@@ -28,12 +28,9 @@ type Metrics struct {
 	lockedObjects  prometheus.Gauge
 	releaseLocked  *prometheus.GaugeVec
 	stuck          *prometheus.GaugeVec
-	driftDetected  *prometheus.CounterVec
-	driftCorrected *prometheus.CounterVec
-	fights         *prometheus.CounterVec
+	perRelease     *releaseCounters
 	revertLatency  prometheus.Histogram
 	reconcileErrs  *prometheus.CounterVec
-	denied         *prometheus.CounterVec
 	reviews        *prometheus.CounterVec
 	eventsDropped  *prometheus.CounterVec
 	workqueue      *workqueueProvider
@@ -72,18 +69,7 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 			Namespace: namespace, Name: "helm_operation_stuck",
 			Help: "1 while the HelmRelease's latest revision has stayed pending or uninstalling past --helm-operation-timeout (Ready is HelmOperationStuck), 0 otherwise; namespace and name are the HelmRelease's own.",
 		}, []string{"namespace", "name"}),
-		driftDetected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "drift_detected_total",
-			Help: "Objects found not as their manifest declares; manager is the field manager that made the drift (the first, when several did): Helm's, kubectl's, Kubernetes' own or the locker's by name, \"other\" for any other, \"unknown\" if none is recorded.",
-		}, []string{"namespace", "release", "kind", "manager"}),
-		driftCorrected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "drift_corrected_total",
-			Help: "Drifted objects written back to their manifest.",
-		}, []string{"namespace", "release", "kind"}),
-		fights: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "fights_total",
-			Help: "Fights the lock backed off from: another actor kept rewriting a held field of an object of kind.",
-		}, []string{"namespace", "release", "kind"}),
+		perRelease: newReleaseCounters(),
 		revertLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "revert_latency_seconds",
 			Help:    "From the watch event that showed a drift to the response of its correction.",
@@ -93,10 +79,6 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 			Namespace: namespace, Name: "reconcile_errors_total",
 			Help: "Syncs of a HelmRelease that ended in an error and were retried.",
 		}, []string{"namespace", "name"}),
-		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "admission_denied_total",
-			Help: "Requests Prevent mode denied at admission, dry runs aside; release is the release's name, or ManifestLock/<name> for a ManifestLock.",
-		}, []string{"namespace", "release", "kind"}),
 		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "admission_reviews_total",
 			Help: "Admission requests the webhook answered, dry runs aside, by whether it allowed them: what the API server's matchConditions let reach it.",
@@ -109,7 +91,7 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 		managers: maps.Clone(knownManagers),
 	}
 	m.registry.MustRegister(
-		m.lockedReleases, m.lockedObjects, m.releaseLocked, m.stuck, m.driftDetected, m.driftCorrected, m.fights, m.revertLatency, m.reconcileErrs, m.denied, m.reviews, m.eventsDropped,
+		m.lockedReleases, m.lockedObjects, m.releaseLocked, m.stuck, m.perRelease, m.revertLatency, m.reconcileErrs, m.reviews, m.eventsDropped,
 		&informerCollector{list: informers, desc: prometheus.NewDesc(namespace+"_informers",
 			"Informers running, per resource type (1 while it runs).", []string{"group", "version", "resource"}, nil)},
 		collectors.NewGoCollector(),
@@ -184,11 +166,12 @@ func (m *Metrics) HoldRelease(namespace, name string, kinds []string) {
 	if m == nil || name == "" {
 		return
 	}
+	r := releaseKey{namespace, name}
 	for _, kind := range kinds {
-		m.driftDetected.WithLabelValues(namespace, name, kind, m.managerLabel(""))
-		m.driftCorrected.WithLabelValues(namespace, name, kind)
-		m.fights.WithLabelValues(namespace, name, kind)
-		m.denied.WithLabelValues(namespace, name, kind)
+		m.perRelease.add(r, counterSeries{family: driftDetected, kind: kind, manager: m.managerLabel("")}, 0)
+		for _, f := range []releaseFamily{driftCorrected, fights, denied} {
+			m.perRelease.add(r, counterSeries{family: f, kind: kind}, 0)
+		}
 	}
 }
 
@@ -227,11 +210,7 @@ func (m *Metrics) ForgetLock(namespace, name string) {
 	if m == nil || name == "" {
 		return
 	}
-	l := prometheus.Labels{"namespace": namespace, "release": name}
-	m.driftDetected.DeletePartialMatch(l)
-	m.driftCorrected.DeletePartialMatch(l)
-	m.fights.DeletePartialMatch(l)
-	m.denied.DeletePartialMatch(l)
+	m.perRelease.forget(releaseKey{namespace, name})
 }
 
 // ForgetManifestLock deletes the series of a ManifestLock that is gone or
@@ -240,7 +219,7 @@ func (m *Metrics) ForgetManifestLock(namespace, name string) {
 	if m == nil || name == "" {
 		return
 	}
-	m.denied.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "release": ManifestLockRelease(name)})
+	m.perRelease.forget(releaseKey{namespace, ManifestLockRelease(name)})
 }
 
 // ManifestLockRelease is the release label of a ManifestLock's series:
@@ -319,9 +298,10 @@ func (m *Metrics) Drift(releaseNamespace, release, kind, manager string, correct
 	if m == nil {
 		return
 	}
-	m.driftDetected.WithLabelValues(releaseNamespace, release, kind, m.managerLabel(manager)).Inc()
+	r := releaseKey{releaseNamespace, release}
+	m.perRelease.add(r, counterSeries{family: driftDetected, kind: kind, manager: m.managerLabel(manager)}, 1)
 	if corrected {
-		m.driftCorrected.WithLabelValues(releaseNamespace, release, kind).Inc()
+		m.perRelease.add(r, counterSeries{family: driftCorrected, kind: kind}, 1)
 		m.revertLatency.Observe(latency.Seconds())
 	}
 }
@@ -332,7 +312,7 @@ func (m *Metrics) Fight(releaseNamespace, release, kind string) {
 	if m == nil {
 		return
 	}
-	m.fights.WithLabelValues(releaseNamespace, release, kind).Inc()
+	m.perRelease.add(releaseKey{releaseNamespace, release}, counterSeries{family: fights, kind: kind}, 1)
 }
 
 // ReconcileError counts a failed sync of a HelmRelease.
@@ -350,7 +330,7 @@ func (m *Metrics) Denied(namespace, release, kind string) {
 	if m == nil {
 		return
 	}
-	m.denied.WithLabelValues(namespace, release, kind).Inc()
+	m.perRelease.add(releaseKey{namespace, release}, counterSeries{family: denied, kind: kind}, 1)
 }
 
 // Reviewed counts an admission request the webhook answered.

@@ -3,6 +3,7 @@ package metrics
 import (
 	"fmt"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -121,4 +122,32 @@ func TestManifestLockSeriesAreApart(t *testing.T) {
 	}
 	var none *Metrics
 	none.ForgetManifestLock("apps", "web")
+}
+
+// BenchmarkHeldSeries is the live heap of each series a held release
+// keeps at 0 (see HoldRelease), for 2,000 releases of 5 kinds: 40,000
+// series, as at 100,000 locked objects in the bench's releases of 50.
+// Each was 666 bytes as a CounterVec's (measured on 1421414), 101 as a map entry.
+func BenchmarkHeldSeries(b *testing.B) {
+	const releases = 2000
+	kinds := []string{"ConfigMap", "Deployment", "Secret", "Service", "ServiceAccount"}
+	var perSeries float64
+	for b.Loop() {
+		before := liveHeap()
+		m := New(nil)
+		for i := range releases {
+			m.HoldRelease(fmt.Sprintf("ns-%d", i/10), fmt.Sprintf("release-%d", i), kinds)
+		}
+		perSeries = float64(liveHeap()-before) / (releases * float64(len(kinds)) * 4)
+		runtime.KeepAlive(m)
+	}
+	b.ReportMetric(perSeries, "live-B/series")
+}
+
+// liveHeap is the heap's live bytes after a garbage collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }

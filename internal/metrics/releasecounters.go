@@ -1,0 +1,111 @@
+package metrics
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// releaseFamily is one of the counters kept per release and kind.
+type releaseFamily uint8
+
+const (
+	driftDetected releaseFamily = iota
+	driftCorrected
+	fights
+	denied
+	releaseFamilies
+)
+
+// counterSeries names one series of a release: its family, kind and, for
+// driftDetected, manager.
+type counterSeries struct {
+	family        releaseFamily
+	kind, manager string
+}
+
+// releaseKey is a release's namespace and name.
+type releaseKey struct{ namespace, release string }
+
+// releaseCounters are the counters a release has for each kind of its
+// objects (drift_detected_total, drift_corrected_total, fights_total,
+// admission_denied_total), every one of them created at 0 when the
+// release is held (see HoldRelease). A CounterVec keeps 666 bytes for
+// each series, in a dozen small allocations: at 100,000 locked objects in
+// 2,000 releases of 5 kinds, 17 MiB, 13% of the locker's heap, scattered
+// among the garbage of the cold lock. Here a series is a map entry, about
+// 100 bytes (BenchmarkHeldSeries), and a release's go together when it is
+// forgotten.
+type releaseCounters struct {
+	descs [releaseFamilies]*prometheus.Desc
+
+	mu     sync.Mutex
+	values map[releaseKey]map[counterSeries]float64
+}
+
+func newReleaseCounters() *releaseCounters {
+	c := &releaseCounters{values: map[releaseKey]map[counterSeries]float64{}}
+	c.descs[driftDetected] = prometheus.NewDesc(namespace+"_drift_detected_total",
+		"Objects found not as their manifest declares; manager is the field manager that made the drift (the first, when several did): Helm's, kubectl's, Kubernetes' own or the locker's by name, \"other\" for any other, \"unknown\" if none is recorded.",
+		[]string{"namespace", "release", "kind", "manager"}, nil)
+	c.descs[driftCorrected] = prometheus.NewDesc(namespace+"_drift_corrected_total",
+		"Drifted objects written back to their manifest.", []string{"namespace", "release", "kind"}, nil)
+	c.descs[fights] = prometheus.NewDesc(namespace+"_fights_total",
+		"Fights the lock backed off from: another actor kept rewriting a held field of an object of kind.", []string{"namespace", "release", "kind"}, nil)
+	c.descs[denied] = prometheus.NewDesc(namespace+"_admission_denied_total",
+		"Requests Prevent mode denied at admission, dry runs aside; release is the release's name, or ManifestLock/<name> for a ManifestLock.",
+		[]string{"namespace", "release", "kind"}, nil)
+	return c
+}
+
+// add adds v to a series of release r, creating it if need be; v 0 only
+// creates it.
+func (c *releaseCounters) add(r releaseKey, s counterSeries, v float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	series := c.values[r]
+	if series == nil {
+		series = map[counterSeries]float64{}
+		c.values[r] = series
+	}
+	series[s] += v
+}
+
+// forget deletes every series of release r.
+func (c *releaseCounters) forget(r releaseKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.values, r)
+}
+
+// Describe implements prometheus.Collector.
+func (c *releaseCounters) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector. The values are copied out
+// first, so that a scrape does not hold up the drifts being counted.
+func (c *releaseCounters) Collect(ch chan<- prometheus.Metric) {
+	type sample struct {
+		r releaseKey
+		s counterSeries
+		v float64
+	}
+	c.mu.Lock()
+	var samples []sample
+	for r, series := range c.values {
+		for s, v := range series {
+			samples = append(samples, sample{r, s, v})
+		}
+	}
+	c.mu.Unlock()
+	for _, x := range samples {
+		labels := []string{x.r.namespace, x.r.release, x.s.kind}
+		if x.s.family == driftDetected {
+			labels = append(labels, x.s.manager)
+		}
+		ch <- prometheus.MustNewConstMetric(c.descs[x.s.family], prometheus.CounterValue, x.v, labels...)
+	}
+}
