@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -213,12 +212,7 @@ func runChartDeploymentOf(t *testing.T, bin, registration, name, deployment, ser
 	if len(args) == 0 {
 		t.Fatal("the chart's container has no args")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	webhookAddr := ln.Addr().String()
-	_ = ln.Close()
+	webhookAddr := framework.FreeAddress(t)
 	args = append(args, "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--tenant-manifest-locks=false",
 		"--webhook-bind-address="+webhookAddr, "--webhook-url=https://"+webhookAddr+"/validate", "--v=4")
 	locker, err := env.StartLockerBinary(name, bin, serviceAccountKubeconfig(t, registration, serviceAccount), containerEnv(t, container), args...)

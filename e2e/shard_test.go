@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"regexp"
 	"slices"
@@ -442,12 +441,7 @@ func TestShardsAdmission(t *testing.T) {
 	urls := map[string]string{}
 	releases := map[string]shardRelease{}
 	for i, s := range []string{"a", "b"} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		_ = ln.Close()
+		addr := framework.FreeAddress(t)
 		urls[s] = "https://" + addr + "/validate"
 		startShard(t, registration, controller, s, 0, "--webhook-bind-address="+addr, "--webhook-url="+urls[s])
 		releases[s] = installInShard(t, framework.HelmVersions[i], registration, ns, "prev-"+s, s, map[string]any{"mode": "Prevent"})

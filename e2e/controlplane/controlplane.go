@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -312,22 +313,53 @@ func (cp *ControlPlane) Stop() error {
 	return errors.Join(errs...)
 }
 
-// freePorts asks the kernel for n distinct free loopback ports. They are
-// released before the servers bind them, which leaves a small window for
-// another process to take one; the servers then fail to start and Start
-// reports it.
+// freePorts returns n distinct free loopback ports (see FreeAddress).
 func freePorts(n int) ([]int, error) {
 	var ports []int
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		addr, err := FreeAddress()
 		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
+			return nil, err
 		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, addr.Port)
 	}
 	return ports, nil
 }
+
+// FreeAddress returns a loopback address whose port is free now, for a
+// server started later: the port is closed again, and bound by the
+// server. One the kernel picked would be from its ephemeral range, which
+// every outgoing connection draws from too, and on a busy machine one
+// took it in between ("address already in use"). So the port is below
+// that range (32768 and up on Linux), and never handed out twice by this
+// process.
+func FreeAddress() (*net.TCPAddr, error) {
+	given.Lock()
+	defer given.Unlock()
+	for range 1000 {
+		port := 20000 + mrand.IntN(12000)
+		if given.ports[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		addr := ln.Addr().(*net.TCPAddr)
+		if err := ln.Close(); err != nil {
+			return nil, err
+		}
+		given.ports[port] = true
+		return addr, nil
+	}
+	return nil, errors.New("found no free loopback port from 20000 to 32000 in 1000 tries")
+}
+
+// given are the ports FreeAddress has handed out.
+var given = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 func randomHex(n int) (string, error) {
 	b := make([]byte, n)

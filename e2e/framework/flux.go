@@ -2,7 +2,6 @@ package framework
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,12 +26,7 @@ const ShardLabel = "sharding.fluxcd.io/key"
 // CRDs must be installed first.
 func (e *Env) StartSourceController(t testing.TB, shard string) *controlplane.Process {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	storage := ln.Addr().String()
-	_ = ln.Close()
+	storage := FreeAddress(t)
 	dir := filepath.Join(e.CP.Dir, "source-controller-"+fmt.Sprint(time.Now().UnixNano()))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -113,13 +112,12 @@ func run(m *testing.M, envp **Env, opts Options) int {
 	if !opts.NoSharedLocker {
 		// The shared locker answers Prevent mode's webhook, which the
 		// API server calls back over loopback TLS.
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		addr, err := controlplane.FreeAddress()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "e2e:", err)
 			return 1
 		}
-		webhookAddr := ln.Addr().String()
-		_ = ln.Close()
+		webhookAddr := addr.String()
 		// Tests of Upgrade mode expect an upgrade within seconds of
 		// the last one, not after the minute of
 		// --rerender-upgrade-interval's default.
@@ -281,15 +279,15 @@ func Chart(t testing.TB, name string) string {
 }
 
 // FreeAddress returns a loopback address with a port free now, for a
-// locker's metrics or probes that a test reads.
+// locker's metrics, probes or webhook that a test reads (see
+// controlplane.FreeAddress).
 func FreeAddress(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := controlplane.FreeAddress()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr.String()
 }
 
 // HTTPGet returns the status code and body of a GET of url; code 0 and the
