@@ -256,13 +256,14 @@ type deployedList struct {
 // deployedLists are the startup lists of the deployed release Secrets of
 // releases, each "namespace/name": for each namespace, one list of
 // startupNames names at a time. A name that is no label value names no
-// Secret Helm wrote, and is left out.
+// Secret Helm wrote, and is left out; so is a release of no namespace,
+// whose list would be of every namespace.
 func deployedLists(releases []string) []deployedList {
 	names := map[string][]string{}
 	seen := map[string]bool{}
 	for _, r := range releases {
 		ns, name, _ := strings.Cut(r, "/")
-		if !seen[r] && len(validation.IsValidLabelValue(name)) == 0 && name != "" {
+		if !seen[r] && len(validation.IsValidLabelValue(name)) == 0 && name != "" && ns != "" {
 			seen[r] = true
 			names[ns] = append(names[ns], name)
 		}

@@ -262,6 +262,7 @@ func TestDeployedLists(t *testing.T) {
 		{"none", nil, nil},
 		{"a name in two namespaces", []string{"b/web", "a/web", "a/api", "a/web"}, []string{"a: api,web", "b: web"}},
 		{"not a label value", []string{"a/web", "a/" + strings.Repeat("x", 64), "a/bad name", "a/"}, []string{"a: web"}},
+		{"no namespace", []string{"/web", "web", "a/web"}, []string{"a: web"}},
 		{"chunked", many, []string{"apps: 100", "apps: 50"}},
 	}
 	for _, tt := range tests {
