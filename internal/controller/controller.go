@@ -398,8 +398,9 @@ func (c *Controller) runEngine(ctx context.Context, start func(func(context.Cont
 		c.synced.Store(true)
 		logger.V(2).Info("Informers synced")
 		// The first sync of every release reads its Secret and
-		// checks its objects; that garbage goes back too once the
-		// queue has been empty for a second.
+		// checks its objects. Once the queue has been empty for a
+		// second they are done; the binary hands their garbage back
+		// when it goes quiet (cmd/helm-locker's handBack).
 		for quiet := 0; quiet < 5; {
 			select {
 			case <-ctx.Done():
@@ -412,7 +413,6 @@ func (c *Controller) runEngine(ctx context.Context, start func(func(context.Cont
 				quiet = 0
 			}
 		}
-		debug.FreeOSMemory()
 		logger.V(2).Info("Initial syncs done")
 	})
 }
