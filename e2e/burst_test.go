@@ -329,6 +329,7 @@ func TestBurstDeclaredTogether(t *testing.T) {
 	})
 
 	after := readsOfLocker(t, locker.Log)
+	logGatherings(t, locker.Log)
 	relists := after[namespacedRead{"", "configmaps", "scan"}] - before[namespacedRead{"", "configmaps", "scan"}]
 	t.Logf("the burst: %d lists of ConfigMaps of every namespace", relists)
 	if relists < 1 || relists > 2 {
@@ -382,4 +383,21 @@ func statusWrites(t *testing.T, path string) map[string]int {
 		out[m[1]]++
 	}
 	return out
+}
+
+// gatheringLine is the locker's log of a gathering of HelmReleases it
+// declared together.
+var gatheringLine = regexp.MustCompile(`[^\n]*"(?:Gathered|Declared) the HelmReleases that arrived[^\n]*`)
+
+// logGatherings logs the gatherings of HelmReleases a locker took, which
+// say how a burst that was not declared as one came apart.
+func logGatherings(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range gatheringLine.FindAllString(string(data), -1) {
+		t.Log(line)
+	}
 }

@@ -24,11 +24,18 @@ import (
 
 // arrivalQuiet is how long arrivals waits after the last lock came for
 // another before it declares what it gathered, and arrivalGather the
-// most it waits from the first: a burst's CRs come through the CR
-// informer within milliseconds of one another.
+// most it waits from the first. A burst's CRs come through the CR
+// informer within milliseconds of one another on an idle machine, but
+// a tenth of a second apart, now and then, on a busy one (a CI runner
+// with other tests beside it split a burst of 26 that way); a lone CR
+// waits arrivalQuiet longer to be locked. A burst that keeps coming
+// (thousands of CRs an apply creates for seconds) is gathered whole, up
+// to arrivalGather: a gathering lists each namespace's release Secrets
+// once and each type once, so each one a burst is split into costs
+// those lists again.
 const (
-	arrivalQuiet  = 100 * time.Millisecond
-	arrivalGather = time.Second
+	arrivalQuiet  = 300 * time.Millisecond
+	arrivalGather = 5 * time.Second
 )
 
 // arrivalSyncWait is the most a gathering that came during the start
@@ -142,8 +149,13 @@ func (c *Controller) admitArrivals(ctx context.Context) {
 			}
 		}
 		keys := c.arrivals.take()
+		if len(keys) == 0 {
+			// Woken by locks that joined the last gathering.
+			continue
+		}
+		klog.FromContext(ctx).V(2).Info("Gathered the HelmReleases that arrived", "count", len(keys), "gathered", time.Since(first), "together", len(keys) >= arrivalBatch)
 		if len(keys) >= arrivalBatch {
-			c.admit(ctx, keys)
+			keys = c.admit(ctx, keys)
 		}
 		c.arrivals.done(keys)
 		for _, key := range keys {
@@ -154,8 +166,41 @@ func (c *Controller) admitArrivals(ctx context.Context) {
 
 // admit declares keys' locks as declareAll does at a start, and has the
 // engine list once each type whose objects they hold it had not kept.
-func (c *Controller) admit(ctx context.Context, keys []lockKey) {
+// Locks that arrive while it declares join the gathering before that
+// list, as the rest of a burst that came apart: declared alone they
+// would each scan their namespaces. It returns every lock it declared.
+func (c *Controller) admit(ctx context.Context, keys []lockKey) []lockKey {
 	began := time.Now()
+	var all []lockKey
+	for ; len(keys) > 0; keys = c.arrivals.take() {
+		c.declareArrived(ctx, keys)
+		all = append(all, keys...)
+	}
+	declaredAt := time.Now()
+	sets := make([]string, 0, len(all))
+	for _, key := range all {
+		sets = append(sets, key.String())
+	}
+	// Declared while the informers still list, the sets' objects may
+	// have been dropped by the first lists: Relist finds those missing
+	// once the lists are done. An informer that cannot list (the locker
+	// may not read its type) is not waited for past arrivalSyncWait.
+	for wait := time.Now().Add(arrivalSyncWait); !c.synced.Load() && time.Now().Before(wait); {
+		select {
+		case <-ctx.Done():
+			return all
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	c.engine.Relist(ctx, sets)
+	klog.FromContext(ctx).V(2).Info("Declared the HelmReleases that arrived together", "count", len(all),
+		"declared", declaredAt.Sub(began), "listed", time.Since(declaredAt))
+	return all
+}
+
+// declareArrived declares keys' locks from their deployed release
+// Secrets listed together, and the rest one by one.
+func (c *Controller) declareArrived(ctx context.Context, keys []lockKey) {
 	batch := map[lockKey]bool{}
 	var releases []string
 	for _, key := range keys {
@@ -167,27 +212,10 @@ func (c *Controller) admit(ctx context.Context, keys []lockKey) {
 	}
 	declared := c.declareDeployed(ctx, releases, func(key lockKey) bool { return batch[key] })
 	var rest []lockKey
-	sets := make([]string, 0, len(keys))
 	for _, key := range keys {
 		if !declared[key] {
 			rest = append(rest, key)
 		}
-		sets = append(sets, key.String())
 	}
 	c.declareKeys(ctx, rest)
-	declaredAt := time.Now()
-	// Declared while the informers still list, the sets' objects may
-	// have been dropped by the first lists: Relist finds those missing
-	// once the lists are done. An informer that cannot list (the locker
-	// may not read its type) is not waited for past arrivalSyncWait.
-	for wait := time.Now().Add(arrivalSyncWait); !c.synced.Load() && time.Now().Before(wait); {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	c.engine.Relist(ctx, sets)
-	klog.FromContext(ctx).V(2).Info("Declared the HelmReleases that arrived together", "count", len(keys),
-		"declared", declaredAt.Sub(began), "listed", time.Since(declaredAt))
 }

@@ -1,9 +1,14 @@
 package controller
 
 import (
+	"context"
+	"slices"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -20,9 +25,9 @@ func TestArrivalsDue(t *testing.T) {
 	}{
 		{name: "one lock, just come", comes: []time.Duration{0}, now: 0, want: arrivalQuiet},
 		{name: "one lock, quiet since", comes: []time.Duration{0}, now: arrivalQuiet, want: 0},
-		{name: "another came", comes: []time.Duration{0, 80 * time.Millisecond}, now: 100 * time.Millisecond, want: 80 * time.Millisecond},
-		{name: "a burst that keeps coming", comes: []time.Duration{0, 500 * time.Millisecond, 950 * time.Millisecond}, now: 960 * time.Millisecond, want: 40 * time.Millisecond},
-		{name: "past the gathering", comes: []time.Duration{0, 990 * time.Millisecond}, now: 1100 * time.Millisecond, want: 0},
+		{name: "another came", comes: []time.Duration{0, 80 * time.Millisecond}, now: arrivalQuiet, want: 80 * time.Millisecond},
+		{name: "a burst that keeps coming", comes: []time.Duration{0, arrivalGather / 2, arrivalGather - 50*time.Millisecond}, now: arrivalGather - 10*time.Millisecond, want: 10 * time.Millisecond},
+		{name: "past the gathering", comes: []time.Duration{0, arrivalGather - 10*time.Millisecond}, now: arrivalGather + 100*time.Millisecond, want: 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,5 +71,31 @@ func TestArrivalsHold(t *testing.T) {
 	}
 	if next := a.take(); len(next) != 1 || next[0] != k2 {
 		t.Errorf("the next take = %v, want [%v]", next, k2)
+	}
+}
+
+// TestAdmitJoinsLateArrivals: locks that arrive while a gathering is
+// declared join it, and are declared before its list of their types,
+// rather than wait for a gathering of their own.
+func TestAdmitJoinsLateArrivals(t *testing.T) {
+	c, _ := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
+	kube := c.cfg.Kube.(*fake.Clientset)
+	first := helmReleaseKey("cattle-helm-system", "hr")
+	late := helmReleaseKey("cattle-helm-system", "late")
+	kube.PrependReactor("list", "secrets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		c.arrivals.add(late, time.Now())
+		return false, nil, nil
+	})
+	c.synced.Store(true)
+	c.arrivals.add(first, time.Now())
+	got := c.admit(context.Background(), c.arrivals.take())
+	if want := []lockKey{first, late}; !slices.Equal(got, want) {
+		t.Errorf("admit declared %v, want %v", got, want)
+	}
+	if rest := c.arrivals.take(); len(rest) != 0 {
+		t.Errorf("%v still wait for a gathering after admit", rest)
+	}
+	if st := c.state(first); st.rel == nil || st.rel.Version != 1 {
+		t.Errorf("the first lock is not declared: %+v", st.rel)
 	}
 }
