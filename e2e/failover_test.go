@@ -38,15 +38,15 @@ var waitingToLead = regexp.MustCompile(`"Waiting to lead".*? identity="([^"]+)"`
 
 // startReplicas starts two lockers for registration, named controller,
 // with only --namespace and --controller-name set (and, with metrics, a
-// metrics address each), and returns them once each has said what
-// identity it competes for the Lease with.
-func startReplicas(t *testing.T, registration, controller string, metrics bool) []*replica {
+// metrics address each) besides args, and returns them once each has said
+// what identity it competes for the Lease with.
+func startReplicas(t *testing.T, registration, controller string, metrics bool, args ...string) []*replica {
 	t.Helper()
 	var replicas []*replica
 	for i := range 2 {
 		r := &replica{}
 		var err error
-		if r.Locker, err = env.StartLocker(fmt.Sprintf("%s-%d", controller, i), "--namespace", registration, "--controller-name", controller); err != nil {
+		if r.Locker, err = env.StartLocker(fmt.Sprintf("%s-%d", controller, i), append([]string{"--namespace", registration, "--controller-name", controller}, args...)...); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = r.Stop(10 * time.Second) })
@@ -171,14 +171,23 @@ func TestFailoverSIGKILL(t *testing.T) {
 	t.Parallel()
 	ns, registration := env.Namespace(t), env.Namespace(t)
 	const controller = "failover-kill"
-	leader, standby := leaderOf(t, registration, controller, startReplicas(t, registration, controller, false))
+	// At --v=6 the lockers log their requests, and the test reads the
+	// new leader's.
+	leader, standby := leaderOf(t, registration, controller, startReplicas(t, registration, controller, false, "--v=6"))
 	lockOneRelease(t, registration, ns)
+	framework.WaitForLog(t, standby.Locker, configMapsListed, 30*time.Second)
 
 	waitForRenewal(t, registration, controller)
 	killed := time.Now()
 	leader.Kill()
 	setKey(t, ns, "cms-0", "edited after the leader crashed")
 	reverted := waitForRevert(t, ns)
+	// The standby saw cms-0 in line before the edit: once it leads, its
+	// first check of it corrects it with the write alone, not a dry run
+	// first (see engine.Engine.Standby).
+	if n := dryRunsSincePromotion(t, standby.Locker, "cms-0"); n != 0 {
+		t.Errorf("the new leader dry-ran its correction of cms-0 %d times, want none: the standby saw it in line", n)
+	}
 
 	lease := leaseOf(t, registration, controller)
 	if holderIdentity(lease) != standby.identity {
@@ -193,6 +202,25 @@ func TestFailoverSIGKILL(t *testing.T) {
 	if fromLease > newLeaderRevert {
 		t.Errorf("the new leader reverted the edit %s after it took the Lease, want at most %s: its standby controller keeps its caches warm", fromLease.Round(time.Millisecond), newLeaderRevert)
 	}
+}
+
+// configMapsListed is a locker's log of its ConfigMap informer's first
+// list stored.
+var configMapsListed = regexp.MustCompile(`"Caches populated".*type="/v1, Resource=configmaps"`)
+
+// dryRunsSincePromotion counts the dry-run PATCHes of ConfigMap name that
+// l logged at --v=6 since it was promoted to lead.
+func dryRunsSincePromotion(t *testing.T, l *framework.Locker, name string) int {
+	t.Helper()
+	data, err := os.ReadFile(l.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, found := strings.Cut(string(data), `"Promoted: leading`)
+	if !found {
+		t.Fatalf("%s did not log its promotion", l.Name)
+	}
+	return len(regexp.MustCompile(`verb="PATCH" url="[^"]*/configmaps/` + regexp.QuoteMeta(name) + `\?[^"]*dryRun=All`).FindAllString(after, -1))
 }
 
 // newLeaderRevert bounds the time from a standby taking the Lease to its

@@ -188,6 +188,7 @@ func (c *Controller) syncHelmRelease(ctx context.Context, key lockKey) (result, 
 			// A new declaration: its kinds' rules, for Judge.
 			c.engine.Prepare(ctx)
 		}
+		c.engine.Standby(key.String())
 		return result{}, err
 	}
 	if c.arrive(key, st) {

@@ -157,6 +157,7 @@ func (c *Controller) reconcileManifestLock(ctx context.Context, req *manifestSyn
 		if d.changed {
 			c.engine.Prepare(ctx)
 		}
+		c.engine.Standby(req.key.String())
 		return ml.Status, nil
 	}
 	status, syncErr := c.syncManifestObjects(ctx, req, d.optedOut)
