@@ -38,6 +38,12 @@ const (
 	arrivalGather = 5 * time.Second
 )
 
+// arrivalJoin is how long from its start a gathering being declared takes
+// in the locks that come meanwhile. Their syncs, and those of the locks
+// gathered first, wait for the declaring to end: a stream of CRs that kept
+// coming would hold them all back for as long as it lasted.
+const arrivalJoin = 30 * time.Second
+
 // arrivalSyncWait is the most a gathering that came during the start
 // waits for the informers' first lists before it has the engine relist
 // what they dropped.
@@ -59,10 +65,12 @@ type arrivals struct {
 	next []lockKey
 	last time.Time
 	wake chan struct{}
+	// join is arrivalJoin but in tests.
+	join time.Duration
 }
 
 func newArrivals() *arrivals {
-	return &arrivals{held: map[lockKey]bool{}, wake: make(chan struct{}, 1)}
+	return &arrivals{held: map[lockKey]bool{}, wake: make(chan struct{}, 1), join: arrivalJoin}
 }
 
 // add takes key over.
@@ -172,9 +180,13 @@ func (c *Controller) admitArrivals(ctx context.Context) {
 func (c *Controller) admit(ctx context.Context, keys []lockKey) []lockKey {
 	began := time.Now()
 	var all []lockKey
-	for ; len(keys) > 0; keys = c.arrivals.take() {
+	for len(keys) > 0 {
 		c.declareArrived(ctx, keys)
 		all = append(all, keys...)
+		if time.Since(began) >= c.arrivals.join {
+			break
+		}
+		keys = c.arrivals.take()
 	}
 	declaredAt := time.Now()
 	sets := make([]string, 0, len(all))

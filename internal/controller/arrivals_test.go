@@ -76,26 +76,40 @@ func TestArrivalsHold(t *testing.T) {
 
 // TestAdmitJoinsLateArrivals: locks that arrive while a gathering is
 // declared join it, and are declared before its list of their types,
-// rather than wait for a gathering of their own.
+// rather than wait for a gathering of their own; once the gathering has
+// been declared for arrivalJoin, they wait for the next.
 func TestAdmitJoinsLateArrivals(t *testing.T) {
-	c, _ := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
-	kube := c.cfg.Kube.(*fake.Clientset)
 	first := helmReleaseKey("cattle-helm-system", "hr")
 	late := helmReleaseKey("cattle-helm-system", "late")
-	kube.PrependReactor("list", "secrets", func(clienttesting.Action) (bool, runtime.Object, error) {
-		c.arrivals.add(late, time.Now())
-		return false, nil, nil
-	})
-	c.synced.Store(true)
-	c.arrivals.add(first, time.Now())
-	got := c.admit(context.Background(), c.arrivals.take())
-	if want := []lockKey{first, late}; !slices.Equal(got, want) {
-		t.Errorf("admit declared %v, want %v", got, want)
+	tests := []struct {
+		name     string
+		join     time.Duration
+		want     []lockKey
+		leftOver []lockKey
+	}{
+		{name: "while declared", join: arrivalJoin, want: []lockKey{first, late}},
+		{name: "past arrivalJoin", join: 0, want: []lockKey{first}, leftOver: []lockKey{late}},
 	}
-	if rest := c.arrivals.take(); len(rest) != 0 {
-		t.Errorf("%v still wait for a gathering after admit", rest)
-	}
-	if st := c.state(first); st.rel == nil || st.rel.Version != 1 {
-		t.Errorf("the first lock is not declared: %+v", st.rel)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, _ := newTestController(t, helmRelease(nil), releaseSecret(t, "deployed", 1), nil)
+			kube := c.cfg.Kube.(*fake.Clientset)
+			kube.PrependReactor("list", "secrets", func(clienttesting.Action) (bool, runtime.Object, error) {
+				c.arrivals.add(late, time.Now())
+				return false, nil, nil
+			})
+			c.synced.Store(true)
+			c.arrivals.join = tt.join
+			c.arrivals.add(first, time.Now())
+			if got := c.admit(context.Background(), c.arrivals.take()); !slices.Equal(got, tt.want) {
+				t.Errorf("admit declared %v, want %v", got, tt.want)
+			}
+			if rest := c.arrivals.take(); !slices.Equal(rest, tt.leftOver) {
+				t.Errorf("%v wait for the next gathering after admit, want %v", rest, tt.leftOver)
+			}
+			if st := c.state(first); st.rel == nil || st.rel.Version != 1 {
+				t.Errorf("the first lock is not declared: %+v", st.rel)
+			}
+		})
 	}
 }
