@@ -42,7 +42,7 @@ const (
 // in the locks that come meanwhile. Their syncs, and those of the locks
 // gathered first, wait for the declaring to end: a stream of CRs that kept
 // coming would hold them all back for as long as it lasted.
-const arrivalJoin = 30 * time.Second
+const arrivalJoin = time.Minute
 
 // arrivalSyncWait is the most a gathering that came during the start
 // waits for the informers' first lists before it has the engine relist
