@@ -111,7 +111,7 @@ func TestForgedChartNeverRenders(t *testing.T) {
 			}
 			// A lookup target changes: the lock renders again.
 			setGreeting(t, ns, "bonjour")
-			waitRendered(t, cr, 15*time.Second, metav1.ConditionFalse, v1alpha1.ReasonUnverifiedChart, "sh.helm.release.v1.app.v1", "revision 1 was verified with")
+			waitRendered(t, cr, 30*time.Second, metav1.ConditionFalse, v1alpha1.ReasonUnverifiedChart, "sh.helm.release.v1.app.v1", "revision 1 was verified with")
 			noTraceOfForgery(t, ns, cr)
 			if res := env.CLI(t, "", "diff", "--rerender", "-n", ns, "app"); res.Code != 2 || !strings.Contains(res.Stderr, "no longer holds the chart and values revision 1 was verified with") {
 				t.Errorf("diff --rerender of the rewritten revision: exit %d, stderr %s; want 2, refusing it", res.Code, res.Stderr)
