@@ -220,7 +220,7 @@ func dryRunsSincePromotion(t *testing.T, l *framework.Locker, name string) int {
 	if !found {
 		t.Fatalf("%s did not log its promotion", l.Name)
 	}
-	return len(regexp.MustCompile(`verb="PATCH" url="[^"]*/configmaps/` + regexp.QuoteMeta(name) + `\?[^"]*dryRun=All`).FindAllString(after, -1))
+	return len(regexp.MustCompile(`verb="PATCH" url="[^"]*/configmaps/`+regexp.QuoteMeta(name)+`\?[^"]*dryRun=All`).FindAllString(after, -1))
 }
 
 // newLeaderRevert bounds the time from a standby taking the Lease to its
