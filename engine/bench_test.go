@@ -119,14 +119,48 @@ func BenchmarkInLine(b *testing.B) {
 	})
 }
 
-// BenchmarkNormalize is what resolving costs a chart's Deployment before
-// its declaration is packed: nulls dropped, and the API types' round trip
-// (storedForm).
+// benchConfigMap is a chart's ConfigMap of a config file, as the bench's
+// releases have them.
+const benchConfigMap = `
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: web-config
+  namespace: ns
+  labels: {app.kubernetes.io/name: web, app.kubernetes.io/instance: web, app.kubernetes.io/managed-by: Helm, helm.sh/chart: web-1.2.3}
+  annotations: {meta.helm.sh/release-name: web, meta.helm.sh/release-namespace: ns}
+data:
+  app.yaml: |
+    server:
+      port: 8080
+      timeout: 30s
+    log: {level: info, format: json}
+  LOG_LEVEL: info
+`
+
+// BenchmarkNormalize is what resolving costs an object before its
+// declaration is packed: nulls dropped, and the API types' round trip
+// (storedForm), or for a ConfigMap, stringForm in its place. "round trip"
+// is the same ConfigMap the long way, for the ratio in one run.
 func BenchmarkNormalize(b *testing.B) {
-	declared := obj(b, chartDeployment)
-	b.ReportAllocs()
-	for b.Loop() {
-		normalize(&unstructured.Unstructured{Object: declared})
+	for _, bench := range []struct {
+		name      string
+		in        string
+		normalize func(*unstructured.Unstructured)
+	}{
+		{"Deployment", chartDeployment, func(u *unstructured.Unstructured) { normalize(u) }},
+		{"ConfigMap", benchConfigMap, func(u *unstructured.Unstructured) { normalize(u) }},
+		{"ConfigMap round trip", benchConfigMap, func(u *unstructured.Unstructured) {
+			storedForm(&unstructured.Unstructured{Object: dropNulls(u.Object).(map[string]any)})
+		}},
+	} {
+		declared := obj(b, bench.in)
+		b.Run(bench.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				bench.normalize(&unstructured.Unstructured{Object: declared})
+			}
+		})
 	}
 }
 

@@ -1,6 +1,11 @@
 package engine
 
 import (
+	"bytes"
+	"compress/flate"
+	"encoding/json"
+	"io"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -55,20 +60,87 @@ metadata: {name: app}
 	}
 }
 
-// BenchmarkDeclaration is what an event pays to read a Deployment's
-// declaration back.
+// BenchmarkDeclaration is what an event pays to read a declaration back:
+// a Deployment's, and a ConfigMap's of a config file, as the tree it is
+// kept as and, for the ratio in one run, as the deflated JSON it was kept
+// as before.
 func BenchmarkDeclaration(b *testing.B) {
-	packed, err := packDeclaration(&unstructured.Unstructured{Object: obj(b, benchDeployment)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(len(packed)), "packed-bytes")
-	for b.Loop() {
-		if _, err := unpackDeclaration(packed); err != nil {
-			b.Fatal(err)
+	for _, o := range []struct {
+		name string
+		obj  *unstructured.Unstructured
+	}{{"Deployment", &unstructured.Unstructured{Object: obj(b, benchDeployment)}}, {"ConfigMap", benchConfigMapFile()}} {
+		for _, codec := range declarationCodecs {
+			packed, err := codec.pack(o.obj)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Run(o.name+"/"+codec.name, func(b *testing.B) {
+				b.ReportAllocs()
+				b.ReportMetric(float64(len(packed)), "packed-bytes")
+				for b.Loop() {
+					if _, err := codec.unpack(packed); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
 	}
 }
+
+// declarationCodecs are the tree declarations are kept as, and the JSON
+// they were kept as before, for the benchmarks' ratios.
+var declarationCodecs = []struct {
+	name   string
+	pack   func(*unstructured.Unstructured) ([]byte, error)
+	unpack func([]byte) (*unstructured.Unstructured, error)
+}{
+	{"tree", packDeclaration, unpackDeclaration},
+	{"JSON", packJSON, unpackJSON},
+}
+
+// packJSON is how declarations were packed before trees: JSON, deflated
+// with the same dictionary as JSON, by pooled compressors as
+// packDeclaration's.
+func packJSON(obj *unstructured.Unstructured) ([]byte, error) {
+	var buf bytes.Buffer
+	w := jsonDeflaters.Get().(*flate.Writer)
+	defer jsonDeflaters.Put(w)
+	w.Reset(&buf)
+	if err := json.NewEncoder(w).Encode(obj.Object); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// unpackJSON reads what packJSON wrote.
+func unpackJSON(data []byte) (*unstructured.Unstructured, error) {
+	r := jsonInflaters.Get().(io.ReadCloser)
+	defer jsonInflaters.Put(r)
+	if err := r.(flate.Resetter).Reset(bytes.NewReader(data), []byte(declarationDictJSON)); err != nil {
+		return nil, err
+	}
+	raw := buffers.Get().(*bytes.Buffer)
+	defer buffers.Put(raw)
+	raw.Reset()
+	if _, err := raw.ReadFrom(r); err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{}
+	return u, u.UnmarshalJSON(raw.Bytes())
+}
+
+var (
+	jsonDeflaters = sync.Pool{New: func() any {
+		w, _ := flate.NewWriterDict(nil, deflateLevel, []byte(declarationDictJSON))
+		return w
+	}}
+	jsonInflaters = sync.Pool{New: func() any {
+		return flate.NewReaderDict(bytes.NewReader(nil), []byte(declarationDictJSON))
+	}}
+)
 
 // benchConfigFile is a ConfigMap's config file, about a kilobyte, with the
 // mix of names, numbers, addresses and ids that real ones have.
@@ -106,18 +178,27 @@ server.id = 7d3e91c0ab52f468
 // each object at a cold lock, and what it then takes to keep: a ConfigMap
 // of a config file, as most of a release's objects are.
 func BenchmarkPackDeclaration(b *testing.B) {
-	cm := &unstructured.Unstructured{Object: map[string]any{
+	cm := benchConfigMapFile()
+	for _, codec := range declarationCodecs {
+		b.Run(codec.name, func(b *testing.B) {
+			var packed []byte
+			b.ReportAllocs()
+			for b.Loop() {
+				var err error
+				if packed, err = codec.pack(cm); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(packed)), "packed-bytes")
+		})
+	}
+}
+
+// benchConfigMapFile is a ConfigMap of benchConfigFile.
+func benchConfigMapFile() *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": "web-config", "namespace": "shop", "labels": map[string]any{"app.kubernetes.io/instance": "web", "app.kubernetes.io/managed-by": "Helm"}},
 		"data":     map[string]any{"app.conf": benchConfigFile},
 	}}
-	var packed []byte
-	b.ReportAllocs()
-	for b.Loop() {
-		var err error
-		if packed, err = packDeclaration(cm); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(len(packed)), "packed-bytes")
 }

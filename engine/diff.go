@@ -15,12 +15,15 @@ import (
 // server itself made: status is dropped (it is not written through the main
 // resource), nulls are dropped (they mean "absent"), a Secret's stringData
 // is folded into data, and a built-in kind's values take the form its API
-// types give them (see storedForm).
+// types give them (see storedForm, and stringForm, which does the same
+// for ConfigMaps and Secrets without the round trip).
 func normalize(obj *unstructured.Unstructured) *unstructured.Unstructured {
 	out := &unstructured.Unstructured{Object: dropNulls(obj.Object).(map[string]any)}
 	delete(out.Object, "status")
-	if stored, ok := storedForm(out); ok {
-		out.Object = stored
+	if !stringForm(out.Object) {
+		if stored, ok := storedForm(out); ok {
+			out.Object = stored
+		}
 	}
 	if out.GetAPIVersion() == "v1" && out.GetKind() == "Secret" {
 		if sd, ok := out.Object["stringData"].(map[string]any); ok {

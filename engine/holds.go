@@ -58,10 +58,10 @@ func (r mergeRules) root(obj map[string]any) (rootType, bool) {
 
 // holds reports whether live is certainly as declared under r: the full
 // merge would make nothing of it but live itself. False means "not sure":
-// a list of another length, order or keys than declared, a list key the
-// declaration leaves to its default, a field the schema does not know, a
-// union (see keepDeclaredMembers) or number of another Go type. The
-// caller then runs the full merge, which has the last word. It reads only
+// a list of another length, order or keys than declared (a key an entry
+// leaves out read as its schema's default, as the merge reads it), a field
+// the schema does not know, a union (see keepDeclaredMembers) or number of
+// another Go type. The caller then runs the full merge, which has the last word. It reads only
 // what is declared: a live object with a field its schema does not know,
 // newer than the schema say, which the full merge cannot read, is as
 // declared if what is declared holds.
@@ -187,6 +187,12 @@ func holdsList(s *smdschema.Schema, list *smdschema.List, d, l []any) bool {
 		for _, k := range list.Keys {
 			dv, declared := dm[k]
 			lv, live := lm[k]
+			if !declared && live {
+				// The merge reads a key an entry leaves out as
+				// its schema's default, as the API server fills
+				// it in: a container port's protocol is TCP.
+				dv, declared = keyDefault(s, list.ElementType, k)
+			}
 			if declared != live || declared && !sameScalar(dv, lv) {
 				return false
 			}
@@ -196,6 +202,17 @@ func holdsList(s *smdschema.Schema, list *smdschema.List, d, l []any) bool {
 		}
 	}
 	return true
+}
+
+// keyDefault is the default the schema gives the key field k of a list's
+// entries of type tr, and whether it gives one.
+func keyDefault(s *smdschema.Schema, tr smdschema.TypeRef, k string) (any, bool) {
+	atom, ok := s.Resolve(tr)
+	if !ok || atom.Map == nil {
+		return nil, false
+	}
+	f, ok := atom.Map.FindField(k)
+	return f.Default, ok && f.Default != nil
 }
 
 // sameMap reports whether entry is the very map m.

@@ -152,11 +152,18 @@ func TestHolds(t *testing.T) {
 			declared: func(d map[string]any) { d["spec"].(map[string]any)["replicas"] = float64(1) },
 		},
 		{
-			name: "a list key left to its default: not sure, the merge says",
+			name: "a list key left to its default",
 			declared: func(d map[string]any) {
 				delete(container(d)["ports"].([]any)[0].(map[string]any), "protocol")
 			},
-			merged: true,
+			want: true, merged: true,
+		},
+		{
+			name: "a list key left to its default, live with another value",
+			declared: func(d map[string]any) {
+				delete(container(d)["ports"].([]any)[0].(map[string]any), "protocol")
+			},
+			edit: func(l map[string]any) { container(l)["ports"].([]any)[0].(map[string]any)["protocol"] = "UDP" },
 		},
 		{
 			name:     "a field the schema does not know: not sure",

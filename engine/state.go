@@ -69,7 +69,7 @@ func (s *objectSet) groupVersions() []schema.GroupVersion {
 type lockedObject struct {
 	ref ObjectRef
 	// declared is the normalized declaration, namespace resolved, as
-	// deflated JSON (see packDeclaration): a tenth of its size as nested
+	// a deflated tree (see packDeclaration): a tenth of its size as nested
 	// maps, and decoded in microseconds when an event needs it.
 	declared atomic.Pointer[[]byte]
 	// canonical is set once the declaration has been put in the form the
