@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
@@ -142,6 +143,30 @@ func BenchmarkHeldSeries(b *testing.B) {
 		runtime.KeepAlive(m)
 	}
 	b.ReportMetric(perSeries, "live-B/series")
+}
+
+// BenchmarkScrape is what one scrape of /metrics costs the locker at
+// 2,000 held releases of 5 kinds, as at 100,000 locked objects in the
+// bench's releases of 50: the 40,000 series kept at 0 and the rest.
+func BenchmarkScrape(b *testing.B) {
+	const releases = 2000
+	kinds := []string{"ConfigMap", "Deployment", "Secret", "Service", "ServiceAccount"}
+	m := New(nil)
+	for i := range releases {
+		m.HoldRelease(fmt.Sprintf("ns-%d", i/10), fmt.Sprintf("release-%d", i), kinds)
+	}
+	h := m.Handler()
+	var size int
+	b.ReportAllocs()
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		if w.Code != http.StatusOK {
+			b.Fatalf("scrape: %d", w.Code)
+		}
+		size = w.Body.Len()
+	}
+	b.ReportMetric(float64(size), "bytes")
 }
 
 // liveHeap is the heap's live bytes after a garbage collection.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -42,7 +43,17 @@ func startLocker(bin, kubeconfig, log string, extra ...string) (*locker, error) 
 	return &locker{Process: p, start: start}, nil
 }
 
-func (l *locker) stop() { _ = l.Stop(10 * time.Second) }
+// stop stops the locker, and with -profiles keeps its log there, named
+// by the time it started: a figure out of line is read in its log.
+func (l *locker) stop() {
+	_ = l.Stop(10 * time.Second)
+	if profiles == "" {
+		return
+	}
+	if data, err := os.ReadFile(l.Log); err == nil {
+		_ = os.WriteFile(filepath.Join(profiles, "locker-"+l.start.UTC().Format("150405")+".log"), data, 0o644)
+	}
+}
 
 // servingMetrics and servingProbes find the addresses the locker logged
 // for its metrics and its health probes.
