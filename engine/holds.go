@@ -61,10 +61,10 @@ func (r mergeRules) root(obj map[string]any) (rootType, bool) {
 // a list of another length, order or keys than declared (a key an entry
 // leaves out read as its schema's default, as the merge reads it), a field
 // the schema does not know, a union (see keepDeclaredMembers) or number of
-// another Go type. The caller then runs the full merge, which has the last word. It reads only
-// what is declared: a live object with a field its schema does not know,
-// newer than the schema say, which the full merge cannot read, is as
-// declared if what is declared holds.
+// another Go type. The caller then runs the full merge, which has the
+// last word. It reads only what is declared: a live object with a field
+// its schema does not know, newer than the schema say, which the full
+// merge cannot read, is as declared if what is declared holds.
 //
 // It says yes only when every field the declaration sets is live with the
 // declared value; an atomic map or list, and a set, is live whole; a map
