@@ -1,6 +1,9 @@
 package metrics
 
 import (
+	"cmp"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,6 +104,15 @@ func (c *releaseCounters) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	c.mu.Unlock()
+	// In the order the registry sorts each family's samples in, by
+	// their labels' values taken in their names' order (kind, manager,
+	// namespace, release): a sorted input is nearly free for its sort,
+	// which at 40,000 series in map order was a third of a scrape
+	// (BenchmarkScrape).
+	slices.SortFunc(samples, func(a, b sample) int {
+		return cmp.Or(cmp.Compare(a.s.family, b.s.family), strings.Compare(a.s.kind, b.s.kind), strings.Compare(a.s.manager, b.s.manager),
+			strings.Compare(a.r.namespace, b.r.namespace), strings.Compare(a.r.release, b.r.release))
+	})
 	for _, x := range samples {
 		labels := []string{x.r.namespace, x.r.release, x.s.kind}
 		if x.s.family == driftDetected {
