@@ -137,7 +137,9 @@ func appendString(b []byte, s string) []byte {
 // jsonInteger reports whether JSON writes f as an integer that reads back
 // as an int64, and which: f has no fraction, and is written without an
 // exponent (below 1e21) and small enough for an int64 once written (JSON
-// writes the fewest digits that read back as f, then zeros).
+// writes the fewest digits that read back as f, then zeros). It is the
+// rule of manifest's jsonFloat: the engine, a library, imports none of the
+// module's internal packages where one copy could live.
 func jsonInteger(f float64) (int64, bool) {
 	abs := math.Abs(f)
 	if (abs != 0 && (abs < 1e-6 || abs >= 1e21)) || f != math.Trunc(f) {
