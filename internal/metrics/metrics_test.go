@@ -176,3 +176,39 @@ func liveHeap() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// TestReleaseSeriesKeepTheirLabels: the release counters' samples share
+// label pairs within a scrape (see releaseCounters.Collect); every series
+// must still carry its own release, kind and manager, and a kind that is
+// not UTF-8 must not fail the scrape.
+func TestReleaseSeriesKeepTheirLabels(t *testing.T) {
+	m := New(nil)
+	m.HoldRelease("ns-a", "web", []string{"ConfigMap", "Secret"})
+	m.HoldRelease("ns-b", "web", []string{"ConfigMap"})
+	m.HoldRelease("ns-b", "db", []string{"Odd\xff"})
+	m.Drift("ns-a", "web", "Secret", "helm", false, 0)
+	m.Drift("ns-b", "web", "ConfigMap", "kubectl-edit", true, 0)
+	m.Drift("ns-b", "web", "ConfigMap", "kubectl-edit", true, 0)
+	body := scrape(t, m)
+	var got []string
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, "helm_locker_drift_") {
+			got = append(got, line)
+		}
+	}
+	want := []string{
+		`helm_locker_drift_corrected_total{kind="ConfigMap",namespace="ns-a",release="web"} 0`,
+		`helm_locker_drift_corrected_total{kind="ConfigMap",namespace="ns-b",release="web"} 2`,
+		`helm_locker_drift_corrected_total{kind="Odd` + "\uFFFD" + `",namespace="ns-b",release="db"} 0`,
+		`helm_locker_drift_corrected_total{kind="Secret",namespace="ns-a",release="web"} 0`,
+		`helm_locker_drift_detected_total{kind="ConfigMap",manager="kubectl-edit",namespace="ns-b",release="web"} 2`,
+		`helm_locker_drift_detected_total{kind="ConfigMap",manager="unknown",namespace="ns-a",release="web"} 0`,
+		`helm_locker_drift_detected_total{kind="ConfigMap",manager="unknown",namespace="ns-b",release="web"} 0`,
+		`helm_locker_drift_detected_total{kind="Odd` + "\uFFFD" + `",manager="unknown",namespace="ns-b",release="db"} 0`,
+		`helm_locker_drift_detected_total{kind="Secret",manager="helm",namespace="ns-a",release="web"} 1`,
+		`helm_locker_drift_detected_total{kind="Secret",manager="unknown",namespace="ns-a",release="web"} 0`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("release series:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
