@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
@@ -127,6 +128,12 @@ func TestForgedChartNeverRenders(t *testing.T) {
 			ns, cr := twoWay(t, v, v1alpha1.RerenderUpgrade, func(ns string) { prepare(t, ns) })
 			waitRendered(t, cr, 30*time.Second, metav1.ConditionTrue, v1alpha1.ReasonRendersAsStored)
 			forger := tenantAllowed(t, ns)
+			// The forger plants revision 2 within the second of a
+			// write of Helm's to an object it restates, which
+			// managedFields, kept to the second, cannot order: a
+			// tenant who watches the release Secrets plants right
+			// after Helm's last write.
+			sameSecondAsHelm(t, ns, "app-two-way")
 			// Revision 2 states every object's namespace, which the
 			// chart leaves to Helm: the live objects already match.
 			forgeRelease(t, forger, ns, "app", 1, 2, func(rel map[string]any) {
@@ -156,6 +163,19 @@ func TestForgedChartNeverRenders(t *testing.T) {
 				t.Errorf("%d revisions of the release, want the 2 there were: something upgraded from the forged chart", got)
 			}
 		})
+	}
+}
+
+// sameSecondAsHelm writes ConfigMap ns/name as Helm's field manager,
+// early in a second, so that what the caller writes next falls in that
+// second too. It adds an annotation no manifest declares, which the lock
+// leaves as it is.
+func sameSecondAsHelm(t *testing.T, ns, name string) {
+	t.Helper()
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 10*time.Millisecond)))
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{"e2e.helm-locker.io/touched":%q}}}`, time.Now().Format(time.RFC3339Nano))
+	if _, err := env.Dynamic.Resource(configMaps).Namespace(ns).Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "helm"}); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
@@ -150,22 +151,54 @@ func (c *Controller) verification(ctx context.Context, st *releaseState, latest 
 	}
 	trusted := st.trust.objects
 	needed := func(obj *unstructured.Unstructured) bool { return !trusted.has(obj) }
-	// Only the objects the new revision changes need a fallback.
-	changed := map[string]*unstructured.Unstructured{}
-	for _, obj := range verifiedObjs {
-		changed[objectID(obj)] = obj
-	}
-	for _, obj := range objs {
-		if !needed(obj) {
-			delete(changed, objectID(obj))
-		}
-	}
 	return &engine.Verification{
 		Owners:   c.cfg.HelmManagers,
 		Since:    since,
 		Needed:   needed,
-		Fallback: func(obj *unstructured.Unstructured) *unstructured.Unstructured { return changed[objectID(obj)] },
+		Fallback: fallbacks(c.cfg.Mapper, rk.Namespace, verifiedObjs, objs, needed),
 	}
+}
+
+// fallbacks returns the engine's Verification.Fallback of a new revision
+// whose objects are objs: the verified revision's form of each object the
+// new one changes (needed), matched by the object they name, not by how
+// the manifest spells it. A revision that writes out the namespace Helm
+// defaults to the release's, or names another version of the same kind,
+// declares the same object; with no fallback, a write of Helm's to it in
+// the second the revision's Secret was created, which managedFields cannot
+// order, would count as Helm applying the revision (see
+// engine.Result.Applied), and trust the revision's chart.
+func fallbacks(mapper meta.RESTMapper, namespace string, verifiedObjs, objs []*unstructured.Unstructured, needed func(*unstructured.Unstructured) bool) func(*unstructured.Unstructured) *unstructured.Unstructured {
+	id := func(obj *unstructured.Unstructured) string { return liveID(mapper, obj, namespace) }
+	changed := make(map[string]*unstructured.Unstructured, len(verifiedObjs))
+	for _, obj := range verifiedObjs {
+		changed[id(obj)] = obj
+	}
+	for _, obj := range objs {
+		if !needed(obj) {
+			delete(changed, id(obj))
+		}
+	}
+	return func(obj *unstructured.Unstructured) *unstructured.Unstructured { return changed[id(obj)] }
+}
+
+// liveID names the object a manifest object of a release in namespace is
+// applied as: its group, kind and name, and its namespace: none ("-",
+// which no namespace is named) for a cluster-scoped kind, whatever the
+// manifest says, and the release's for a namespaced one that names none.
+// A kind the mapper does not know is taken as namespaced.
+func liveID(mapper meta.RESTMapper, obj *unstructured.Unstructured, namespace string) string {
+	gvk := obj.GroupVersionKind()
+	ns := obj.GetNamespace()
+	if mapper != nil {
+		if m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err == nil && m.Scope.Name() != meta.RESTScopeNameNamespace {
+			ns = "-"
+		}
+	}
+	if ns == "" {
+		ns = namespace
+	}
+	return strings.Join([]string{gvk.Group, gvk.Kind, ns, obj.GetName()}, "/")
 }
 
 // chartOf is the revision whose chart v trusts: v's own, or the one v

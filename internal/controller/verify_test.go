@@ -5,8 +5,10 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
 	"github.com/helm-locker/helm-locker/internal/storage"
@@ -123,6 +125,57 @@ func TestChartTrust(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.want, st.trust.verified.Chart); diff != "" {
 				t.Errorf("verified revision's chart (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestFallbacks: an object a new revision changes is held as the verified
+// revision has the object it names, however the new manifest spells it: a
+// namespace written out or left to the release's, another version of the
+// kind, a namespace given to a cluster-scoped kind. Objects it carries
+// over, and objects the verified revision did not have, have none.
+func TestFallbacks(t *testing.T) {
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
+	mapper.Add(schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}, meta.RESTScopeRoot)
+	mapper.Add(schema.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "HorizontalPodAutoscaler"}, meta.RESTScopeNamespace)
+	mapper.Add(schema.GroupVersionKind{Group: "autoscaling", Version: "v2", Kind: "HorizontalPodAutoscaler"}, meta.RESTScopeNamespace)
+	obj := func(apiVersion, kind, namespace, name, value string) *unstructured.Unstructured {
+		o := &unstructured.Unstructured{Object: map[string]any{"apiVersion": apiVersion, "kind": kind, "metadata": map[string]any{"name": name}, "data": map[string]any{"key": value}}}
+		if namespace != "" {
+			o.SetNamespace(namespace)
+		}
+		return o
+	}
+	verified := []*unstructured.Unstructured{
+		obj("v1", "ConfigMap", "", "a", "1"),
+		obj("v1", "ConfigMap", "other", "b", "2"),
+		obj("rbac.authorization.k8s.io/v1", "ClusterRole", "", "c", "3"),
+		obj("autoscaling/v1", "HorizontalPodAutoscaler", "", "d", "4"),
+	}
+	tests := []struct {
+		name string
+		obj  *unstructured.Unstructured
+		want *unstructured.Unstructured
+	}{
+		{"namespace written out", obj("v1", "ConfigMap", "rel", "a", "forged"), verified[0]},
+		{"namespace left out", obj("v1", "ConfigMap", "", "a", "forged"), verified[0]},
+		{"another namespace's object", obj("v1", "ConfigMap", "rel", "b", "forged"), nil},
+		{"its own namespace", obj("v1", "ConfigMap", "other", "b", "forged"), verified[1]},
+		{"a cluster-scoped kind given a namespace", obj("rbac.authorization.k8s.io/v1", "ClusterRole", "rel", "c", "forged"), verified[2]},
+		{"another version of the kind", obj("autoscaling/v2", "HorizontalPodAutoscaler", "rel", "d", "forged"), verified[3]},
+		{"another kind of the name", obj("v1", "Secret", "", "a", "forged"), nil},
+		{"carried over", obj("v1", "ConfigMap", "", "a", "1"), nil},
+		{"new", obj("v1", "ConfigMap", "", "e", "5"), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			objs := []*unstructured.Unstructured{tt.obj}
+			carried := digestsOf(verified)
+			fallback := fallbacks(mapper, "rel", verified, objs, func(o *unstructured.Unstructured) bool { return !carried.has(o) })
+			if got := fallback(tt.obj); got != tt.want {
+				t.Errorf("fallback = %v, want %v", got, tt.want)
 			}
 		})
 	}
