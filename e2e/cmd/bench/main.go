@@ -568,6 +568,11 @@ type scenarioResult struct {
 	RSSAnonMiB float64 `json:"rssAnonMiB,omitempty"`
 	RSSFileMiB float64 `json:"rssFileMiB,omitempty"`
 	HeapMiB    float64 `json:"heapMiB"`
+	// IdleAfterS is how long after the API server went quiet the locker
+	// was idle (see waitLockerIdle; -1: never), when RSSMiB was read; RSSScrapedMiB
+	// is its RSS five seconds after the bench then read its /metrics.
+	IdleAfterS    float64 `json:"idleAfterSeconds,omitempty"`
+	RSSScrapedMiB float64 `json:"rssScrapedMiB,omitempty"`
 	// memory says where the resident set went when it was read, for
 	// -memory-only.
 	memory          string
@@ -1022,14 +1027,17 @@ func coldLock(ctx context.Context, env *benchEnv, restored *configMapWatch, lock
 
 	// Memory is read at the same point in every scenario: once the work
 	// the cold lock leaves behind (events, the last status writes) has
-	// drained, and before any measurement adds work of its own.
+	// drained, the locker has been idle long enough to do what it does
+	// when quiet (hand back memory), and before any measurement adds work
+	// of its own. The bench's read of /metrics is such work: a scrape's
+	// garbage stays resident until the next collection, so the RSS five
+	// seconds after it is kept beside, as a scraped locker holds it.
 	if err := waitQuiet(ctx, kube, baseline); err != nil {
 		return nil, err
 	}
-	if err := startRequests(ctx, l, res, apiBefore, kube, dir, audited); err != nil {
+	if res.IdleAfterS, err = waitLockerIdle(ctx, l); err != nil {
 		return nil, err
 	}
-	time.Sleep(5 * time.Second)
 	rss, err := l.rss()
 	if err != nil {
 		return nil, err
@@ -1038,6 +1046,15 @@ func coldLock(ctx context.Context, env *benchEnv, restored *configMapWatch, lock
 	if res.RSSAnonMiB, res.RSSFileMiB, err = l.rssSplit(); err != nil {
 		return nil, err
 	}
+	if err := startRequests(ctx, l, res, apiBefore, kube, dir, audited); err != nil {
+		return nil, err
+	}
+	time.Sleep(5 * time.Second)
+	if rss, err = l.rss(); err != nil {
+		return nil, err
+	}
+	res.RSSScrapedMiB = float64(rss) / (1 << 20)
+	fmt.Fprintf(os.Stderr, "bench: RSS %.1f MiB once the locker was idle (%.0f s after the API server went quiet), %.1f MiB five seconds after a read of its /metrics\n", res.RSSMiB, res.IdleAfterS, res.RSSScrapedMiB)
 	profile := ""
 	if profiles != "" {
 		profile = filepath.Join(profiles, fmt.Sprintf("heap-N%d-M%d-B%d.pprof", p.Releases, p.Objects, p.Untracked))
@@ -1050,6 +1067,49 @@ func coldLock(ctx context.Context, env *benchEnv, restored *configMapWatch, lock
 	res.memory = l.memory(ctx)
 	ok = true
 	return l, nil
+}
+
+// Idle, as waitLockerIdle tells it: the locker's own trim (see
+// cmd/helm-locker's trimResident) runs after two polls a second apart
+// with at most 20 ms of CPU each, so four such seconds in a row come after
+// it, even when its own collection broke the run.
+const (
+	idleCPU   = 20 * time.Millisecond
+	idlePolls = 4
+)
+
+// waitLockerIdle waits, up to two minutes, until the locker has used at
+// most idleCPU in each of idlePolls seconds in a row, and returns how long
+// that took; -1 if it never was, which the bench says, and memory is read
+// anyway.
+func waitLockerIdle(ctx context.Context, l *locker) (float64, error) {
+	start := time.Now()
+	last, err := l.cpu()
+	if err != nil {
+		return 0, err
+	}
+	for quiet := 0; quiet < idlePolls; {
+		if time.Since(start) > 2*time.Minute {
+			fmt.Fprintf(os.Stderr, "bench: the locker used more than %s of CPU in one second of every %d for two minutes after the API server went quiet; reading its memory anyway\n", idleCPU, idlePolls)
+			return -1, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		cpu, err := l.cpu()
+		if err != nil {
+			return 0, err
+		}
+		if cpu-last <= idleCPU {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		last = cpu
+	}
+	return time.Since(start).Seconds(), nil
 }
 
 // waitQuiet waits, up to two minutes, until a 5 s window has at most the

@@ -102,7 +102,7 @@ func markdown(rep *report) string {
 	row(fmt.Sprintf("%v concurrent edits", rep.Settings["concurrency"]), r.Concurrent, r.ConcurrentFloor)
 	row(fmt.Sprintf("%d back to back in one release", burst), r.BackToBack, r.Floor)
 	fmt.Fprintf(b, "\n![revert latency](revert-latency.png)\n\n")
-	fmt.Fprintf(b, "## Memory and idle load\n\nMemory is read 5 s after the cold lock in every scenario: RSS from /proc, then the live Go heap (`go_memstats_heap_alloc_bytes` from the locker's /metrics right after a garbage collection, which a heap profile with `gc=1` forces). The targets hold for each figure.\n\n| figure | value |\n|---|---|\n| RSS, settled | %.1f MiB |\n| live heap, settled | %.1f MiB |\n", r.RSSMiB, r.HeapMiB)
+	fmt.Fprintf(b, "## Memory and idle load\n\nMemory is read at the same point in every scenario, once the API server is quiet after the cold lock and the locker has been idle (at most 20 ms of CPU in each of four seconds in a row, which comes after its own hand-back of memory when quiet): RSS from /proc, then the live Go heap (`go_memstats_heap_alloc_bytes` from the locker's /metrics right after a garbage collection, which a heap profile with `gc=1` forces). The targets hold for each figure.\n\n| figure | value |\n|---|---|\n| RSS, settled | %.1f MiB |\n| live heap, settled | %.1f MiB |\n", r.RSSMiB, r.HeapMiB)
 	if rep.Derived.BytesPerLockedObject != 0 || rep.Derived.BytesPerUntrackedObject != 0 {
 		fmt.Fprintf(b, "| per locked object, RSS, slope over 1×, 2×, 4× M | %.0f bytes |\n| per locked object, RSS, slope over 1×, 2×, 4× N | %.0f bytes |\n| **per locked object, RSS** (the larger) | **%.0f bytes** |\n| per locked object, live heap, over M / over N | %.0f / %.0f bytes |\n",
 			rep.Derived.BytesPerLockedObjectByM, rep.Derived.BytesPerLockedObjectByN, rep.Derived.BytesPerLockedObject, rep.Derived.HeapPerLockedObject, rep.Derived.HeapPerLockedObjectByN)
@@ -491,8 +491,8 @@ func targets(b *strings.Builder, rep *report) {
 // coldLockTable is each row's cold lock in both start modes, against the
 // floor measured on the same control plane right before each started.
 func coldLockTable(b *strings.Builder, series []*scenarioResult) {
-	fmt.Fprintf(b, "\nThe cold lock against its floor: a bare client that lists every object of the locked types in pages of 500, decoding each whole as a client-go informer does, and watches them, all types at once, measured right before the locker starts, on the same control plane (see e2e/cmd/bench/listfloor.go). CPU is the locker's, from its start to the end of the cold lock; reads in a burst are the lists and watches of the locked types (the informers' own included) for each release namespace and type; the memory is read once the cold lock is quiet, and RSS is split into anonymous and file-backed (the binary's) pages.\n\n")
-	fmt.Fprintf(b, "| locked objects | floor s (objects read) | CRs before the start: cold lock s, objects/s, × floor, CPU s | CRs in a burst after it: cold lock s, objects/s, × floor, CPU s | burst: reads a namespace and type; GETs of locked objects a release | RSS MiB (anonymous + file) | live heap MiB | RSS over locked objects, bytes (the base included) |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(b, "\nThe cold lock against its floor: a bare client that lists every object of the locked types in pages of 500, decoding each whole as a client-go informer does, and watches them, all types at once, measured right before the locker starts, on the same control plane (see e2e/cmd/bench/listfloor.go). CPU is the locker's, from its start to the end of the cold lock; reads in a burst are the lists and watches of the locked types (the informers' own included) for each release namespace and type; the memory is read once the cold lock is quiet and the locker idle, before the bench reads its /metrics, and RSS is split into anonymous and file-backed (the binary's) pages; the RSS five seconds after that read, whose garbage stays until the next collection, is beside it.\n\n")
+	fmt.Fprintf(b, "| locked objects | floor s (objects read) | CRs before the start: cold lock s, objects/s, × floor, CPU s | CRs in a burst after it: cold lock s, objects/s, × floor, CPU s | burst: reads a namespace and type; GETs of locked objects a release | RSS MiB (anonymous + file) | RSS MiB after a /metrics read | live heap MiB | RSS over locked objects, bytes (the base included) |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range series {
 		n := r.Params.Releases * r.Params.Objects
 		mode := func(m *scenarioResult) string {
@@ -509,8 +509,12 @@ func coldLockTable(b *strings.Builder, series []*scenarioResult) {
 		if u := r.Burst; u != nil {
 			burst = fmt.Sprintf("%.2f; %.2f", burstReads(r), u.StartLockedGets/float64(r.Params.Releases))
 		}
-		fmt.Fprintf(b, "| %d | %.2f (%d) | %s | %s | %s | %.0f (%.0f + %.0f) | %.0f | %.0f |\n", n, r.FloorS, r.FloorObjects, mode(r), mode(r.Burst), burst,
-			r.RSSMiB, r.RSSAnonMiB, r.RSSFileMiB, r.HeapMiB, r.RSSMiB*(1<<20)/float64(n))
+		scraped := "—"
+		if r.RSSScrapedMiB > 0 {
+			scraped = fmt.Sprintf("%.0f", r.RSSScrapedMiB)
+		}
+		fmt.Fprintf(b, "| %d | %.2f (%d) | %s | %s | %s | %.0f (%.0f + %.0f) | %s | %.0f | %.0f |\n", n, r.FloorS, r.FloorObjects, mode(r), mode(r.Burst), burst,
+			r.RSSMiB, r.RSSAnonMiB, r.RSSFileMiB, scraped, r.HeapMiB, r.RSSMiB*(1<<20)/float64(n))
 	}
 }
 
