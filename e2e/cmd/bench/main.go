@@ -1071,8 +1071,10 @@ func coldLock(ctx context.Context, env *benchEnv, restored *configMapWatch, lock
 
 // Idle, as waitLockerIdle tells it: the locker's own trim (see
 // cmd/helm-locker's trimResident) runs after two polls a second apart
-// with at most 20 ms of CPU each, so four such seconds in a row come after
-// it, even when its own collection broke the run.
+// with at most 20 ms of CPU each, when the work since the last one was
+// worth one (a quarter of a second of CPU), so four such seconds in a row
+// come after it, if one was due, even when its own collection broke the
+// run.
 const (
 	idleCPU   = 20 * time.Millisecond
 	idlePolls = 4
