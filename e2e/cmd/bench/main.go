@@ -569,8 +569,9 @@ type scenarioResult struct {
 	RSSFileMiB float64 `json:"rssFileMiB,omitempty"`
 	HeapMiB    float64 `json:"heapMiB"`
 	// IdleAfterS is how long after the API server went quiet the locker
-	// was idle (see waitLockerIdle; -1: never), when RSSMiB was read; RSSScrapedMiB
-	// is its RSS five seconds after the bench then read its /metrics.
+	// was idle (see waitLockerIdle; -1: never), when RSSMiB was read.
+	// RSSScrapedMiB is its RSS five seconds after the bench then read its
+	// /metrics.
 	IdleAfterS    float64 `json:"idleAfterSeconds,omitempty"`
 	RSSScrapedMiB float64 `json:"rssScrapedMiB,omitempty"`
 	// memory says where the resident set went when it was read, for

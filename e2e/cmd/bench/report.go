@@ -102,7 +102,7 @@ func markdown(rep *report) string {
 	row(fmt.Sprintf("%v concurrent edits", rep.Settings["concurrency"]), r.Concurrent, r.ConcurrentFloor)
 	row(fmt.Sprintf("%d back to back in one release", burst), r.BackToBack, r.Floor)
 	fmt.Fprintf(b, "\n![revert latency](revert-latency.png)\n\n")
-	readWhen := "5 s after the cold lock in every scenario, right after the bench read the locker's /metrics"
+	readWhen := "in every scenario once the API server is quiet after the cold lock, 5 s after the bench read the locker's /metrics"
 	if r.IdleAfterS != 0 {
 		readWhen = "at the same point in every scenario, once the API server is quiet after the cold lock and the locker has been idle (at most 20 ms of CPU in each of four seconds in a row, which comes after its own hand-back of memory when it goes quiet after work worth one), before the bench reads its /metrics"
 	}
