@@ -23,9 +23,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/kubernetes/scheme"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -98,7 +98,14 @@ func newTestControllerWith(t *testing.T, configure func(*Config), hr *unstructur
 	t.Helper()
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme.Scheme, map[schema.GroupVersionResource]string{
+	// The dynamic fake holds every object unstructured, as the dynamic
+	// client sends it: with client-go's scheme its tracker lists
+	// ConfigMaps as typed ones, and fails on one the lock created.
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		cmGVR:                                "ConfigMapList",
+		{Version: "v1", Resource: "secrets"}: "SecretList",
+		{Group: "apps", Version: "v1", Resource: "deployments"}:                       "DeploymentList",
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}: "RoleBindingList",
 		v1alpha1.Resource: "HelmReleaseList",
 		mlv1.Resource:     "ManifestLockList",
 		{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}: "CustomResourceDefinitionList",
@@ -142,6 +149,78 @@ func newTestControllerWith(t *testing.T, configure func(*Config), hr *unstructur
 		t.Fatal("caches did not sync")
 	}
 	return c, dyn
+}
+
+// syncWatched syncs the HelmRelease hr, and once more when its status says
+// the watches of its objects were not synced yet, after they are: the
+// informer of a kind starts with the first lock that declares it and lists
+// beside that lock's sync. The controller's queue syncs the lock again
+// when they are; these tests hold the queue, so they sync it themselves.
+func syncWatched(t *testing.T, c *Controller) {
+	t.Helper()
+	ctx := context.Background()
+	key := helmReleaseKey("cattle-helm-system", "hr")
+	if _, err := c.sync(ctx, key); err != nil {
+		t.Fatalf("sync %s: %v", key, err)
+	}
+	if locked := meta.FindStatusCondition(statusAt(t, c).Conditions, v1alpha1.ConditionLocked); locked == nil || locked.Reason != "WatchesNotSynced" {
+		return
+	}
+	err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return len(c.engine.Unwatched()) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the engine's watches of %v never became current: %v", c.engine.Unwatched(), c.engine.WatchError(cmGVR))
+	}
+	if _, err := c.sync(ctx, key); err != nil {
+		t.Fatalf("sync %s: %v", key, err)
+	}
+}
+
+// updateCR changes the HelmRelease on the fake API server, a new
+// generation, and waits until the informer's cache shows it (changed says
+// when). Tests change the CR there, never in the cache alone: the watch
+// event of a status the last sync wrote may come after, and put the
+// server's copy back.
+func updateCR(t *testing.T, c *Controller, mutate func(*unstructured.Unstructured), changed func(*v1alpha1.HelmRelease) bool) {
+	t.Helper()
+	client := c.cfg.Dynamic.Resource(v1alpha1.Resource).Namespace("cattle-helm-system")
+	u, err := client.Get(context.Background(), "hr", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mutate(u)
+	u.SetGeneration(u.GetGeneration() + 1)
+	if _, err := client.Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitForCR(t, c, func(hr *v1alpha1.HelmRelease) bool { return hr != nil && changed(hr) })
+}
+
+// deleteCR deletes the HelmRelease on the fake API server and waits until
+// the informer's cache drops it, for the reason updateCR gives.
+func deleteCR(t *testing.T, c *Controller) {
+	t.Helper()
+	if err := c.cfg.Dynamic.Resource(v1alpha1.Resource).Namespace("cattle-helm-system").Delete(context.Background(), "hr", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitForCR(t, c, func(hr *v1alpha1.HelmRelease) bool { return hr == nil })
+}
+
+// waitForCR waits until the informer's cache holds the HelmRelease as done
+// says (nil when the cache has none).
+func waitForCR(t *testing.T, c *Controller, done func(*v1alpha1.HelmRelease) bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		obj, ok, err := c.crs.GetIndexer().GetByKey("cattle-helm-system/hr")
+		if err != nil || !ok {
+			return done(nil), err
+		}
+		return done(obj.(*v1alpha1.HelmRelease)), nil
+	})
+	if err != nil {
+		t.Fatalf("the informer's cache never showed the HelmRelease's change: %v", err)
+	}
 }
 
 func statusOf(t *testing.T, dyn *dynamicfake.FakeDynamicClient) v1alpha1.HelmReleaseStatus {
@@ -189,9 +268,7 @@ func TestSync(t *testing.T) {
 				hr.Object["spec"].(map[string]any)[k] = v
 			}
 			c, dyn := newTestController(t, hr, tt.secret, nil)
-			if _, err := c.sync(context.Background(), helmReleaseKey("cattle-helm-system", "hr")); err != nil {
-				t.Fatalf("sync: %v", err)
-			}
+			syncWatched(t, c)
 			st := statusOf(t, dyn)
 			if st.State != tt.wantState {
 				t.Errorf("state = %q, want %q", st.State, tt.wantState)
@@ -362,9 +439,7 @@ func TestSecondCRForALockedReleaseConflicts(t *testing.T) {
 			t.Errorf("the second CR created %v", a)
 		}
 	}
-	if _, err := c.sync(ctx, helmReleaseKey("cattle-helm-system", "hr")); err != nil {
-		t.Fatal(err)
-	}
+	syncWatched(t, c)
 	if cond := meta.FindStatusCondition(statusOf(t, dyn).Conditions, v1alpha1.ConditionLocked); cond == nil || cond.Status != metav1.ConditionTrue {
 		t.Errorf("Locked of the first CR = %+v, want True", cond)
 	}
@@ -514,9 +589,7 @@ func TestInvalidLatestRevisionKeepsTheVerifiedOneHeld(t *testing.T) {
 	first.UID = "uid-1"
 	c, dyn := newTestController(t, helmRelease(nil), first, nil)
 	key := helmReleaseKey("cattle-helm-system", "hr")
-	if _, err := c.sync(context.Background(), key); err != nil {
-		t.Fatal(err)
-	}
+	syncWatched(t, c)
 	if v := statusOf(t, dyn).Verified; v == nil || v.Revision != 1 {
 		t.Fatalf("status.verified = %+v, want revision 1", v)
 	}

@@ -57,20 +57,16 @@ func TestGoneLocksLeaveNoSeries(t *testing.T) {
 		t.Fatalf("series of release rel before: %q, want a drift, a correction, a fight and a denial", got)
 	}
 
-	moved := helmRelease(nil)
-	_ = unstructured.SetNestedField(moved.Object, "other", "spec", "release", "name")
-	if err := c.crs.GetIndexer().Update(moved); err != nil {
-		t.Fatal(err)
-	}
+	updateCR(t, c, func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, "other", "spec", "release", "name")
+	}, func(hr *v1alpha1.HelmRelease) bool { return hr.Spec.Release.Name == "other" })
 	_, _ = c.sync(ctx, key) // release other has no Secret
 	if got := naming(t, "release", "rel"); len(got) > 0 {
 		t.Errorf("the HelmRelease now holds release other; series of rel remain:\n%s", strings.Join(got, "\n"))
 	}
 
 	held("apps", "other")
-	if err := c.crs.GetIndexer().Delete(moved); err != nil {
-		t.Fatal(err)
-	}
+	deleteCR(t, c)
 	if _, err := c.sync(ctx, key); err != nil {
 		t.Fatal(err)
 	}

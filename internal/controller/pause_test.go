@@ -194,23 +194,12 @@ func deleteSecret(t *testing.T, c *Controller) {
 	}
 }
 
+// suspendCR suspends the HelmRelease.
 func suspendCR(t *testing.T, c *Controller) {
 	t.Helper()
-	obj, _, _ := c.crs.GetIndexer().GetByKey("cattle-helm-system/hr")
-	hr := obj.(*v1alpha1.HelmRelease).DeepCopy()
-	hr.Spec.Suspend = true
-	hr.Generation++
-	if err := c.crs.GetIndexer().Update(hr); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func deleteCR(t *testing.T, c *Controller) {
-	t.Helper()
-	obj, _, _ := c.crs.GetIndexer().GetByKey("cattle-helm-system/hr")
-	if err := c.crs.GetIndexer().Delete(obj); err != nil {
-		t.Fatal(err)
-	}
+	updateCR(t, c, func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, true, "spec", "suspend")
+	}, func(hr *v1alpha1.HelmRelease) bool { return hr.Spec.Suspend })
 }
 
 // configMapLock is a ManifestLock declaring apps/cm, the ConfigMap the

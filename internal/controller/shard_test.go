@@ -124,9 +124,7 @@ func TestHelmReleaseLeavingTheShardWritesNothing(t *testing.T) {
 	hr.Object["spec"].(map[string]any)["mode"] = "Prevent"
 	c, dyn := newTestControllerWith(t, inShard, hr, releaseSecret(t, "deployed", 1), nil)
 	key := helmReleaseKey("cattle-helm-system", "hr")
-	if _, err := c.sync(ctx, key); err != nil {
-		t.Fatal(err)
-	}
+	syncWatched(t, c)
 	if st := statusOf(t, dyn); st.State != v1alpha1.StateDeployed {
 		t.Fatalf("state %q before the move, want Deployed", st.State)
 	}
@@ -140,10 +138,7 @@ func TestHelmReleaseLeavingTheShardWritesNothing(t *testing.T) {
 
 	// The API server's watch sends a CR that leaves the selector as a
 	// deletion, and the informer drops it from the cache.
-	obj, _, _ := c.crs.GetIndexer().GetByKey(key.ObjectName.String())
-	if err := c.crs.GetIndexer().Delete(obj); err != nil {
-		t.Fatal(err)
-	}
+	deleteCR(t, c)
 	dyn.ClearActions()
 	if _, err := c.sync(ctx, key); err != nil {
 		t.Fatal(err)

@@ -71,9 +71,7 @@ func TestFailedUpgradeSurvivesRestart(t *testing.T) {
 			// upgrade fails.
 			up := &upgrades{fail: errors.New(`configmaps "cm" is forbidden`)}
 			c, _, _ := twoWayController(t, hr, &renders{results: []renderAnswer{staleRender("changed")}}, up, first)
-			if _, err := c.sync(context.Background(), key); err != nil {
-				t.Fatal(err)
-			}
+			syncWatched(t, c)
 			secrets := []*corev1.Secret{first}
 			if tt.left != nil {
 				secrets = append(secrets, tt.left)
@@ -109,9 +107,7 @@ func TestFailedUpgradeSurvivesRestart(t *testing.T) {
 			up2 := &upgrades{}
 			c2, _, _ := twoWayController(t, u, &renders{results: []renderAnswer{staleRender("changed")}}, up2, first, secrets[1:]...)
 			c2.declareAll(context.Background())
-			if _, err := c2.sync(context.Background(), key); err != nil {
-				t.Fatal(err)
-			}
+			syncWatched(t, c2)
 			status := statusAt(t, c2)
 			locked := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionLocked)
 			if status.Version != 1 || locked == nil || locked.Status != metav1.ConditionTrue {
