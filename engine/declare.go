@@ -76,7 +76,11 @@ var (
 // the objects waiting for them (see Sync), acquiring their informers. Called
 // once the sets known at startup are declared and before Run, it lets each
 // informer's first list find all of its objects tracked: the first Sync of
-// every set then reads them from the cache, not with one GET each.
+// every set then reads them from the cache, not with one GET each. Called
+// also as they are declared, every few hundred objects, it keeps the
+// caller's declarations (ObjectSet.Objects, whole) from being held all at
+// once: resolved, an object is kept packed, in a fraction of the bytes.
+// Rules already read are not read again.
 func (e *Engine) Prepare(ctx context.Context) {
 	e.mu.Lock()
 	var gvs []schema.GroupVersion

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/openapi"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -68,6 +69,10 @@ type Config struct {
 	Metadata metadata.Interface
 	Kube     kubernetes.Interface
 	Mapper   meta.ResettableRESTMapper
+	// OpenAPI, if set, is where the engine reads each kind's merge rules;
+	// nil reads the API server's OpenAPI v3 through Kube when REST is
+	// set, and uses client-go's compiled rules otherwise.
+	OpenAPI openapi.ClientWithContext
 	// DefaultServiceAccount, in each release's namespace, is what the
 	// writes of a CR that names no spec.serviceAccountName impersonate;
 	// empty writes those with the locker's own identity.

@@ -24,6 +24,14 @@ import (
 // tracked, and the first sync of every lock reads them from the cache
 // instead of one GET each. Once it returns, every lock in the CR caches
 // has been declared once (see Synced).
+//
+// The engine resolves what each page of Secrets, or each batch of locks,
+// declared before the next is read (Engine.Prepare). A manifest parsed
+// whole takes several times what the engine keeps of it, and the parsed
+// manifests of every release, held until the last was declared, were
+// most of the start's heap: 119 MB live at 25,000 locked objects, against
+// 34 MB once they were resolved. The heap keeps the spans of such a peak
+// in use afterwards, wherever a long-lived object was made among them.
 func (c *Controller) declareAll(ctx context.Context) {
 	c.restoreFailedUpgrades()
 	// The CRs the cache holds now are the start's to declare. Those that
@@ -60,7 +68,10 @@ func (c *Controller) declareAll(ctx context.Context) {
 			rest = append(rest, key)
 		}
 	}
-	c.declareKeys(ctx, rest)
+	for batch := range slices.Chunk(rest, max(c.cfg.Workers, 1)) {
+		c.declareKeys(ctx, batch)
+		c.engine.Prepare(ctx)
+	}
 	klog.FromContext(ctx).V(2).Info("Declared the releases", "count", count, "manifestLocks", len(locks))
 	c.engine.Prepare(ctx)
 }
@@ -101,6 +112,7 @@ func (c *Controller) declareDeployed(ctx context.Context, releases []string, tak
 		for _, id := range kept {
 			c.prefetched.Delete(id)
 		}
+		c.engine.Prepare(ctx)
 	})
 	if err != nil {
 		klog.FromContext(ctx).Info("Not listing the deployed release Secrets; reading them one by one", "reason", err.Error())

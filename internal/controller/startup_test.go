@@ -15,11 +15,15 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
+	"k8s.io/client-go/openapi"
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/helm-locker/helm-locker/api/v1alpha1"
+	"github.com/helm-locker/helm-locker/engine"
 	"github.com/helm-locker/helm-locker/internal/storage"
 )
 
@@ -419,4 +423,87 @@ func TestDeclareAllLeavesArrivals(t *testing.T) {
 	if !c.arrivals.holds(lateKey) || gets() != 0 {
 		t.Errorf("the late CR's first sync: held by arrivals %v, %d GETs of Secrets; want held and none", c.arrivals.holds(lateKey), gets())
 	}
+}
+
+// TestDeclareAllResolvesEachPage: at startup the engine resolves each
+// page's releases before the next pages are read, so that the locker
+// never holds every release's parsed manifest at once (at 25,000 objects
+// those were most of the start's heap). Here the lists after the first
+// two pages wait until an object of an earlier page is held; resolved
+// only at the end, none would be.
+func TestDeclareAllResolvesEachPage(t *testing.T) {
+	const namespaces = 3 * startupPage
+	var secrets []*corev1.Secret
+	// As against an API server, merge rules are read by Prepare: until
+	// then a declared set waits, whole, to be resolved.
+	rules := func(cfg *Config) { cfg.OpenAPI = noDocuments{} }
+	c, _ := newTestControllerWith(t, rules, helmRelease(nil), releaseSecret(t, "deployed", 1), func(dyn *dynamicfake.FakeDynamicClient) {
+		for i := range namespaces {
+			ns := fmt.Sprintf("ns-%02d", i)
+			hr := helmRelease(nil)
+			hr.SetName("hr-" + ns)
+			_ = unstructured.SetNestedField(hr.Object, ns, "spec", "release", "namespace")
+			_ = unstructured.SetNestedField(hr.Object, "Prevent", "spec", "mode")
+			if err := dyn.Tracker().Create(v1alpha1.Resource, hr, hr.GetNamespace()); err != nil {
+				t.Fatal(err)
+			}
+			s := releaseSecretWith(t, "deployed", 1, func(rel map[string]any) { rel["namespace"] = ns })
+			s.Namespace, s.UID = ns, types.UID("uid-"+ns)
+			secrets = append(secrets, s)
+		}
+	})
+	kube := c.cfg.Kube.(*fake.Clientset)
+	metas := c.cfg.Metadata.(*metadatafake.FakeMetadataClient)
+	for _, s := range secrets {
+		if err := kube.Tracker().Add(s); err != nil {
+			t.Fatal(err)
+		}
+		if err := metas.Tracker().Add(&metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: s.ObjectMeta}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return len(c.secrets.GetStore().List()) == namespaces+1 && len(c.crs.GetStore().List()) == namespaces+1, nil
+	})
+	if err != nil {
+		t.Fatal("the caches never held every release Secret and CR")
+	}
+	held := func() bool {
+		for _, s := range secrets {
+			if c.engine.Prevents(engine.ObjectRef{GVR: cmGVR, Namespace: s.Namespace, Name: "cm"}) {
+				return true
+			}
+		}
+		return false
+	}
+	var lists atomic.Int32
+	var heldEarly atomic.Bool
+	kube.PrependReactor("list", "secrets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if lists.Add(1) == 2*startupPage+1 {
+			// The pages of the lists before are being declared.
+			err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				return held(), nil
+			})
+			heldEarly.Store(err == nil)
+		}
+		return false, nil, nil
+	})
+	c.declareAll(context.Background())
+	if !heldEarly.Load() {
+		t.Error("no object of the first pages was held while the later pages were listed; want each page resolved before the next is read")
+	}
+	for _, s := range secrets {
+		if !c.engine.Prevents(engine.ObjectRef{GVR: cmGVR, Namespace: s.Namespace, Name: "cm"}) {
+			t.Errorf("the ConfigMap of release %s/rel is not held after declareAll", s.Namespace)
+		}
+	}
+}
+
+// noDocuments is an API server that publishes no OpenAPI v3 document: the
+// engine falls back to client-go's compiled merge rules once it has
+// asked.
+type noDocuments struct{}
+
+func (noDocuments) PathsWithContext(context.Context) (map[string]openapi.GroupVersionWithContext, error) {
+	return map[string]openapi.GroupVersionWithContext{}, nil
 }

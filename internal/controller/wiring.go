@@ -26,7 +26,8 @@ func (c *Controller) newEngine() {
 	cfg := c.cfg
 	// A CRD that comes or goes changes the APIs charts see.
 	engineOpts := engine.Options{Config: cfg.REST, Readiness: cfg.Readiness, OnTypesChanged: func() { c.twoway.ClusterMoved(); c.sources.typesChanged(); c.chartSources.typesChanged() }}
-	if cfg.REST != nil && cfg.Kube != nil {
+	engineOpts.OpenAPI = cfg.OpenAPI
+	if engineOpts.OpenAPI == nil && cfg.REST != nil && cfg.Kube != nil {
 		// Merge rules are the API server's own, from its OpenAPI v3.
 		engineOpts.OpenAPI = openapi.ToClientWithContext(cfg.Kube.Discovery().OpenAPIV3())
 	}
