@@ -428,9 +428,9 @@ func TestDeclareAllLeavesArrivals(t *testing.T) {
 // TestDeclareAllResolvesEachPage: at startup the engine resolves each
 // page's releases before the next pages are read, so that the locker
 // never holds every release's parsed manifest at once (at 25,000 objects
-// those were most of the start's heap). Here the lists after the first
-// two pages wait until an object of an earlier page is held; resolved
-// only at the end, none would be.
+// those were most of the start's heap). Here the list after those of the
+// first two pages waits until an object of an earlier page is held;
+// resolved only at the end, none would be.
 func TestDeclareAllResolvesEachPage(t *testing.T) {
 	const namespaces = 3 * startupPage
 	var secrets []*corev1.Secret
