@@ -222,7 +222,9 @@ func (c *Controller) declareArrived(ctx context.Context, keys []lockKey) {
 			releases = append(releases, release...)
 		}
 	}
-	declared := c.declareDeployed(ctx, releases, func(key lockKey) bool { return batch[key] })
+	// No Prepare between pages, as at a start: the engine runs, has the
+	// merge rules, and resolves each set as it is declared.
+	declared := c.declareDeployed(ctx, releases, func(key lockKey) bool { return batch[key] }, nil)
 	var rest []lockKey
 	for _, key := range keys {
 		if !declared[key] {

@@ -50,7 +50,8 @@ func (c *Controller) declareAll(ctx context.Context) {
 			}
 		}
 	}
-	declared := c.declareDeployed(ctx, slices.Sorted(maps.Keys(releases)), func(key lockKey) bool { return start[key] })
+	prepare := func() { c.engine.Prepare(ctx) }
+	declared := c.declareDeployed(ctx, slices.Sorted(maps.Keys(releases)), func(key lockKey) bool { return start[key] }, prepare)
 	var rest []lockKey
 	for _, key := range keys {
 		if !declared[key] {
@@ -70,10 +71,9 @@ func (c *Controller) declareAll(ctx context.Context) {
 	}
 	for batch := range slices.Chunk(rest, max(c.cfg.Workers, 1)) {
 		c.declareKeys(ctx, batch)
-		c.engine.Prepare(ctx)
+		prepare()
 	}
 	klog.FromContext(ctx).V(2).Info("Declared the releases", "count", count, "manifestLocks", len(locks))
-	c.engine.Prepare(ctx)
 }
 
 // declareDeployed declares the locks of releases (each "namespace/name")
@@ -82,8 +82,9 @@ func (c *Controller) declareAll(ctx context.Context) {
 // list costs a request per page rather than a GET per release, and holds
 // one page at once. It returns the locks it declared; the others, whose
 // Secrets the list did not return (or when it could not be made), are
-// the caller's to declare one by one.
-func (c *Controller) declareDeployed(ctx context.Context, releases []string, take func(lockKey) bool) map[lockKey]bool {
+// the caller's to declare one by one. each, if set, is called after each
+// page is declared.
+func (c *Controller) declareDeployed(ctx context.Context, releases []string, take func(lockKey) bool, each func()) map[lockKey]bool {
 	declared := map[lockKey]bool{}
 	err := c.listDeployed(ctx, releases, func(page []corev1.Secret) {
 		var keys []lockKey
@@ -112,7 +113,9 @@ func (c *Controller) declareDeployed(ctx context.Context, releases []string, tak
 		for _, id := range kept {
 			c.prefetched.Delete(id)
 		}
-		c.engine.Prepare(ctx)
+		if each != nil {
+			each()
+		}
 	})
 	if err != nil {
 		klog.FromContext(ctx).Info("Not listing the deployed release Secrets; reading them one by one", "reason", err.Error())
