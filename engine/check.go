@@ -103,7 +103,7 @@ func (e *Engine) recreate(ctx context.Context, s *objectSet, obj *lockedObject, 
 		obj.proof.missing()
 		return e.holdFallback(ctx, s, obj, nil)
 	}
-	drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Deleted: true, Applying: obj.applying}
+	drift := &Drift{Ref: obj.ref(), Kind: kindOf(declared), Deleted: true, Applying: obj.applying}
 	return drift, e.correct(ctx, s, obj, drift, "", func() error { return e.create(ctx, s.spec, obj, declared) })
 }
 
@@ -131,7 +131,7 @@ func (c comparison) paths(live *unstructured.Unstructured) []string {
 
 // compare works out what o.live should be, and the patch that makes it so.
 func (e *Engine) compare(ctx context.Context, spec ObjectSet, obj *lockedObject, o observed) (comparison, error) {
-	rules, changes := e.schemas.rulesAt(obj.ref.GVR.GroupVersion())
+	rules, changes := e.schemas.rulesAt(obj.ref().GVR.GroupVersion())
 	fresh := o.fresh
 	if changes != obj.rulesSeen {
 		obj.rulesSeen = changes
@@ -182,7 +182,7 @@ func (e *Engine) learnStoredForm(ctx context.Context, spec ObjectSet, obj *locke
 		// Nothing learnt: the first check after RetryAt dry-runs
 		// again.
 		obj.canonical = false
-		c.unchecked = &Unchecked{Ref: obj.ref, Kind: declared.GetKind(), Paths: c.paths(live), Err: dryRunRefusal(refused, err), RetryAt: now.Add(UncheckedRetry)}
+		c.unchecked = &Unchecked{Ref: obj.ref(), Kind: kindOf(declared), Paths: c.paths(live), Err: dryRunRefusal(refused, err), RetryAt: now.Add(UncheckedRetry)}
 		return nil
 	}
 	c.refused = refused
@@ -214,17 +214,17 @@ func (e *Engine) revert(ctx context.Context, s *objectSet, obj *lockedObject, li
 	}
 	k := c.rules.kindOf(c.desired)
 	paths := k.driftPaths(live.Object, c.desired)
-	drift := &Drift{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, k, paths, e.fieldManager), Applying: obj.applying}
+	drift := &Drift{Ref: obj.ref(), Kind: kindOf(declared), Paths: paths, Managers: attribute(live, k, paths, e.fieldManager), Applying: obj.applying}
 	return drift, e.correct(ctx, s, obj, drift, live.GetResourceVersion(), func() error {
 		if spec.BeforeWrite != nil {
-			if err := spec.BeforeWrite(ctx, Write{Ref: obj.ref, Live: live, Restores: restores(live.Object, c.desired, paths)}); err != nil {
+			if err := spec.BeforeWrite(ctx, Write{Ref: obj.ref(), Live: live, Restores: restores(live.Object, c.desired, paths)}); err != nil {
 				return err
 			}
 		}
 		if c.refused != nil {
 			return shortRefusal("patching", c.refused)
 		}
-		out, err := e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, c.patch.Type, c.patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager})
+		out, err := e.writer(spec, obj.ref()).Patch(ctx, obj.ref().Name, c.patch.Type, c.patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager})
 		if err != nil {
 			return shortRefusal("patching", err)
 		}

@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
+	"unique"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,11 +47,11 @@ func (e *Engine) correct(ctx context.Context, s *objectSet, obj *lockedObject, d
 	}
 	if err := write(); err != nil {
 		reason := permanentReason(err)
-		if reason == ReasonNamespaceNotFound && s.namespaces[obj.ref.Namespace] {
+		if reason == ReasonNamespaceNotFound && s.namespaces[obj.ref().Namespace] {
 			// The set's own Namespace is on its way.
 			return errNamespaceWaiting
 		}
-		if version == "" && reason == "" && (apierrors.IsNotFound(err) || crdTerminating(err)) && s.kinds[schema.GroupKind{Group: obj.ref.GVR.Group, Kind: drift.Kind}] {
+		if version == "" && reason == "" && (apierrors.IsNotFound(err) || crdTerminating(err)) && s.kinds[schema.GroupKind{Group: obj.ref().GVR.Group, Kind: drift.Kind}] {
 			return errTypeWaiting
 		}
 		if reason == "" {
@@ -59,7 +61,7 @@ func (e *Engine) correct(ctx context.Context, s *objectSet, obj *lockedObject, d
 		// Reported once: a retry that fails alike is held, not
 		// reported again.
 		again := d.failure != nil && d.failure.Reason == reason && d.failure.Err.Error() == err.Error()
-		d.failure = &Failure{Ref: obj.ref, Kind: drift.Kind, Reason: reason, Err: err, RetryAt: now.Add(PermanentRetry)}
+		d.failure = &Failure{Ref: obj.ref(), Kind: drift.Kind, Reason: reason, Err: err, RetryAt: now.Add(PermanentRetry)}
 		if again {
 			drift.Held = true
 			return nil
@@ -113,15 +115,15 @@ func (e *Engine) countDrift(d *driftState, drift *Drift, now time.Time) {
 // owner's next apply finds every field its own.
 func (e *Engine) create(ctx context.Context, spec ObjectSet, obj *lockedObject, declared *unstructured.Unstructured) error {
 	if spec.BeforeWrite != nil {
-		if err := spec.BeforeWrite(ctx, Write{Ref: obj.ref, Restores: true}); err != nil {
+		if err := spec.BeforeWrite(ctx, Write{Ref: obj.ref(), Restores: true}); err != nil {
 			return err
 		}
 	}
 	var err error
 	if spec.ApplyManager != "" {
-		_, err = e.writer(spec, obj.ref).Apply(ctx, obj.ref.Name, declared, metav1.ApplyOptions{FieldManager: obj.applyManagerOr(spec.ApplyManager), Force: true})
+		_, err = e.writer(spec, obj.ref()).Apply(ctx, obj.ref().Name, declared, metav1.ApplyOptions{FieldManager: obj.applyManagerOr(spec.ApplyManager), Force: true})
 	} else {
-		_, err = e.writer(spec, obj.ref).Create(ctx, declared, metav1.CreateOptions{FieldManager: e.fieldManager})
+		_, err = e.writer(spec, obj.ref()).Create(ctx, declared, metav1.CreateOptions{FieldManager: e.fieldManager})
 	}
 	if err != nil {
 		// AlreadyExists means the cache was behind; the event that
@@ -142,7 +144,7 @@ func (e *Engine) handOver(ctx context.Context, spec ObjectSet, obj *lockedObject
 		return nil
 	}
 	if m := applyManagerOf(live, e.fieldManager, spec.ApplyManager); m != "" {
-		obj.applyManager = m
+		obj.applyManager = unique.Make(m)
 	}
 	if !hasUpdateEntry(live, e.fieldManager) {
 		return nil
@@ -152,7 +154,7 @@ func (e *Engine) handOver(ctx context.Context, spec ObjectSet, obj *lockedObject
 	if err != nil || patch == nil {
 		return err
 	}
-	_, err = e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: e.fieldManager})
+	_, err = e.writer(spec, obj.ref()).Patch(ctx, obj.ref().Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: e.fieldManager})
 	switch {
 	case apierrors.IsConflict(err):
 		// Someone wrote since live was read; the event of that write
@@ -198,10 +200,7 @@ func applyManagerOf(obj *unstructured.Unstructured, own, preferred string) strin
 // applyManagerOr returns the Apply field manager last seen on the object,
 // or the set's if none was.
 func (o *lockedObject) applyManagerOr(set string) string {
-	if o.applyManager != "" {
-		return o.applyManager
-	}
-	return set
+	return cmp.Or(o.manager(), set)
 }
 
 // restores reports whether desired has, at one of the drifted paths, a

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"io"
 	"sync"
+	"unique"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
@@ -111,6 +112,16 @@ func unpackDeclaration(data []byte) (*unstructured.Unstructured, error) {
 		return nil, fmt.Errorf("decoding the declared object: %w", errTree)
 	}
 	return &unstructured.Unstructured{Object: m}, nil
+}
+
+// kindOf is the kind a declaration read back (see unpackDeclaration)
+// names, for what outlives the read: a Drift, a Judgement. Every string of
+// a declaration read back shares one allocation, the size of the whole
+// object, so a kind kept as it is keeps that alive (a whole ConfigMap per
+// drifted object, held in the lock's last drift and events). Kinds are
+// few: the one copy of each is shared.
+func kindOf(declared *unstructured.Unstructured) string {
+	return unique.Make(declared.GetKind()).Value()
 }
 
 // digestOf identifies a packed declaration: equal declarations pack to equal

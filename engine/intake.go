@@ -228,8 +228,8 @@ func (e *Engine) healthChanged(gvr schema.GroupVersionResource, current bool) {
 			continue
 		}
 		for _, o := range s.objects {
-			if _, ok := s.dirty[o.ref]; !ok && o.ref.GVR == gvr {
-				s.dirty[o.ref] = now
+			if _, ok := s.dirty[o.ref()]; !ok && o.ref().GVR == gvr {
+				s.dirty[o.ref()] = now
 			}
 		}
 	}

@@ -72,7 +72,7 @@ func (e *Engine) Judge(gvr schema.GroupVersionResource, old, obj *unstructured.U
 	if err != nil || declared == nil {
 		return Judgement{}, err
 	}
-	j := Judgement{Key: key, Ref: ref, Kind: declared.GetKind()}
+	j := Judgement{Key: key, Ref: ref, Kind: kindOf(declared)}
 	if obj == nil {
 		j.Deleted = true
 		return j, nil
@@ -134,7 +134,7 @@ func (e *Engine) JudgeScale(gvr schema.GroupVersionResource, namespace, name str
 	if !ok || slices.ContainsFunc(locked.ignored(), func(p Pointer) bool { return len(p) <= len(path) && slices.Equal(p, path[:len(p)]) }) || scalarEqual(value, replicas) {
 		return Judgement{}, nil
 	}
-	return Judgement{Key: key, Ref: ref, Kind: declared.GetKind(), Fields: []DeniedField{{Path: path.String(), Declared: value}}}, nil
+	return Judgement{Key: key, Ref: ref, Kind: kindOf(declared), Fields: []DeniedField{{Path: path.String(), Declared: value}}}, nil
 }
 
 // secretData reports whether p is, or lies under, a Secret's data or

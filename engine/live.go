@@ -16,7 +16,7 @@ import (
 // cache says the object was as declared by obj's current declaration when
 // last stored.
 func (e *Engine) live(ctx context.Context, obj *lockedObject, reads readAhead) (live *unstructured.Unstructured, inLine bool, err error) {
-	ref := obj.ref
+	ref := obj.ref()
 	if p := obj.proof; p != nil && !p.checked {
 		// The first check of an unverified object decides what the
 		// owner applied (see Verification), so it reads the object as

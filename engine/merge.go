@@ -49,7 +49,7 @@ type mergeRules struct {
 
 // rulesOf returns the merge rules of obj's kind (see schemas.rules).
 func (e *Engine) rulesOf(obj *lockedObject) mergeRules {
-	return e.schemas.rules(obj.ref.GVR.GroupVersion())
+	return e.schemas.rules(obj.ref().GVR.GroupVersion())
 }
 
 // typed converts obj under r, falling back to the deduced rules for an
@@ -335,10 +335,10 @@ func computePatch(live, desired map[string]any) (*mergePatch, error) {
 // which writes nothing, and whose stored form is the same.
 func (e *Engine) canonicalize(ctx context.Context, spec ObjectSet, obj *lockedObject, rules mergeRules, declared *unstructured.Unstructured, patch *mergePatch) (canon *unstructured.Unstructured, refused, err error) {
 	opts := metav1.PatchOptions{FieldManager: e.fieldManager, DryRun: []string{metav1.DryRunAll}}
-	out, err := e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data, opts)
+	out, err := e.writer(spec, obj.ref()).Patch(ctx, obj.ref().Name, patch.Type, patch.Data, opts)
 	if apierrors.IsForbidden(err) && spec.Writer != nil {
 		refused = err
-		out, err = e.resource(obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data, opts)
+		out, err = e.resource(obj.ref()).Patch(ctx, obj.ref().Name, patch.Type, patch.Data, opts)
 	}
 	if err != nil {
 		if refused == nil && permanentReason(err) != "" {

@@ -340,7 +340,7 @@ spec:
 	}
 	rules := rulesFor(declared.GroupVersionKind())
 	keyed := rules.keyed(declared.Object, []Pointer{ignore})
-	o := &lockedObject{ignore: &keyed}
+	o := &lockedObject{extras: &declaredExtras{ignore: keyed}}
 	got, err := o.desired(rules, live, declared.Object)
 	if err != nil {
 		t.Fatal(err)

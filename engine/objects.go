@@ -26,7 +26,7 @@ func compareRefs(a, b ObjectRef) int {
 }
 
 func (l lockedObjects) search(ref ObjectRef) (int, bool) {
-	return slices.BinarySearchFunc(l, ref, func(o *lockedObject, ref ObjectRef) int { return compareRefs(o.ref, ref) })
+	return slices.BinarySearchFunc(l, ref, func(o *lockedObject, ref ObjectRef) int { return compareRefs(o.ref(), ref) })
 }
 
 // get returns the object ref names, or nil.
@@ -40,7 +40,7 @@ func (l lockedObjects) get(ref ObjectRef) *lockedObject {
 // add adds o unless an object of its ref is there already, and reports
 // whether it did.
 func (l *lockedObjects) add(o *lockedObject) bool {
-	i, found := l.search(o.ref)
+	i, found := l.search(o.ref())
 	if found {
 		return false
 	}

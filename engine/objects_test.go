@@ -20,22 +20,22 @@ func TestLockedObjects(t *testing.T) {
 	}
 	var l lockedObjects
 	for _, ref := range refs {
-		if !l.add(&lockedObject{ref: ref}) {
+		if !l.add(lockedAt(ref)) {
 			t.Fatalf("add(%s) = false on its first add", ref)
 		}
 	}
-	if l.add(&lockedObject{ref: refs[2]}) {
+	if l.add(lockedAt(refs[2])) {
 		t.Errorf("add(%s) = true the second time, want false: an object is declared once", refs[2])
 	}
 	for _, ref := range refs {
-		if o := l.get(ref); o == nil || o.ref != ref {
+		if o := l.get(ref); o == nil || o.ref() != ref {
 			t.Errorf("get(%s) = %v", ref, o)
 		}
 	}
 	if o := l.get(ObjectRef{GVR: cmGVR, Namespace: "a", Name: "d"}); o != nil {
-		t.Errorf("get of an object never added = %v, want nil", o.ref)
+		t.Errorf("get of an object never added = %v, want nil", o.ref())
 	}
-	if !slices.IsSortedFunc(l, func(a, b *lockedObject) int { return compareRefs(a.ref, b.ref) }) || len(l) != len(refs) {
+	if !slices.IsSortedFunc(l, func(a, b *lockedObject) int { return compareRefs(a.ref(), b.ref()) }) || len(l) != len(refs) {
 		t.Errorf("objects not kept sorted and whole: %v", l)
 	}
 }
@@ -95,10 +95,21 @@ func TestOwners(t *testing.T) {
 // TestLockedObjectSize keeps lockedObject, one for every locked object, in
 // the size class it was made to fit: the next one up costs 16 bytes an
 // object, and the fragmentation a larger class may bring (see
-// lockedObject). Keep a new field that most objects do not need behind a
-// pointer, as written and drift are.
+// lockedObject). At 264 bytes it once took the 288-byte class, which it
+// shared with the groups of the small maps decoding makes by the million
+// at a cold lock, and the spans they shared stayed mostly empty: 134 MiB
+// of RSS after a cold lock of 20,000 objects, against 109 at 248 bytes.
+// Keep a new field that most objects do not need behind a pointer, with
+// those of its kind (declaredExtras, driftState).
 func TestLockedObjectSize(t *testing.T) {
-	if size := unsafe.Sizeof(lockedObject{}); size > 192 {
-		t.Errorf("lockedObject is %d bytes, over the 192-byte size class", size)
+	if size := unsafe.Sizeof(lockedObject{}); size > 128 {
+		t.Errorf("lockedObject is %d bytes, over the 128-byte size class", size)
 	}
+}
+
+// lockedAt is a lockedObject of ref and nothing else.
+func lockedAt(ref ObjectRef) *lockedObject {
+	o := &lockedObject{}
+	o.setRef(ref)
+	return o
 }

@@ -9,7 +9,7 @@ import (
 func (e *Engine) disownLocked(key string, s *objectSet) []ObjectRef {
 	var released []ObjectRef
 	for _, o := range s.objects {
-		ref := o.ref
+		ref := o.ref()
 		keys := e.owners.keys(ref)
 		if len(keys) > 1 && keys[0] == key {
 			released = append(released, ref)

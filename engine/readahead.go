@@ -107,7 +107,7 @@ func (e *Engine) readAhead(ctx context.Context, key string, s *objectSet, todo [
 		if p := obj.proof; p != nil && !p.checked {
 			continue
 		}
-		ref := obj.ref
+		ref := obj.ref()
 		if _, exists, synced, err := e.cached(ref.GVR, ref.Namespace, ref.Name); err == nil && synced && !exists {
 			tn := typeNamespace{ref.GVR, ref.Namespace}
 			missing[tn] = append(missing[tn], obj.lockedObject)
@@ -189,7 +189,7 @@ func (e *Engine) Relist(ctx context.Context, keys []string) {
 		if s := e.sets[key]; s != nil {
 			sets = append(sets, s)
 			for _, o := range s.objects {
-				refs = append(refs, o.ref)
+				refs = append(refs, o.ref())
 			}
 		}
 	}
@@ -295,7 +295,7 @@ func (e *Engine) list(ctx context.Context, tn typeNamespace, objs []*lockedObjec
 	budget := max(len(objs)*readAheadSpan, readAheadPage)
 	mine := make(map[string]bool, len(objs))
 	for _, o := range objs {
-		mine[o.ref.Name] = true
+		mine[o.ref().Name] = true
 	}
 	l, others, ok := e.scan(ctx, tn, mine, budget)
 	if !ok {
@@ -446,14 +446,14 @@ func (ls *listings) take(tn typeNamespace, owned uint64, objs []*lockedObject) (
 		return listedObjects{}, false
 	}
 	for _, o := range objs {
-		if _, ok := l.byName[o.ref.Name]; !ok {
+		if _, ok := l.byName[o.ref().Name]; !ok {
 			return listedObjects{}, false
 		}
 	}
 	out := listedObjects{byName: make(map[string]*unstructured.Unstructured, len(objs))}
 	for _, o := range objs {
-		out.byName[o.ref.Name] = l.byName[o.ref.Name]
-		delete(l.byName, o.ref.Name)
+		out.byName[o.ref().Name] = l.byName[o.ref().Name]
+		delete(l.byName, o.ref().Name)
 	}
 	if len(l.byName) == 0 {
 		ls.dropLocked(tn)

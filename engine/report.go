@@ -52,13 +52,13 @@ func (e *Engine) Diff(ctx context.Context, key string) ([]ObjectDiff, error) {
 		errs = append(errs, u.err)
 	}
 	e.mu.Unlock()
-	sort.Slice(objs, func(i, j int) bool { return objs[i].ref.String() < objs[j].ref.String() })
+	sort.Slice(objs, func(i, j int) bool { return objs[i].ref().String() < objs[j].ref().String() })
 
 	var out []ObjectDiff
 	for _, obj := range objs {
 		d, err := e.diffObject(ctx, spec, obj)
 		if err != nil {
-			errs = append(errs, &ObjectError{Ref: obj.ref, Err: err})
+			errs = append(errs, &ObjectError{Ref: obj.ref(), Err: err})
 			continue
 		}
 		if d != nil {
@@ -74,15 +74,15 @@ func (e *Engine) diffObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 	if err != nil {
 		return nil, err
 	}
-	live, err := e.resource(obj.ref).Get(ctx, obj.ref.Name, metav1.GetOptions{})
+	live, err := e.resource(obj.ref()).Get(ctx, obj.ref().Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		text, err := unifiedDiff(obj.ref.String(), nil, declared.Object)
-		return &ObjectDiff{Ref: obj.ref, Kind: declared.GetKind(), Missing: true, Text: text}, err
+		text, err := unifiedDiff(obj.ref().String(), nil, declared.Object)
+		return &ObjectDiff{Ref: obj.ref(), Kind: kindOf(declared), Missing: true, Text: text}, err
 	}
 	if err != nil {
 		return nil, err
 	}
-	rules, _ := e.schemas.rulesAt(obj.ref.GVR.GroupVersion())
+	rules, _ := e.schemas.rulesAt(obj.ref().GVR.GroupVersion())
 	desired, err := obj.desired(rules, live.Object, declared.Object)
 	if err != nil {
 		return nil, err
@@ -91,17 +91,17 @@ func (e *Engine) diffObject(ctx context.Context, spec ObjectSet, obj *lockedObje
 	if err != nil || patch == nil {
 		return nil, err
 	}
-	stored, err := e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager, DryRun: []string{metav1.DryRunAll}})
+	stored, err := e.writer(spec, obj.ref()).Patch(ctx, obj.ref().Name, patch.Type, patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager, DryRun: []string{metav1.DryRunAll}})
 	if err == nil && sameStored(stored, live) {
 		return nil, nil
 	}
 	k := rules.kindOf(desired)
 	paths := k.driftPaths(live.Object, desired)
-	text, err := unifiedDiff(obj.ref.String(), live.Object, desired)
+	text, err := unifiedDiff(obj.ref().String(), live.Object, desired)
 	if err != nil {
 		return nil, err
 	}
-	return &ObjectDiff{Ref: obj.ref, Kind: declared.GetKind(), Paths: paths, Managers: attribute(live, k, paths, e.fieldManager), Text: text}, nil
+	return &ObjectDiff{Ref: obj.ref(), Kind: kindOf(declared), Paths: paths, Managers: attribute(live, k, paths, e.fieldManager), Text: text}, nil
 }
 
 // unifiedDiff renders from and to as YAML, without managedFields, and

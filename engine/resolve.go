@@ -89,21 +89,21 @@ func (e *Engine) resolveLocked(key string, s *objectSet, old *objectSet, resolve
 			continue
 		}
 		if !s.objects.add(obj) {
-			still = append(still, &unresolvedObject{obj: u.obj, err: fmt.Errorf("%s is declared twice", obj.ref)})
+			still = append(still, &unresolvedObject{obj: u.obj, err: fmt.Errorf("%s is declared twice", obj.ref())})
 			continue
 		}
 		if old != nil {
-			if prev := old.objects.get(obj.ref); prev != nil && prev.digest == obj.digest {
+			if prev := old.objects.get(obj.ref()); prev != nil && prev.digest == obj.digest {
 				obj.applying = prev.applying
 			}
 		}
-		s.dirty[obj.ref] = e.now().UnixNano()
-		if from := e.ownLocked(key, s, obj.ref); from != "" {
+		s.dirty[obj.ref()] = e.now().UnixNano()
+		if from := e.ownLocked(key, s, obj.ref()); from != "" {
 			notify = append(notify, from)
 		}
-		if s.gvrs[obj.ref.GVR] == 0 {
-			s.gvrs[obj.ref.GVR] = 1
-			acquire = append(acquire, obj.ref.GVR)
+		if s.gvrs[obj.ref().GVR] == 0 {
+			s.gvrs[obj.ref().GVR] = 1
+			acquire = append(acquire, obj.ref().GVR)
 		}
 	}
 	s.unresolved = still
@@ -140,7 +140,6 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	}
 	ignore = rules.keyed(declared.Object, ignore)
 	locked := &lockedObject{
-		ref:        ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()},
 		generation: e.generations.Add(1),
 		metadata:   e.internHeld(declared),
 		digest:     digestOf(data),
@@ -150,13 +149,14 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 		// in line, from the cache, is in line by these rules.
 		rulesSeen: rulesSeen,
 	}
+	locked.setRef(ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()})
 	if len(ignore) > 0 {
-		locked.ignore = &ignore
+		locked.extras = &declaredExtras{ignore: ignore}
 	}
 	locked.declared.Store(&data)
 	locked.fresh = true
 	if needsProof(spec, obj) {
-		locked.proof = &proof{Unverified: Unverified{Ref: locked.ref, Kind: gvk.Kind}}
+		locked.proof = &proof{Unverified: Unverified{Ref: locked.ref(), Kind: gvk.Kind}}
 		locked.unproved.Store(true)
 		if f := spec.Verify.Fallback; f != nil {
 			if held := f(obj); held != nil {
@@ -164,9 +164,12 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 				held.SetNamespace(declared.GetNamespace())
 				fallback, err := packDeclaration(held)
 				if err != nil {
-					return nil, &ObjectError{Ref: locked.ref, Err: err}
+					return nil, &ObjectError{Ref: locked.ref(), Err: err}
 				}
-				locked.fallback = &fallback
+				if locked.extras == nil {
+					locked.extras = &declaredExtras{}
+				}
+				locked.extras.fallback = fallback
 			}
 		}
 	}

@@ -27,10 +27,10 @@ func (e *Engine) Standby(key string) {
 		// after the declaration was made, by rules no older than those
 		// the object was resolved by; if those are still the rules, it
 		// was judged by them.
-		if _, changes := e.schemas.rulesAt(obj.ref.GVR.GroupVersion()); changes != obj.rulesSeen {
+		if _, changes := e.schemas.rulesAt(obj.ref().GVR.GroupVersion()); changes != obj.rulesSeen {
 			continue
 		}
-		cached, exists, synced, err := e.cached(obj.ref.GVR, obj.ref.Namespace, obj.ref.Name)
+		cached, exists, synced, err := e.cached(obj.ref().GVR, obj.ref().Namespace, obj.ref().Name)
 		if stub, ok := cached.(*inLineStub); ok && err == nil && exists && synced && stub.generation == obj.generation {
 			obj.fresh = false
 		}

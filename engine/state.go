@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -66,47 +67,22 @@ func (s *objectSet) groupVersions() []schema.GroupVersion {
 }
 
 // lockedObject is one declared object whose type the API server serves.
+// One is kept for each locked object for as long as the lock, so its
+// size counts: it takes the size class of 128 bytes
+// (TestLockedObjectSize), where it took 192 with its ObjectRef whole and
+// a pointer for each thing few objects ever have. What most objects never
+// need is kept by pointer, one for each group of fields, and the pointer
+// is set only for those that do.
 type lockedObject struct {
-	ref ObjectRef
+	// gvr, namespace and name are the object's ObjectRef (see ref), in
+	// half its size: the resource is a handle every object of its type
+	// shares.
+	gvr             unique.Handle[schema.GroupVersionResource]
+	namespace, name string
 	// declared is the normalized declaration, namespace resolved, as
 	// a deflated tree (see packDeclaration): a tenth of its size as nested
 	// maps, and decoded in microseconds when an event needs it.
 	declared atomic.Pointer[[]byte]
-	// canonical is set once the declaration has been put in the form the
-	// API server stores it by a dry run (see canonicalize), and fresh
-	// while a mismatch may be the API server's form rather than drift:
-	// at the first check, and at the check after the engine's own write.
-	canonical, fresh bool
-	// The small fields sit together, with no padding between them, and
-	// what most objects never need (drift, fallback, ignore, written)
-	// is kept by pointer: a lockedObject takes the size class of 192
-	// bytes (TestLockedObjectSize). Every size class counts: one byte
-	// over 256 once left the heap far more fragmented after a cold lock
-	// (25 MiB more RSS at 20,000 objects, measured).
-	//
-	// rulesSeen is the count of changes of the kind's merge rules (see
-	// schemas.rulesAt) the object was last checked by. Rules read from
-	// the API server in place of the fallback tell the stored form from
-	// drift differently: the first check by them is fresh again.
-	rulesSeen uint32
-	// finished is set while the object was last seen as a finished Job
-	// that its TTL will delete (see finishedWithTTL), and expired once
-	// it is gone: it is not recreated.
-	finished atomic.Bool
-	expired  bool
-	// inLine is set once the object was checked and found, or made, as
-	// declared, and cleared when that check fails.
-	inLine bool
-	// rank is the kind's CreationOrder: a Sync checks, and so creates,
-	// the set's objects in that order.
-	rank uint8
-	// applying is set while the object has not been in line since its
-	// declaration was new or changed: its first correction is the set
-	// applying it (see Drift.Applying).
-	applying bool
-	// applyManager is the Apply field manager last seen on the live
-	// object, for ObjectSet.ApplyManager.
-	applyManager string
 	// generation tells this declaration from earlier ones of the same
 	// object, for inLineStub.
 	generation uint64
@@ -117,30 +93,85 @@ type lockedObject struct {
 	// digest identifies the declaration as the caller gave it, so that a
 	// new declaration of the same object can tell whether it changed.
 	digest uint64
-	// ignore are the declared fields the engine keeps as they are live;
-	// nil for most objects, which have none.
-	ignore *[]Pointer
-	// fallback, packed, is the object as the last verified declaration
-	// had it, held until this one is verified (see
-	// Verification.Fallback); nil when there is none. Set before the
-	// object is shared, and kept by pointer: most objects have none.
-	fallback *[]byte
-	// unproved says proof is set, for readers other than the set's sync
-	// (see held).
-	unproved atomic.Bool
-	// drift is set once the object has drifted; most never do, and a
-	// locked object's every byte counts.
+	// applyManager is the Apply field manager last seen on the live
+	// object, for ObjectSet.ApplyManager; the zero handle if none was.
+	applyManager unique.Handle[string]
+	// extras are what few declarations have besides the object, set
+	// before the object is shared and never changed; nil for most.
+	extras *declaredExtras
+	// drift is set once the object has drifted or been written by the
+	// engine; most never are.
 	drift *driftState
 	// proof is set while the object waits to be verified (see
 	// Verification).
 	proof *proof
-	// written is set once the engine has written the object; most
-	// objects it never writes.
-	written *written
+	// rulesSeen is the count of changes of the kind's merge rules (see
+	// schemas.rulesAt) the object was last checked by. Rules read from
+	// the API server in place of the fallback tell the stored form from
+	// drift differently: the first check by them is fresh again.
+	rulesSeen uint32
+	// finished is set while the object was last seen as a finished Job
+	// that its TTL will delete (see finishedWithTTL), and expired once
+	// it is gone: it is not recreated.
+	finished atomic.Bool
+	// unproved says proof is set, for readers other than the set's sync
+	// (see held).
+	unproved atomic.Bool
+	// canonical is set once the declaration has been put in the form the
+	// API server stores it by a dry run (see canonicalize), and fresh
+	// while a mismatch may be the API server's form rather than drift:
+	// at the first check, and at the check after the engine's own write.
+	canonical, fresh bool
+	expired          bool
+	// inLine is set once the object was checked and found, or made, as
+	// declared, and cleared when that check fails.
+	inLine bool
+	// rank is the kind's CreationOrder: a Sync checks, and so creates,
+	// the set's objects in that order.
+	rank uint8
+	// applying is set while the object has not been in line since its
+	// declaration was new or changed: its first correction is the set
+	// applying it (see Drift.Applying).
+	applying bool
 }
 
-// written is what the engine remembers of its own writes of an object,
-// kept apart from lockedObject (see its size class).
+// declaredExtras are the parts of a declaration that few have.
+type declaredExtras struct {
+	// ignore are the declared fields the engine keeps as they are live.
+	ignore []Pointer
+	// fallback, packed, is the object as the last verified declaration
+	// had it, held until this one is verified (see
+	// Verification.Fallback); nil when there is none.
+	fallback []byte
+}
+
+// ref is the object's ObjectRef.
+func (o *lockedObject) ref() ObjectRef {
+	return ObjectRef{GVR: o.gvr.Value(), Namespace: o.namespace, Name: o.name}
+}
+
+// setRef sets what ref returns.
+func (o *lockedObject) setRef(ref ObjectRef) {
+	o.gvr, o.namespace, o.name = unique.Make(ref.GVR), ref.Namespace, ref.Name
+}
+
+// fallback returns the packed fallback (see declaredExtras), or nil.
+func (o *lockedObject) fallback() []byte {
+	if o.extras == nil {
+		return nil
+	}
+	return o.extras.fallback
+}
+
+// manager returns applyManager as a string, empty if none was seen.
+func (o *lockedObject) manager() string {
+	if o.applyManager == (unique.Handle[string]{}) {
+		return ""
+	}
+	return o.applyManager.Value()
+}
+
+// written is what the engine remembers of its own writes of an object.
 type written struct {
 	// noop remembers a patch the API server applied without changing the
 	// object (it normalizes, say, "1000m" CPU to "1"), so that it is not
@@ -155,30 +186,40 @@ type written struct {
 
 // ignored returns the declared fields the engine keeps as they are live.
 func (o *lockedObject) ignored() []Pointer {
-	if o.ignore == nil {
+	if o.extras == nil {
 		return nil
 	}
-	return *o.ignore
+	return o.extras.ignore
 }
 
-// writes returns o.written, set.
+// writes returns what the engine remembers of its writes of the object,
+// set.
 func (o *lockedObject) writes() *written {
-	if o.written == nil {
-		o.written = &written{}
+	return &o.drifts().written
+}
+
+// drifts returns o.drift, set.
+func (o *lockedObject) drifts() *driftState {
+	if o.drift == nil {
+		o.drift = &driftState{}
 	}
-	return o.written
+	return o.drift
 }
 
 // superseded reports whether version is one the engine's last write left
 // behind (see written.superseded).
 func (o *lockedObject) superseded(version string) bool {
-	return o.written != nil && slices.Contains(o.written.superseded, version)
+	return o.drift != nil && slices.Contains(o.drift.written.superseded, version)
 }
 
 // noop reports whether patch, on the object at version, was applied
 // before and changed nothing (see written.noop).
 func (o *lockedObject) noop(version, patch string) bool {
-	return o.written != nil && o.written.noop != nil && o.written.noop.resourceVersion == version && o.written.noop.data == patch
+	if o.drift == nil {
+		return false
+	}
+	w := o.drift.written
+	return w.noop != nil && w.noop.resourceVersion == version && w.noop.data == patch
 }
 
 // driftState is what the engine remembers of an object that drifted, or
@@ -199,6 +240,10 @@ type driftState struct {
 	// unchecked is set while the object differs where the API server
 	// refuses every dry run that would tell its form from drift.
 	unchecked *Unchecked
+	// written is what the engine remembers of its own writes of the
+	// object, kept here rather than by a pointer of its own in
+	// lockedObject: an object the engine writes has mostly drifted.
+	written written
 }
 
 // settle records that obj is in line.
@@ -225,8 +270,8 @@ func (e *Engine) proved(s *objectSet, obj *lockedObject, live *unstructured.Unst
 	if obj.proof == nil || live == nil || v == nil || !wroteSince(live, v.Owners, v.Since) {
 		return
 	}
-	if obj.fallback != nil {
-		held, err := unpackDeclaration(*obj.fallback)
+	if fallback := obj.fallback(); fallback != nil {
+		held, err := unpackDeclaration(fallback)
 		if err != nil || e.rulesOf(obj).holds(live.Object, held.Object) {
 			return
 		}
@@ -245,10 +290,11 @@ func (o *lockedObject) prove() {
 // from other goroutines than the set's sync.
 func (o *lockedObject) held() (*unstructured.Unstructured, error) {
 	if o.unproved.Load() {
-		if o.fallback == nil {
+		fallback := o.fallback()
+		if fallback == nil {
 			return nil, nil
 		}
-		return unpackDeclaration(*o.fallback)
+		return unpackDeclaration(fallback)
 	}
 	return o.declaration()
 }

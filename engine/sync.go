@@ -232,8 +232,8 @@ func (e *Engine) takeDirty(ctx context.Context, key string) (s *objectSet, todo 
 	// In the order kubectl and Helm create objects: a Namespace and a
 	// CRD before what lives in them.
 	slices.SortFunc(todo, func(a, b dirtyObject) int {
-		return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.ref.GVR.Resource, b.ref.GVR.Resource),
-			cmp.Compare(a.ref.Namespace, b.ref.Namespace), cmp.Compare(a.ref.Name, b.ref.Name))
+		return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.ref().GVR.Resource, b.ref().GVR.Resource),
+			cmp.Compare(a.ref().Namespace, b.ref().Namespace), cmp.Compare(a.ref().Name, b.ref().Name))
 	})
 	return s, todo, schemaRetry
 }
@@ -248,7 +248,7 @@ func (e *Engine) waitForLists(ctx context.Context, todo []dirtyObject) {
 	// fails, or is not served, is read one by one.
 	waited := map[schema.GroupVersionResource]bool{}
 	for _, obj := range todo {
-		if gvr := obj.ref.GVR; !waited[gvr] {
+		if gvr := obj.ref().GVR; !waited[gvr] {
 			waited[gvr] = true
 			wctx, cancel := context.WithTimeout(ctx, informerSyncWait)
 			e.informers.WaitForList(wctx, gvr)
@@ -262,13 +262,13 @@ func (e *Engine) waitForLists(ctx context.Context, todo []dirtyObject) {
 func (e *Engine) checkAll(ctx context.Context, s *objectSet, todo []dirtyObject, reads readAhead, deferred map[typeNamespace]bool, res *Result) []error {
 	var errs []error
 	for _, obj := range todo {
-		if deferred[typeNamespace{obj.ref.GVR, obj.ref.Namespace}] {
+		if deferred[typeNamespace{obj.ref().GVR, obj.ref().Namespace}] {
 			continue
 		}
 		drift, err := e.syncObject(ctx, s, obj.lockedObject, reads)
 		switch {
 		case errors.Is(err, errNamespaceWaiting):
-			res.Waiting = append(res.Waiting, Waiting{Ref: obj.ref, Kind: drift.Kind, Namespace: obj.ref.Namespace})
+			res.Waiting = append(res.Waiting, Waiting{Ref: obj.ref(), Kind: drift.Kind, Namespace: obj.ref().Namespace})
 			// The Namespace's own event syncs the set again; this
 			// is in case its creation failed.
 			res.requeueBy(namespaceWait)
@@ -287,7 +287,7 @@ func (e *Engine) checkAll(ctx context.Context, s *objectSet, todo []dirtyObject,
 			res.Drifts = append(res.Drifts, *drift)
 		}
 		if err != nil {
-			errs = append(errs, &ObjectError{Ref: obj.ref, Err: err})
+			errs = append(errs, &ObjectError{Ref: obj.ref(), Err: err})
 		}
 	}
 	return errs
@@ -305,8 +305,8 @@ func (e *Engine) summarize(key string, s *objectSet, todo []dirtyObject, res *Re
 	defer e.mu.Unlock()
 	for _, obj := range todo {
 		if !obj.inLine {
-			if _, again := s.dirty[obj.ref]; !again {
-				s.dirty[obj.ref] = obj.marked
+			if _, again := s.dirty[obj.ref()]; !again {
+				s.dirty[obj.ref()] = obj.marked
 			}
 		}
 	}
@@ -314,19 +314,19 @@ func (e *Engine) summarize(key string, s *objectSet, todo []dirtyObject, res *Re
 	res.InLine = len(s.unresolved) == 0
 	res.Applied = int(s.applied)
 	for _, obj := range s.objects {
-		if holder := e.holderLocked(obj.ref); holder != key {
+		if holder := e.holderLocked(obj.ref()); holder != key {
 			kind := ""
 			if d, err := obj.declaration(); err == nil {
 				kind = d.GetKind()
 			}
-			res.Conflicts = append(res.Conflicts, Conflict{Ref: obj.ref, Kind: kind, Holder: holder})
+			res.Conflicts = append(res.Conflicts, Conflict{Ref: obj.ref(), Kind: kind, Holder: holder})
 			res.Objects--
 			res.InLine = false
 			continue
 		}
 		switch {
 		case obj.expired:
-			res.Finished = append(res.Finished, obj.ref)
+			res.Finished = append(res.Finished, obj.ref())
 		case obj.inLine:
 			res.Locked++
 		default:
@@ -345,7 +345,7 @@ func (e *Engine) summarize(key string, s *objectSet, todo []dirtyObject, res *Re
 		// correction started or continued it; once the object is back
 		// in line and left alone, there is nothing to hold back, though
 		// the backoff lasts.
-		if f := obj.drift.fight; f != nil && now.Before(f.Until) && (!obj.inLine || drifted[obj.ref]) {
+		if f := obj.drift.fight; f != nil && now.Before(f.Until) && (!obj.inLine || drifted[obj.ref()]) {
 			res.Fights = append(res.Fights, *f)
 			res.requeueBy(f.Until.Sub(now))
 		}

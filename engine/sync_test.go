@@ -7,6 +7,8 @@ import (
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	"slices"
 	"testing"
+	"unique"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -103,6 +105,12 @@ func TestSyncStepByStep(t *testing.T) {
 	if diff := cmp.Diff([]string{"/data/key"}, res.Drifts[0].Paths); diff != "" {
 		t.Errorf("drifted paths (-want +got):\n%s", diff)
 	}
+	// A caller keeps a drift (as a status's last drift, an event, a
+	// metric's label): its kind must not keep the declaration it was read
+	// from alive, a whole object per drift (see kindOf).
+	if got, want := unsafe.StringData(res.Drifts[0].Kind), unsafe.StringData(unique.Make("ConfigMap").Value()); got != want {
+		t.Errorf("the drift's kind is not the shared copy of %q: it keeps the declaration read back alive", res.Drifts[0].Kind)
+	}
 	if got := value(t, client); got != "declared" {
 		t.Errorf("after revert data.key = %q, want declared", got)
 	}
@@ -141,7 +149,7 @@ func TestDeclareResolvesScopeAndUnknownKinds(t *testing.T) {
 	s := e.sets["k"]
 	var refs []ObjectRef
 	for _, o := range s.objects {
-		refs = append(refs, o.ref)
+		refs = append(refs, o.ref())
 	}
 	want := map[ObjectRef]bool{{GVR: roleGVR, Name: "r"}: true, {GVR: cmGVR, Namespace: "ns", Name: "c"}: true}
 	if len(refs) != 2 || !want[refs[0]] || !want[refs[1]] {

@@ -113,7 +113,7 @@ func (e *Engine) verify(ctx context.Context, s *objectSet, obj *lockedObject, li
 		obj.prove()
 		return true, nil
 	}
-	out, err := e.writer(spec, obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager, DryRun: []string{metav1.DryRunAll}})
+	out, err := e.writer(spec, obj.ref()).Patch(ctx, obj.ref().Name, patch.Type, patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager, DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		return false, fmt.Errorf("dry-running the correction of an unverified object: %w", err)
 	}
@@ -138,15 +138,16 @@ func (e *Engine) verify(ctx context.Context, s *objectSet, obj *lockedObject, li
 // corrects as the revert does, fights and refusals alike, but the object
 // stays unverified.
 func (e *Engine) holdFallback(ctx context.Context, s *objectSet, obj *lockedObject, live *unstructured.Unstructured) (*Drift, error) {
-	if obj.fallback == nil {
+	fallback := obj.fallback()
+	if fallback == nil {
 		return nil, nil
 	}
-	held, err := unpackDeclaration(*obj.fallback)
+	held, err := unpackDeclaration(fallback)
 	if err != nil {
 		return nil, err
 	}
 	if live == nil {
-		drift := &Drift{Ref: obj.ref, Kind: held.GetKind(), Deleted: true}
+		drift := &Drift{Ref: obj.ref(), Kind: kindOf(held), Deleted: true}
 		return drift, e.correct(ctx, s, obj, drift, "", func() error { return e.create(ctx, s.spec, obj, held) })
 	}
 	rules := e.rulesOf(obj)
@@ -160,14 +161,14 @@ func (e *Engine) holdFallback(ctx context.Context, s *objectSet, obj *lockedObje
 	}
 	k := rules.kindOf(desired)
 	paths := k.driftPaths(live.Object, desired)
-	drift := &Drift{Ref: obj.ref, Kind: held.GetKind(), Paths: paths, Managers: attribute(live, k, paths, e.fieldManager)}
+	drift := &Drift{Ref: obj.ref(), Kind: kindOf(held), Paths: paths, Managers: attribute(live, k, paths, e.fieldManager)}
 	return drift, e.correct(ctx, s, obj, drift, live.GetResourceVersion(), func() error {
 		if s.spec.BeforeWrite != nil {
-			if err := s.spec.BeforeWrite(ctx, Write{Ref: obj.ref, Live: live, Restores: restores(live.Object, desired, paths)}); err != nil {
+			if err := s.spec.BeforeWrite(ctx, Write{Ref: obj.ref(), Live: live, Restores: restores(live.Object, desired, paths)}); err != nil {
 				return err
 			}
 		}
-		if _, err := e.writer(s.spec, obj.ref).Patch(ctx, obj.ref.Name, patch.Type, patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager}); err != nil {
+		if _, err := e.writer(s.spec, obj.ref()).Patch(ctx, obj.ref().Name, patch.Type, patch.Data, metav1.PatchOptions{FieldManager: e.fieldManager}); err != nil {
 			return shortRefusal("patching", err)
 		}
 		obj.fresh = true
