@@ -3,11 +3,14 @@ package engine
 import (
 	"bytes"
 	"compress/flate"
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math"
 	"sync"
 	"unique"
+	"unsafe"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
@@ -67,6 +70,38 @@ var (
 // packDeclaration encodes obj as a lockedObject keeps its declaration: a
 // tree (see appendTree), deflated.
 func packDeclaration(obj *unstructured.Unstructured) ([]byte, error) {
+	return pack(obj, 0)
+}
+
+// lengthPrefix is the size of the length a kept declaration starts with
+// (see packKept).
+const lengthPrefix = 4
+
+// packKept packs obj as lockedObject.declared keeps it: a pointer to one
+// allocation, the packed bytes' length then the bytes (see kept). A
+// []byte behind an atomic pointer would cost a 24-byte slice header of
+// its own for every locked object, in a size class the cold lock's
+// garbage leaves mostly empty.
+func packKept(obj *unstructured.Unstructured) (*byte, error) {
+	b, err := pack(obj, lengthPrefix)
+	if err != nil {
+		return nil, err
+	}
+	if len(b)-lengthPrefix > math.MaxUint32 {
+		return nil, fmt.Errorf("the declared object packs to %d bytes, over %d", len(b)-lengthPrefix, math.MaxUint32)
+	}
+	binary.LittleEndian.PutUint32(b, uint32(len(b)-lengthPrefix))
+	return &b[0], nil
+}
+
+// kept returns the packed declaration packKept made p point to.
+func kept(p *byte) []byte {
+	n := binary.LittleEndian.Uint32(unsafe.Slice(p, lengthPrefix))
+	return unsafe.Slice(p, lengthPrefix+int(n))[lengthPrefix:]
+}
+
+// pack packs obj into a slice cut to size, after prefix bytes left zero.
+func pack(obj *unstructured.Unstructured, prefix int) ([]byte, error) {
 	tree := trees.Get().(*[]byte)
 	defer trees.Put(tree)
 	b, err := appendTree((*tree)[:0], obj.Object)
@@ -87,7 +122,9 @@ func packDeclaration(obj *unstructured.Unstructured) ([]byte, error) {
 		return nil, err
 	}
 	// What is kept for the lock's life is cut to size.
-	return bytes.Clone(buf.Bytes()), nil
+	out := make([]byte, prefix+buf.Len())
+	copy(out[prefix:], buf.Bytes())
+	return out, nil
 }
 
 // unpackDeclaration decodes what packDeclaration encoded.

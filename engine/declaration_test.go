@@ -50,6 +50,14 @@ metadata: {name: app}
 			if err != nil {
 				t.Fatal(err)
 			}
+			// As a lockedObject keeps it: its length, then the same bytes.
+			at, err := packKept(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(kept(at), packed) {
+				t.Errorf("kept declaration %x, want %x", kept(at), packed)
+			}
 			if diff := cmp.Diff(want.Object, got.Object); diff != "" {
 				t.Errorf("round trip (-want +got):\n%s", diff)
 			}

@@ -406,11 +406,11 @@ func (obj *lockedObject) storedDeclaration(rules mergeRules, declared, out *unst
 	// the server does not store, stays declared: holding it costs a
 	// no-op patch at most, and dropping it could lose a value.
 	keepUnsaid(canon.Object, declared.Object)
-	data, err := packDeclaration(canon)
+	data, err := packKept(canon)
 	if err != nil {
 		return nil, err
 	}
-	obj.declared.Store(&data)
+	obj.declared.Store(data)
 	return canon, nil
 }
 

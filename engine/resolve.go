@@ -129,7 +129,7 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	} else {
 		declared.SetNamespace("")
 	}
-	data, err := packDeclaration(declared)
+	declaredAt, err := packKept(declared)
 	if err != nil {
 		return nil, &ObjectError{Ref: ObjectRef{GVR: mapping.Resource, Namespace: declared.GetNamespace(), Name: declared.GetName()}, Err: err}
 	}
@@ -142,7 +142,7 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	locked := &lockedObject{
 		generation: e.generations.Add(1),
 		metadata:   e.internHeld(declared),
-		digest:     digestOf(data),
+		digest:     digestOf(kept(declaredAt)),
 		rank:       uint8(CreationOrder(gvk.GroupKind())),
 		applying:   !spec.Applied,
 		// The first check is fresh anyway; an object that check finds
@@ -153,7 +153,7 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	if len(ignore) > 0 {
 		locked.extras = &declaredExtras{ignore: ignore}
 	}
-	locked.declared.Store(&data)
+	locked.declared.Store(declaredAt)
 	locked.fresh = true
 	if needsProof(spec, obj) {
 		locked.proof = &proof{Unverified: Unverified{Ref: locked.ref(), Kind: gvk.Kind}}

@@ -81,8 +81,9 @@ type lockedObject struct {
 	namespace, name string
 	// declared is the normalized declaration, namespace resolved, as
 	// a deflated tree (see packDeclaration): a tenth of its size as nested
-	// maps, and decoded in microseconds when an event needs it.
-	declared atomic.Pointer[[]byte]
+	// maps, and decoded in microseconds when an event needs it. It is
+	// kept with its length in one allocation (see packKept).
+	declared atomic.Pointer[byte]
 	// generation tells this declaration from earlier ones of the same
 	// object, for inLineStub.
 	generation uint64
@@ -327,7 +328,7 @@ func (o *lockedObject) inLineBy(rules mergeRules, live, declared map[string]any)
 
 // declaration decodes the declared object.
 func (o *lockedObject) declaration() (*unstructured.Unstructured, error) {
-	return unpackDeclaration(*o.declared.Load())
+	return unpackDeclaration(kept(o.declared.Load()))
 }
 
 // unresolvedObject is a declared object whose kind the API server does not
