@@ -25,7 +25,7 @@ type trackingStore struct {
 var _ cache.TransformingStore = (*trackingStore)(nil)
 
 func newTrackingStore(gvr schema.GroupVersionResource, strip func(schema.GroupVersionResource, any) any, handler Handler) *trackingStore {
-	return &trackingStore{gvr: gvr, strip: strip, handler: handler, objects: cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc)}
+	return &trackingStore{gvr: gvr, strip: strip, handler: handler, objects: cache.NewStore(keyOf)}
 }
 
 // Transformer lets the reflector strip objects as they stream in during a
@@ -79,13 +79,23 @@ func (s *trackingStore) Delete(obj any) error {
 	return nil
 }
 
+// keyOf is the store's key function: a stub's key is part of its own
+// string (see Stub), so keying a stored stub allocates nothing and the
+// store's map holds no string of its own for it.
+func keyOf(obj any) (string, error) {
+	if s, ok := obj.(stubbed); ok {
+		return s.stub().key(), nil
+	}
+	return cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+}
+
 // Replace stores a fresh list: stored objects missing from it were deleted
 // while the watch was down, and are reported as
 // cache.DeletedFinalStateUnknown.
 func (s *trackingStore) Replace(list []any, _ string) error {
 	listed := make(map[string]struct{}, len(list))
 	for _, obj := range list {
-		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		key, err := keyOf(obj)
 		if err != nil {
 			return err
 		}

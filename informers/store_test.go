@@ -3,6 +3,7 @@ package informers
 import (
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
@@ -105,4 +106,33 @@ func TestTrackingStore(t *testing.T) {
 
 func sameSet(a, b []string) bool {
 	return len(a) == len(b) && sets.New(a...).Equal(sets.New(b...))
+}
+
+// TestStubKeys holds a stub's getters and its cache key (see keyOf), which
+// the store's map keeps as part of the stub's own string, to what
+// client-go's key function and the object say.
+func TestStubKeys(t *testing.T) {
+	for _, tt := range []struct{ namespace, name, version string }{
+		{"ns", "app", "12345"},
+		{"", "cluster-wide", "7"},
+		{"a-long-namespace-name", "n", ""},
+	} {
+		s := newStub(tt.namespace, tt.name, tt.version)
+		if s.GetNamespace() != tt.namespace || s.GetName() != tt.name || s.GetResourceVersion() != tt.version {
+			t.Errorf("stub of %q %q %q reads back %q %q %q", tt.namespace, tt.name, tt.version, s.GetNamespace(), s.GetName(), s.GetResourceVersion())
+		}
+		want, err := cache.MetaNamespaceKeyFunc(&metav1.ObjectMeta{Namespace: tt.namespace, Name: tt.name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, obj := range []any{s, &watchStub{Stub: *s}} {
+			if got, err := keyOf(obj); err != nil || got != want {
+				t.Errorf("keyOf(%T of %s) = %q, %v; want %q", obj, want, got, err, want)
+			}
+		}
+	}
+	deleted := cache.DeletedFinalStateUnknown{Key: "ns/gone", Obj: newStub("ns", "gone", "1")}
+	if got, err := keyOf(deleted); err != nil || got != "ns/gone" {
+		t.Errorf("keyOf(a deleted object) = %q, %v; want ns/gone", got, err)
+	}
 }

@@ -1,8 +1,6 @@
 package informers
 
 import (
-	"unique"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -11,18 +9,21 @@ import (
 // resourceVersion, what a cache keys and versions objects by. A Registry
 // hands an untracked object to its Handler as a *Stub and does not store
 // it; callers embed a Stub in stand-ins of their own for tracked objects
-// they do not need whole. Namespaces are interned, since thousands of
-// objects share few.
+// they do not need whole.
 //
 // Stub implements metav1.Object so caches can key and version it; the
 // other getters return zero values and the setters do nothing.
 type Stub struct {
-	namespace unique.Handle[string]
-	// nameVersion is the name then the resourceVersion, in one
+	// keyVersion is the object's cache key (namespace/name, or the name
+	// of an object of no namespace) then its resourceVersion, in one
 	// allocation of their own: strings of a decoded object kept alone
-	// would keep the decode's mostly freed spans in use.
-	nameVersion string
-	nameLen     int
+	// would keep the decode's mostly freed spans in use. A Registry's
+	// cache is keyed by the key in it (see keyOf), so that a stored stub
+	// costs one string, not two.
+	keyVersion string
+	// nameAt and versionAt are where the name and the resourceVersion
+	// start in keyVersion.
+	nameAt, versionAt uint32
 	// fingerprint is the held fingerprint (see heldFingerprint) of the
 	// version of a tracked object this stub stands in for; 0 if unknown.
 	fingerprint uint64
@@ -49,12 +50,24 @@ func NewStub(obj metav1.Object) *Stub {
 }
 
 func newStub(namespace, name, resourceVersion string) *Stub {
-	return &Stub{namespace: unique.Make(namespace), nameVersion: name + resourceVersion, nameLen: len(name)}
+	if namespace == "" {
+		return &Stub{keyVersion: name + resourceVersion, versionAt: uint32(len(name))}
+	}
+	nameAt := len(namespace) + 1
+	return &Stub{keyVersion: namespace + "/" + name + resourceVersion, nameAt: uint32(nameAt), versionAt: uint32(nameAt + len(name))}
 }
 
-func (s *Stub) GetNamespace() string                          { return s.namespace.Value() }
-func (s *Stub) GetName() string                               { return s.nameVersion[:s.nameLen] }
-func (s *Stub) GetResourceVersion() string                    { return s.nameVersion[s.nameLen:] }
+// key is the stub's cache key, as cache.MetaNamespaceKeyFunc makes it.
+func (s *Stub) key() string { return s.keyVersion[:s.versionAt] }
+
+func (s *Stub) GetNamespace() string {
+	if s.nameAt == 0 {
+		return ""
+	}
+	return s.keyVersion[:s.nameAt-1]
+}
+func (s *Stub) GetName() string                               { return s.keyVersion[s.nameAt:s.versionAt] }
+func (s *Stub) GetResourceVersion() string                    { return s.keyVersion[s.versionAt:] }
 func (s *Stub) GetGenerateName() string                       { return "" }
 func (s *Stub) GetUID() types.UID                             { return "" }
 func (s *Stub) GetGeneration() int64                          { return 0 }
