@@ -23,10 +23,7 @@ import (
 func (e *Engine) correct(ctx context.Context, s *objectSet, obj *lockedObject, drift *Drift, version string, write func() error) error {
 	spec := s.spec
 	now := e.now()
-	if obj.drift == nil {
-		obj.drift = &driftState{}
-	}
-	d := obj.drift
+	d := obj.drifts()
 	seen := d.drifted && d.version == version
 	d.drifted, d.version = true, version
 	if d.fight != nil && now.Before(d.fight.Until) {

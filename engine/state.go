@@ -223,8 +223,8 @@ func (o *lockedObject) noop(version, patch string) bool {
 	return w.noop != nil && w.noop.resourceVersion == version && w.noop.data == patch
 }
 
-// driftState is what the engine remembers of an object that drifted, or
-// that it could not check (see Unchecked).
+// driftState is what the engine remembers of an object that drifted, that
+// it could not check (see Unchecked), or that it wrote.
 type driftState struct {
 	// drifted is set while the object is known to differ from its
 	// declaration, at version ("" when it was deleted).

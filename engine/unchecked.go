@@ -74,9 +74,7 @@ func (o *lockedObject) markUnchecked(u *Unchecked) {
 		}
 		return
 	}
-	if o.drift == nil {
-		o.drift = &driftState{}
-	}
-	o.drift.unchecked = u
-	o.drift.drifted, o.drift.failure = false, nil
+	d := o.drifts()
+	d.unchecked = u
+	d.drifted, d.failure = false, nil
 }
