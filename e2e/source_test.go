@@ -206,11 +206,27 @@ configMapGenerator:
 	}
 }
 
+// TestManifestLockWaitsForFluxSourceKinds: a tenant's ManifestLock that
+// names an ExternalArtifact before Flux's CRDs exist says SourceNotServed,
+// and reads its source once they are installed. It is not parallel, so it
+// runs before every parallel test: those install Flux's CRDs, and once one
+// has, the cluster serves the kinds for all (TestRerenderChartRef once
+// installed them before this lock's first sync, and the lock rightly said
+// the source did not exist).
+func TestManifestLockWaitsForFluxSourceKinds(t *testing.T) {
+	ns := editTenant(t)
+	createManifestLock(t, ns, "early", map[string]any{
+		"sourceRef": map[string]any{"kind": "ExternalArtifact", "name": "early"}, "path": ".",
+	})
+	waitSourceCondition(t, ns, "early", mlv1.ReasonSourceNotServed, "ExternalArtifact "+ns+"/early")
+	installFluxCRDs(t)
+	waitSourceCondition(t, ns, "early", mlv1.ReasonSourceNotReady, "ExternalArtifact "+ns+"/early does not exist")
+}
+
 // TestManifestLockFromFluxSources: a tenant's ManifestLock names an
 // ExternalArtifact in its namespace, whose artifact is a Kustomize
 // overlay served over HTTP, as Flux's source-controller serves one.
-// Created before Flux's CRDs exist, it says SourceNotServed and proceeds
-// once they are installed. It holds what `kustomize build` makes, reverts
+// It holds what `kustomize build` makes, reverts
 // an edit, applies and holds each new revision (status.lastAppliedRevision
 // names it), and prunes what a revision drops, the generated ConfigMap of
 // the old hash included. An artifact whose digest does not match, or
@@ -225,12 +241,10 @@ func TestManifestLockFromFluxSources(t *testing.T) {
 	ns := editTenant(t)
 	server := newArtifactServer(t)
 
+	installFluxCRDs(t)
 	createManifestLock(t, ns, "web", map[string]any{
 		"sourceRef": map[string]any{"kind": "ExternalArtifact", "name": "web"}, "path": "./overlays/prod", "prune": true,
 	})
-	waitSourceCondition(t, ns, "web", mlv1.ReasonSourceNotServed, "ExternalArtifact "+ns+"/web")
-
-	installFluxCRDs(t)
 	ea := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": externalArtifacts.GroupVersion().String(), "kind": "ExternalArtifact",
 		"metadata": map[string]any{"name": "web", "namespace": ns},
