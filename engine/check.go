@@ -82,14 +82,14 @@ func (e *Engine) observe(ctx context.Context, obj *lockedObject, reads readAhead
 	if o.declared, err = obj.declaration(); err != nil {
 		return o, err
 	}
-	if notFound && obj.finished.Load() {
+	if notFound && obj.flag(flagFinished) {
 		// Its TTL deleted it, as Kubernetes is meant to.
 		obj.expired = true
 		return observed{settled: true}, nil
 	}
 	obj.expired = false
 	if !notFound {
-		obj.finished.Store(finishedWithTTL(live))
+		obj.setFlag(flagFinished, finishedWithTTL(live))
 		o.live = live
 	}
 	return o, nil

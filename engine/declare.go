@@ -14,6 +14,7 @@ import (
 // are left as they are. Every object is checked by the next Sync.
 func (e *Engine) Declare(key string, set ObjectSet) {
 	s := &objectSet{
+		key:        key,
 		spec:       set,
 		since:      unixNano(set.Since),
 		namespaces: map[string]bool{},

@@ -69,11 +69,9 @@ func (e *Engine) store(gvr schema.GroupVersionResource, obj *unstructured.Unstru
 	e.mu.Lock()
 	var locked *lockedObject
 	var spec ObjectSet
-	if s := e.sets[e.holderLocked(ref)]; s != nil {
-		if locked = s.objects.get(ref); locked != nil {
-			spec = s.spec
-			locked.finished.Store(finishedWithTTL(obj))
-		}
+	if locked = e.owners.holder(ref); locked != nil {
+		spec = locked.set.spec
+		locked.setFlag(flagFinished, finishedWithTTL(obj))
 	}
 	e.mu.Unlock()
 	if locked != nil && !(spec.ApplyManager != "" && hasUpdateEntry(obj, e.fieldManager)) {
@@ -129,12 +127,8 @@ func (e *Engine) heldMetadata(gvr schema.GroupVersionResource, namespace, name s
 	ref := ObjectRef{GVR: gvr, Namespace: namespace, Name: name}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := e.sets[e.holderLocked(ref)]
-	if s == nil {
-		return nil
-	}
-	o := s.objects.get(ref)
-	if o == nil || o.unproved.Load() {
+	o := e.owners.holder(ref)
+	if o == nil || o.flag(flagUnproved) {
 		return nil
 	}
 	return o.metadata

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"hash/maphash"
 	"slices"
 	"testing"
 	"unsafe"
@@ -54,41 +55,73 @@ func TestOwners(t *testing.T) {
 		{name: "back to one", set: [][]string{{"a", "b"}, {"b"}}, want: []string{"b"}},
 		{name: "none", set: [][]string{{"a", "b"}, nil}, want: nil},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			o := newOwners()
-			o.set(sameName, nil) // a type no set declared: nothing to take out
-			o.set(other, []string{"x"})
-			for _, keys := range tt.set {
-				o.set(ref, keys)
-			}
-			if diff := cmp.Diff(tt.want, o.keys(ref)); diff != "" {
-				t.Errorf("keys (-want +got):\n%s", diff)
-			}
-			wantHolder := ""
-			if len(tt.want) > 0 {
-				wantHolder = tt.want[0]
-			}
-			if got := o.holder(ref); got != wantHolder {
-				t.Errorf("holder = %q, want %q", got, wantHolder)
-			}
-			if o.has(ref) != (len(tt.want) > 0) {
-				t.Errorf("has = %v with owners %v", o.has(ref), tt.want)
-			}
-			if len(tt.want) < 2 && len(o.rest) != 0 {
-				t.Errorf("rest keeps %v for an object of %d owners", o.rest, len(tt.want))
-			}
-			if got := o.keys(other); !slices.Equal(got, []string{"x"}) {
-				t.Errorf("another object's owners became %v", got)
-			}
-			if o.has(sameName) || o.holder(sameName) != "" {
-				t.Errorf("%s, never declared, has holder %q", sameName, o.holder(sameName))
-			}
-			o.set(sameName, []string{"y"})
-			if got := o.keys(ref); !slices.Equal(got, tt.want) {
-				t.Errorf("owners of %s became %v once %s was declared", ref, got, sameName)
-			}
-		})
+	// Every ref of one hash, as two refs of one hash would be: the
+	// engine tells them apart all the same.
+	hashes := map[string]func(maphash.Seed, ObjectRef) uint64{
+		"":                   hashRef,
+		", one hash for all": func(maphash.Seed, ObjectRef) uint64 { return 7 },
+	}
+	for hashName, hash := range hashes {
+		for _, tt := range tests {
+			t.Run(tt.name+hashName, func(t *testing.T) {
+				e := &Engine{sets: map[string]*objectSet{}, owners: newOwners()}
+				e.owners.hash = hash
+				for _, key := range []string{"a", "b", "c", "x", "y"} {
+					s := &objectSet{key: key}
+					for _, r := range []ObjectRef{ref, other, sameName} {
+						o := lockedAt(r)
+						o.set = s
+						s.objects.add(o)
+					}
+					e.sets[key] = s
+				}
+				e.setOwnersLocked(other, []string{"x"})
+				for _, keys := range tt.set {
+					e.setOwnersLocked(ref, keys)
+				}
+				if diff := cmp.Diff(tt.want, e.owners.keys(ref)); diff != "" {
+					t.Errorf("keys (-want +got):\n%s", diff)
+				}
+				wantHolder := ""
+				if len(tt.want) > 0 {
+					wantHolder = tt.want[0]
+				}
+				if got := e.holderLocked(ref); got != wantHolder {
+					t.Errorf("holder = %q, want %q", got, wantHolder)
+				}
+				if h := e.owners.holder(ref); h != nil && h != e.sets[wantHolder].objects.get(ref) {
+					t.Errorf("holder's object is %s of set %q, not its holder's", h.ref(), h.set.key)
+				}
+				if e.owners.has(ref) != (len(tt.want) > 0) {
+					t.Errorf("has = %v with owners %v", e.owners.has(ref), tt.want)
+				}
+				if len(tt.want) < 2 && len(e.owners.rest) != 0 {
+					t.Errorf("rest keeps %v for an object of %d owners", e.owners.rest, len(tt.want))
+				}
+				if got := e.owners.keys(other); !slices.Equal(got, []string{"x"}) {
+					t.Errorf("another object's owners became %v", got)
+				}
+				if e.owners.has(sameName) || e.holderLocked(sameName) != "" {
+					t.Errorf("%s, never declared, has holder %q", sameName, e.holderLocked(sameName))
+				}
+				e.setOwnersLocked(sameName, []string{"y"})
+				if got := e.owners.keys(ref); !slices.Equal(got, tt.want) {
+					t.Errorf("owners of %s became %v once %s was declared", ref, got, sameName)
+				}
+				// Each gone in turn, the others keep theirs.
+				for i, r := range []ObjectRef{other, ref, sameName} {
+					e.setOwnersLocked(r, nil)
+					for _, later := range []ObjectRef{other, ref, sameName}[i+1:] {
+						if !e.owners.has(later) && (later != ref || len(tt.want) > 0) {
+							t.Errorf("%s lost its owners when %s's were taken", later, r)
+						}
+					}
+				}
+				if len(e.owners.first)+len(e.owners.collided)+len(e.owners.rest) != 0 {
+					t.Errorf("owners keep %d, %d and %d entries once none is owned", len(e.owners.first), len(e.owners.collided), len(e.owners.rest))
+				}
+			})
+		}
 	}
 }
 

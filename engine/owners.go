@@ -14,14 +14,32 @@ func (e *Engine) disownLocked(key string, s *objectSet) []ObjectRef {
 		if len(keys) > 1 && keys[0] == key {
 			released = append(released, ref)
 		}
-		e.owners.set(ref, slices.DeleteFunc(keys, func(k string) bool { return k == key }))
+		e.setOwnersLocked(ref, slices.DeleteFunc(keys, func(k string) bool { return k == key }))
 	}
 	return released
 }
 
+// setOwnersLocked makes the sets of keys ref's owners, in that order.
+// Each key is of a set in e.sets that declares ref.
+func (e *Engine) setOwnersLocked(ref ObjectRef, keys []string) {
+	for len(keys) > 0 {
+		if s := e.sets[keys[0]]; s != nil {
+			if obj := s.objects.get(ref); obj != nil {
+				e.owners.set(ref, obj, keys[1:])
+				return
+			}
+		}
+		keys = keys[1:] // not reached: a set declares what it owns
+	}
+	e.owners.set(ref, nil, nil)
+}
+
 // holderLocked returns the key of the set that holds ref, or "".
 func (e *Engine) holderLocked(ref ObjectRef) string {
-	return e.owners.holder(ref)
+	if obj := e.owners.holder(ref); obj != nil {
+		return obj.set.key
+	}
+	return ""
 }
 
 // holder returns the key of the set that holds ref, or "".
@@ -55,8 +73,8 @@ func (e *Engine) ownLocked(key string, s *objectSet, ref ObjectRef) string {
 			break
 		}
 	}
-	holder := e.owners.holder(ref)
-	e.owners.set(ref, slices.Insert(keys, at, key))
+	holder := e.holderLocked(ref)
+	e.setOwnersLocked(ref, slices.Insert(keys, at, key))
 	e.owned++
 	s.owned = e.owned
 	if at == 0 && len(keys) > 0 {

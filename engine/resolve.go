@@ -88,6 +88,7 @@ func (e *Engine) resolveLocked(key string, s *objectSet, old *objectSet, resolve
 			still = append(still, &unresolvedObject{obj: u.obj, err: err})
 			continue
 		}
+		obj.set = s
 		if !s.objects.add(obj) {
 			still = append(still, &unresolvedObject{obj: u.obj, err: fmt.Errorf("%s is declared twice", obj.ref())})
 			continue
@@ -157,7 +158,7 @@ func (e *Engine) resolve(obj *unstructured.Unstructured, spec ObjectSet) (*locke
 	locked.fresh = true
 	if needsProof(spec, obj) {
 		locked.proof = &proof{Unverified: Unverified{Ref: locked.ref(), Kind: gvk.Kind}}
-		locked.unproved.Store(true)
+		locked.setFlag(flagUnproved, true)
 		if f := spec.Verify.Fallback; f != nil {
 			if held := f(obj); held != nil {
 				held = normalize(held)

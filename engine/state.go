@@ -15,6 +15,8 @@ import (
 
 // objectSet is the engine's state for one key.
 type objectSet struct {
+	// key is the key the set is declared under.
+	key  string
 	spec ObjectSet
 	// since, then seq, order the set among those that declare one object
 	// (see ObjectSet.Since); seq counts the keys in the order they were
@@ -79,6 +81,8 @@ type lockedObject struct {
 	// shares.
 	gvr             unique.Handle[schema.GroupVersionResource]
 	namespace, name string
+	// set is the set that declares the object, for the engine's owners.
+	set *objectSet
 	// declared is the normalized declaration, namespace resolved, as
 	// a deflated tree (see packDeclaration): a tenth of its size as nested
 	// maps, and decoded in microseconds when an event needs it. It is
@@ -111,13 +115,10 @@ type lockedObject struct {
 	// the API server in place of the fallback tell the stored form from
 	// drift differently: the first check by them is fresh again.
 	rulesSeen uint32
-	// finished is set while the object was last seen as a finished Job
-	// that its TTL will delete (see finishedWithTTL), and expired once
-	// it is gone: it is not recreated.
-	finished atomic.Bool
-	// unproved says proof is set, for readers other than the set's sync
-	// (see held).
-	unproved atomic.Bool
+	// flags are flagFinished and flagUnproved, read and written from
+	// other goroutines than the set's sync; one word for both keeps the
+	// object in its size class.
+	flags atomic.Uint32
 	// canonical is set once the declaration has been put in the form the
 	// API server stores it by a dry run (see canonicalize), and fresh
 	// while a mismatch may be the API server's form rather than drift:
@@ -149,6 +150,33 @@ type declaredExtras struct {
 // ref is the object's ObjectRef.
 func (o *lockedObject) ref() ObjectRef {
 	return ObjectRef{GVR: o.gvr.Value(), Namespace: o.namespace, Name: o.name}
+}
+
+const (
+	// flagFinished is set while the object was last seen as a finished
+	// Job that its TTL will delete (see finishedWithTTL), and expired once
+	// it is gone: it is not recreated.
+	flagFinished uint32 = 1 << iota
+	// flagUnproved says proof is set, for readers other than the set's
+	// sync (see held).
+	flagUnproved
+)
+
+// flag reports whether f is set.
+func (o *lockedObject) flag(f uint32) bool { return o.flags.Load()&f != 0 }
+
+// setFlag sets f, or clears it.
+func (o *lockedObject) setFlag(f uint32, on bool) {
+	if on {
+		o.flags.Or(f)
+	} else {
+		o.flags.And(^f)
+	}
+}
+
+// is reports whether ref names o.
+func (o *lockedObject) is(ref ObjectRef) bool {
+	return o.name == ref.Name && o.namespace == ref.Namespace && o.gvr.Value() == ref.GVR
 }
 
 // setRef sets what ref returns.
@@ -283,14 +311,14 @@ func (e *Engine) proved(s *objectSet, obj *lockedObject, live *unstructured.Unst
 // prove records that the object is verified: it is held as declared.
 func (o *lockedObject) prove() {
 	o.proof = nil
-	o.unproved.Store(false)
+	o.setFlag(flagUnproved, false)
 }
 
 // held returns the declaration the object is held at: its own, or while
 // it is unverified its last verified one (nil if none). Judge reads it
 // from other goroutines than the set's sync.
 func (o *lockedObject) held() (*unstructured.Unstructured, error) {
-	if o.unproved.Load() {
+	if o.flag(flagUnproved) {
 		fallback := o.fallback()
 		if fallback == nil {
 			return nil, nil

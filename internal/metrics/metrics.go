@@ -4,7 +4,6 @@ import (
 	"maps"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -26,11 +25,8 @@ type Metrics struct {
 
 	lockedReleases prometheus.Gauge
 	lockedObjects  prometheus.Gauge
-	releaseLocked  *prometheus.GaugeVec
-	stuck          *prometheus.GaugeVec
 	perRelease     *releaseCounters
 	revertLatency  prometheus.Histogram
-	reconcileErrs  *prometheus.CounterVec
 	reviews        *prometheus.CounterVec
 	eventsDropped  *prometheus.CounterVec
 	workqueue      *workqueueProvider
@@ -39,13 +35,19 @@ type Metrics struct {
 	render         *renderMetrics
 
 	mu       sync.Mutex
-	releases map[string]releaseFigures // by CR key
+	releases map[string]releaseFigures // by CR key; see helmReleaseSeries
 	managers map[string]bool           // named in drift_detected_total; see managerLabel
 }
 
+// releaseFigures are a HelmRelease's figures: its series (release_locked,
+// helm_operation_stuck, reconcile_errors_total) are made from them at
+// each scrape (see helmReleaseSeries), where a GaugeVec's or CounterVec's
+// would keep 700 bytes each, in a dozen small allocations made among the
+// cold lock's garbage.
 type releaseFigures struct {
-	locked  bool
-	objects int
+	locked, stuck bool
+	objects       int
+	errors        float64
 }
 
 // New registers the metrics. informers lists the resource types watched
@@ -61,24 +63,12 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 			Namespace: namespace, Name: "locked_objects",
 			Help: "Objects checked and held as their manifest declares, over all releases.",
 		}),
-		releaseLocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "release_locked",
-			Help: "1 while the HelmRelease's every object is checked and held as the manifest declares, 0 otherwise; namespace and name are the HelmRelease's own.",
-		}, []string{"namespace", "name"}),
-		stuck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "helm_operation_stuck",
-			Help: "1 while the HelmRelease's latest revision has stayed pending or uninstalling past --helm-operation-timeout (Ready is HelmOperationStuck), 0 otherwise; namespace and name are the HelmRelease's own.",
-		}, []string{"namespace", "name"}),
 		perRelease: newReleaseCounters(),
 		revertLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "revert_latency_seconds",
 			Help:    "From the watch event that showed a drift to the response of its correction.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
-		reconcileErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "reconcile_errors_total",
-			Help: "Syncs of a HelmRelease that ended in an error and were retried.",
-		}, []string{"namespace", "name"}),
 		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "admission_reviews_total",
 			Help: "Admission requests the webhook answered, dry runs aside, by whether it allowed them: what the API server's matchConditions let reach it.",
@@ -91,7 +81,7 @@ func New(informers func() []schema.GroupVersionResource) *Metrics {
 		managers: maps.Clone(knownManagers),
 	}
 	m.registry.MustRegister(
-		m.lockedReleases, m.lockedObjects, m.releaseLocked, m.stuck, m.perRelease, m.revertLatency, m.reconcileErrs, m.reviews, m.eventsDropped,
+		m.lockedReleases, m.lockedObjects, &helmReleaseSeries{m: m}, m.perRelease, m.revertLatency, m.reviews, m.eventsDropped,
 		&informerCollector{list: informers, desc: prometheus.NewDesc(namespace+"_informers",
 			"Informers running, per resource type (1 while it runs).", []string{"group", "version", "resource"}, nil)},
 		collectors.NewGoCollector(),
@@ -134,13 +124,10 @@ func (m *Metrics) ObserveRelease(key string, locked bool, objects int) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.releases[key] = releaseFigures{locked: locked, objects: objects}
+	f := m.releases[key]
+	f.locked, f.objects = locked, objects
+	m.releases[key] = f
 	m.totalsLocked()
-	if ns, name, ok := strings.Cut(key, "/"); ok {
-		m.releaseLocked.WithLabelValues(ns, name).Set(boolValue(locked))
-		m.stuck.WithLabelValues(ns, name) // at 0 until ObserveHelmOperation says otherwise
-		m.reconcileErrs.WithLabelValues(ns, name)
-	}
 }
 
 // ObserveHelmOperation records whether the HelmRelease key (namespace/name)
@@ -150,9 +137,11 @@ func (m *Metrics) ObserveHelmOperation(key string, stuck bool) {
 	if m == nil {
 		return
 	}
-	if ns, name, ok := strings.Cut(key, "/"); ok {
-		m.stuck.WithLabelValues(ns, name).Set(boolValue(stuck))
-	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.releases[key]
+	f.stuck = stuck
+	m.releases[key] = f
 }
 
 // HoldRelease creates at 0 the series of a release a lock holds, one for
@@ -166,13 +155,7 @@ func (m *Metrics) HoldRelease(namespace, name string, kinds []string) {
 	if m == nil || name == "" {
 		return
 	}
-	r := releaseKey{namespace, name}
-	for _, kind := range kinds {
-		m.perRelease.add(r, counterSeries{family: driftDetected, kind: kind, manager: m.managerLabel("")}, 0)
-		for _, f := range []releaseFamily{driftCorrected, fights, denied} {
-			m.perRelease.add(r, counterSeries{family: f, kind: kind}, 0)
-		}
-	}
+	m.perRelease.hold(releaseKey{namespace, name}, kinds)
 }
 
 func boolValue(b bool) float64 {
@@ -193,12 +176,6 @@ func (m *Metrics) ForgetRelease(key string) {
 	defer m.mu.Unlock()
 	delete(m.releases, key)
 	m.totalsLocked()
-	if ns, name, ok := strings.Cut(key, "/"); ok {
-		l := prometheus.Labels{"namespace": ns, "name": name}
-		m.reconcileErrs.Delete(l)
-		m.releaseLocked.Delete(l)
-		m.stuck.Delete(l)
-	}
 }
 
 // ForgetLock deletes every series that names a release no lock holds
@@ -269,7 +246,7 @@ var knownManagers = map[string]bool{
 // known, "unknown" if none was recorded, "other" for any other.
 func (m *Metrics) managerLabel(manager string) string {
 	if manager == "" {
-		return "unknown"
+		return unknownManager
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -320,7 +297,12 @@ func (m *Metrics) ReconcileError(namespace, name string) {
 	if m == nil {
 		return
 	}
-	m.reconcileErrs.WithLabelValues(namespace, name).Inc()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := namespace + "/" + name
+	f := m.releases[key]
+	f.errors++
+	m.releases[key] = f
 }
 
 // Denied counts a request Prevent mode denied, to an object of kind held
