@@ -144,6 +144,32 @@ func runSeries(ctx context.Context, counts []int, full *fullMeasure, out, locker
 	return nil
 }
 
+// runSmall measures the small scenario (smallParams) into the report in
+// out, which then says when and on which binary.
+func runSmall(ctx context.Context, out, lockerBinary string) error {
+	tools, err := controlplane.FindTools(ctx)
+	if err != nil {
+		return err
+	}
+	if lockerBinary, err = filepath.Abs(lockerBinary); err != nil {
+		return err
+	}
+	data, err := os.ReadFile(filepath.Join(out, "benchmarks.json"))
+	if err != nil {
+		return fmt.Errorf("the small scenario adds to a report: %w", err)
+	}
+	rep := &report{}
+	if err := json.Unmarshal(data, rep); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "bench: small scenario %+v\n", smallParams)
+	if rep.Small, err = scenario(ctx, tools, lockerBinary, smallParams, nil, false); err != nil {
+		return err
+	}
+	rep.SmallDate, rep.SmallLocker = time.Now().UTC().Format(time.RFC3339), lockerVersion(ctx, lockerBinary)
+	return write(out, rep)
+}
+
 func main() {
 	var (
 		base         params
@@ -176,6 +202,7 @@ func main() {
 	admission := flag.Bool("admission", true, "also measure Prevent mode's admission against a no-op webhook, into admission.md and admission.json")
 	admissionOnly := flag.Bool("admission-only", false, "measure admission alone")
 	series := flag.String("series", "", "also run the scale series: comma-separated counts of locked objects, each with as many untracked, in releases of 50 objects (make bench: 25000,50000,100000)")
+	smallOnly := flag.Bool("small-only", false, "measure the small scenario alone (1,000 locked objects: the locker's base), and add it to the report already in -out")
 	seriesOnly := flag.Bool("series-only", false, "run the scale series alone, and add it to the report already in -out")
 	watchFloor := flag.String("watch-floor", "", "be the bare watcher the churn measurements start, against this kubeconfig, and do nothing else")
 	twoWayRounds := flag.Int("two-way-rounds", 5, "cold locks of the base scenario's releases with --default-rerender Off and Report, each this many times in turns on a control plane of their own, with charts to render and write identities (0: none)")
@@ -250,6 +277,13 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
+	}
+	if *smallOnly {
+		if err := runSmall(ctx, out, lockerBinary); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if *seriesOnly {
 		if err := runSeries(ctx, counts, &fullMeasure{edits: edits, concurrency: concurrency, idle: idle}, out, lockerBinary, true); err != nil {
@@ -329,8 +363,13 @@ type report struct {
 	Base    *scenarioResult `json:"base"`
 	// Small is the locker's base memory: the cold lock and memory of
 	// smallParams, on a control plane of its own.
-	Small  *scenarioResult `json:"small,omitempty"`
-	Growth []growthRow     `json:"growth,omitempty"`
+	Small *scenarioResult `json:"small,omitempty"`
+	// SmallDate and SmallLocker say when, and on which binary, -small-only
+	// measured Small again into an older report; empty when it was
+	// measured with the rest.
+	SmallDate   string      `json:"smallDate,omitempty"`
+	SmallLocker string      `json:"smallLocker,omitempty"`
+	Growth      []growthRow `json:"growth,omitempty"`
 	// Series is the scale series: one replica from 25,000 to 100,000
 	// locked objects (see runSeries), measured at SeriesDate: -series-only
 	// measures it again into an older report.

@@ -451,11 +451,11 @@ func targets(b *strings.Builder, rep *report) {
 		{"RSS per untracked object, bytes", d.BytesPerUntrackedObject, 200, 100, true, "%.0f"},
 	}
 	if m := rep.Small; m != nil {
-		goals = append(goals, goal{fmt.Sprintf("RSS when quiet at %d locked objects (%.1f anonymous, %.1f file-backed), MiB", m.Params.Releases*m.Params.Objects, m.RSSAnonMiB, m.RSSFileMiB),
-			m.RSSMiB, smallRSSTarget, smallRSSTarget, true, "%.1f"})
-	}
-	if m := rep.Small; m != nil {
-		goals = append(goals, goal{fmt.Sprintf("RSS when quiet at %d locked objects (%.1f anonymous, %.1f file-backed), MiB", m.Params.Releases*m.Params.Objects, m.RSSAnonMiB, m.RSSFileMiB),
+		when := ""
+		if rep.SmallDate != "" {
+			when = fmt.Sprintf("; measured alone by -small-only on %s, %s", rep.SmallDate, rep.SmallLocker)
+		}
+		goals = append(goals, goal{fmt.Sprintf("RSS when quiet at %d locked objects (%.1f anonymous, %.1f file-backed%s), MiB", m.Params.Releases*m.Params.Objects, m.RSSAnonMiB, m.RSSFileMiB, when),
 			m.RSSMiB, smallRSSTarget, smallRSSTarget, true, "%.1f"})
 	}
 	if t := rep.TwoWay; t != nil && len(t.Off) > 0 && len(t.Report) > 0 {
