@@ -107,20 +107,9 @@ func seriesCounts(s string) ([]int, error) {
 // run's, when it ran first, or with alone an older one, which then says
 // when the series was measured.
 func runSeries(ctx context.Context, counts []int, full *fullMeasure, out, lockerBinary string, alone bool) error {
-	tools, err := controlplane.FindTools(ctx)
-	if err != nil {
-		return err
-	}
-	if lockerBinary, err = filepath.Abs(lockerBinary); err != nil {
-		return err
-	}
-	data, err := os.ReadFile(filepath.Join(out, "benchmarks.json"))
+	tools, lockerBinary, rep, err := addingTo(ctx, out, lockerBinary)
 	if err != nil {
 		return fmt.Errorf("the scale series adds to a report: %w", err)
-	}
-	rep := &report{}
-	if err := json.Unmarshal(data, rep); err != nil {
-		return err
 	}
 	rep.Series, rep.SeriesDate, rep.SeriesLocker, rep.SeriesNote, rep.SeriesWhy = nil, "", "", "", nil
 	if alone {
@@ -144,23 +133,33 @@ func runSeries(ctx context.Context, counts []int, full *fullMeasure, out, locker
 	return nil
 }
 
-// runSmall measures the small scenario (smallParams) into the report in
-// out, which then says when and on which binary.
-func runSmall(ctx context.Context, out, lockerBinary string) error {
+// addingTo finds the tools, lockerBinary's absolute path, and the report
+// already in out that a measurement adds to.
+func addingTo(ctx context.Context, out, lockerBinary string) (controlplane.Tools, string, *report, error) {
 	tools, err := controlplane.FindTools(ctx)
 	if err != nil {
-		return err
+		return tools, "", nil, err
 	}
 	if lockerBinary, err = filepath.Abs(lockerBinary); err != nil {
-		return err
+		return tools, "", nil, err
 	}
 	data, err := os.ReadFile(filepath.Join(out, "benchmarks.json"))
 	if err != nil {
-		return fmt.Errorf("the small scenario adds to a report: %w", err)
+		return tools, "", nil, err
 	}
 	rep := &report{}
 	if err := json.Unmarshal(data, rep); err != nil {
-		return err
+		return tools, "", nil, err
+	}
+	return tools, lockerBinary, rep, nil
+}
+
+// runSmall measures the small scenario (smallParams) into the report in
+// out, which then says when and on which binary.
+func runSmall(ctx context.Context, out, lockerBinary string) error {
+	tools, lockerBinary, rep, err := addingTo(ctx, out, lockerBinary)
+	if err != nil {
+		return fmt.Errorf("the small scenario adds to a report: %w", err)
 	}
 	fmt.Fprintf(os.Stderr, "bench: small scenario %+v\n", smallParams)
 	if rep.Small, err = scenario(ctx, tools, lockerBinary, smallParams, nil, false); err != nil {
