@@ -57,10 +57,10 @@ func (l *lockedObjects) add(o *lockedObject) bool {
 // and a number for its type, 40 bytes) and holding the holder's key (16
 // more) cost 82 bytes a locked object in half-empty groups, the most of
 // any index the engine keeps; keyed by a hash and holding a pointer, an
-// entry is 16 bytes. Two refs of one hash are all but impossible (one in
-// 10^9 at 100,000 objects, and the seed is chosen at random, so a tenant
-// cannot aim for it), and are still kept apart: the second is kept in
-// collided, by its ref.
+// entry is 16 bytes. Two refs of one hash are all but impossible (less
+// than one chance in 10^9 at 100,000 objects, and the seed is chosen at
+// random, so a tenant cannot aim for it), and are still kept apart: the
+// second is kept in collided, by its ref.
 type owners struct {
 	seed     maphash.Seed
 	first    map[uint64]*lockedObject
