@@ -63,14 +63,7 @@ func TestSmallRSSTarget(t *testing.T) {
 		{anon: 20, file: 50, met: "| no |"},
 	} {
 		rep := &report{Base: &scenarioResult{}, Small: &scenarioResult{Params: smallParams, RSSMiB: tt.anon + tt.file, RSSAnonMiB: tt.anon, RSSFileMiB: tt.file}}
-		var b strings.Builder
-		targets(&b, rep)
-		var row string
-		for line := range strings.SplitSeq(b.String(), "\n") {
-			if strings.Contains(line, "at 1000 locked objects") {
-				row = line
-			}
-		}
+		row := targetRow(rep, "at 1000 locked objects")
 		want := fmt.Sprintf("**%.1f** | %d.0 %s", tt.anon+tt.file, smallRSSTarget, tt.met)
 		if !strings.Contains(row, want) {
 			t.Errorf("the small scenario's target row = %q, want it to contain %q", row, want)
@@ -134,4 +127,71 @@ func TestSeriesGoals(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSlopeWithinNoise: a slope over rows whose RSS scatters by more than
+// the objects add is reported with its interval, and the targets say
+// neither met nor missed of it; the same rows in a line say met.
+func TestSlopeWithinNoise(t *testing.T) {
+	const mib = 1 << 20
+	base := params{Releases: 200, Objects: 25, Untracked: 20000}
+	for _, tt := range []struct {
+		name         string
+		rss          [3]float64 // MiB at 1×, 2×, 4× N
+		met          string
+		wantInterval bool
+	}{
+		// 2026-11-30's rows: the base read 15 MiB over the 2× row.
+		{"scattered", [3]float64{57.14, 49.65, 66.33}, "| cannot tell: within the run's noise |", true},
+		{"in a line", [3]float64{40, 40 + 5000*1000.0/mib, 40 + 15000*1000.0/mib}, "| yes |", false},
+		{"in a line, over the target", [3]float64{40, 40 + 5000*5000.0/mib, 40 + 15000*5000.0/mib}, "| no |", false},
+		{"nearly in a line, well under", [3]float64{40, 40.5 + 5000*1000.0/mib, 40 + 15000*1000.0/mib}, "| yes |", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			row := func(dim string, factor int, rss float64) growthRow {
+				return growthRow{Dimension: dim, Factor: factor, Params: base.scaled(dim, factor), RSSMiB: rss, HeapMiB: 10}
+			}
+			rep := &report{Base: &scenarioResult{Params: base}, Growth: []growthRow{
+				row("base", 1, tt.rss[0]), row("N", 2, tt.rss[1]), row("N", 4, tt.rss[2]),
+				row("M", 2, tt.rss[0]), row("M", 4, tt.rss[0]),
+				row("B", 2, tt.rss[0]), row("B", 4, tt.rss[0]),
+			}}
+			rep.Derived = derive(rep)
+			if got := rep.Derived.BytesPerLockedObject95 >= 1; got != tt.wantInterval {
+				t.Errorf("interval %v, want one: %v", rep.Derived.BytesPerLockedObject95, tt.wantInterval)
+			}
+			line := targetRow(rep, "RSS per locked object, the larger slope")
+			if !strings.Contains(line, tt.met) {
+				t.Errorf("target row %q, want %q", line, tt.met)
+			}
+			if tt.wantInterval && !strings.Contains(line, " ± ") {
+				t.Errorf("target row %q gives no interval", line)
+			}
+		})
+	}
+}
+
+// TestT95: the interval narrows with the rows, and past the table stays
+// at its last row's width, wider than the true quantile.
+func TestT95(t *testing.T) {
+	for _, tt := range []struct {
+		df   int
+		want float64
+	}{{1, 12.706}, {3, 3.182}, {10, 2.228}, {40, 2.228}} {
+		if got := t95(tt.df); got != tt.want {
+			t.Errorf("t95(%d) = %v, want %v", tt.df, got, tt.want)
+		}
+	}
+}
+
+// targetRow is the line of rep's Targets table whose figure names name.
+func targetRow(rep *report, name string) string {
+	var b strings.Builder
+	targets(&b, rep)
+	for line := range strings.SplitSeq(b.String(), "\n") {
+		if strings.Contains(line, name) {
+			return line
+		}
+	}
+	return ""
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -357,9 +358,13 @@ func measureMassDrift(ctx context.Context, p params, full *fullMeasure, lockerBi
 
 // report is everything one `make bench` measures.
 type report struct {
-	Date    string          `json:"date"`
-	Machine string          `json:"machine"`
-	Base    *scenarioResult `json:"base"`
+	Date    string `json:"date"`
+	Machine string `json:"machine"`
+	// Note is what the page must say of the run that its figures do
+	// not: written by hand into the JSON after the run, as SeriesNote
+	// is, and cleared by the next make bench.
+	Note string          `json:"note,omitempty"`
+	Base *scenarioResult `json:"base"`
 	// Small is the locker's base memory: the cold lock and memory of
 	// smallParams, on a control plane of its own.
 	Small *scenarioResult `json:"small,omitempty"`
@@ -419,13 +424,22 @@ type derived struct {
 	BytesPerLockedObjectByM float64 `json:"bytesPerLockedObjectByM"`
 	BytesPerLockedObjectByN float64 `json:"bytesPerLockedObjectByN"`
 	BytesPerUntrackedObject float64 `json:"bytesPerUntrackedObject"`
-	HeapPerLockedObject     float64 `json:"heapBytesPerLockedObject"`
-	HeapPerLockedObjectByN  float64 `json:"heapBytesPerLockedObjectByN"`
-	HeapPerUntrackedObject  float64 `json:"heapBytesPerUntrackedObject"`
-	SingleP50xFloor         float64 `json:"singleP50OverFloor"`
-	SingleP99xFloor         float64 `json:"singleP99OverFloor"`
-	ConcurrentP50xFloor     float64 `json:"concurrentP50OverFloor"`
-	ConcurrentP99xFloor     float64 `json:"concurrentP99OverFloor"`
+	// The RSS slopes' 95% intervals, as plus or minus bytes: three rows
+	// of a few MiB each cannot tell 800 bytes an object from nothing
+	// when one row's RSS is 15 MiB off, and the targets must not say
+	// met or missed of what the run could not see. 0 where there are
+	// too few rows to tell.
+	BytesPerLockedObject95    float64 `json:"bytesPerLockedObject95,omitempty"`
+	BytesPerLockedObjectByM95 float64 `json:"bytesPerLockedObjectByM95,omitempty"`
+	BytesPerLockedObjectByN95 float64 `json:"bytesPerLockedObjectByN95,omitempty"`
+	BytesPerUntrackedObject95 float64 `json:"bytesPerUntrackedObject95,omitempty"`
+	HeapPerLockedObject       float64 `json:"heapBytesPerLockedObject"`
+	HeapPerLockedObjectByN    float64 `json:"heapBytesPerLockedObjectByN"`
+	HeapPerUntrackedObject    float64 `json:"heapBytesPerUntrackedObject"`
+	SingleP50xFloor           float64 `json:"singleP50OverFloor"`
+	SingleP99xFloor           float64 `json:"singleP99OverFloor"`
+	ConcurrentP50xFloor       float64 `json:"concurrentP50OverFloor"`
+	ConcurrentP99xFloor       float64 `json:"concurrentP99OverFloor"`
 }
 
 func run(ctx context.Context, base params, full *fullMeasure, scale bool, out, lockerBinary string) error {
@@ -511,31 +525,56 @@ func derive(rep *report) derived {
 	if len(locked) < 2 || len(untracked) < 2 {
 		return d
 	}
-	d.BytesPerLockedObjectByM, d.HeapPerLockedObject = slope(locked, 1), slope(locked, 2)
-	d.BytesPerLockedObject = d.BytesPerLockedObjectByM
+	d.BytesPerLockedObjectByM, d.BytesPerLockedObjectByM95 = slope(locked, 1)
+	d.HeapPerLockedObject, _ = slope(locked, 2)
+	d.BytesPerLockedObject, d.BytesPerLockedObject95 = d.BytesPerLockedObjectByM, d.BytesPerLockedObjectByM95
 	if len(lockedN) >= 2 {
-		d.BytesPerLockedObjectByN, d.HeapPerLockedObjectByN = slope(lockedN, 1), slope(lockedN, 2)
-		d.BytesPerLockedObject = max(d.BytesPerLockedObjectByM, d.BytesPerLockedObjectByN)
+		d.BytesPerLockedObjectByN, d.BytesPerLockedObjectByN95 = slope(lockedN, 1)
+		d.HeapPerLockedObjectByN, _ = slope(lockedN, 2)
+		if d.BytesPerLockedObjectByN > d.BytesPerLockedObject {
+			d.BytesPerLockedObject, d.BytesPerLockedObject95 = d.BytesPerLockedObjectByN, d.BytesPerLockedObjectByN95
+		}
 	}
-	d.BytesPerUntrackedObject, d.HeapPerUntrackedObject = slope(untracked, 1), slope(untracked, 2)
+	d.BytesPerUntrackedObject, d.BytesPerUntrackedObject95 = slope(untracked, 1)
+	d.HeapPerUntrackedObject, _ = slope(untracked, 2)
 	return d
 }
 
-// slope is the least-squares slope of column y over column 0.
-func slope(points [][3]float64, y int) float64 {
+// slope is the least-squares slope of column y over column 0, and the
+// half width of its 95% interval (Student's t over the residuals), 0 for
+// two points, which a line always fits.
+func slope(points [][3]float64, y int) (float64, float64) {
 	var mx, my float64
 	for _, p := range points {
 		mx += p[0]
 		my += p[y]
 	}
-	mx /= float64(len(points))
-	my /= float64(len(points))
+	n := float64(len(points))
+	mx /= n
+	my /= n
 	var sxy, sxx float64
 	for _, p := range points {
 		sxy += (p[0] - mx) * (p[y] - my)
 		sxx += (p[0] - mx) * (p[0] - mx)
 	}
-	return sxy / sxx
+	b := sxy / sxx
+	df := len(points) - 2
+	if df < 1 {
+		return b, 0
+	}
+	var residuals float64
+	for _, p := range points {
+		r := p[y] - my - b*(p[0]-mx)
+		residuals += r * r
+	}
+	return b, t95(df) * math.Sqrt(residuals/float64(df)/sxx)
+}
+
+// t95 is the two-sided 95% quantile of Student's t with df degrees of
+// freedom; past the table, the last row's, which is wider than theirs.
+func t95(df int) float64 {
+	table := []float64{12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228}
+	return table[min(df, len(table))-1]
 }
 
 // lockerVersion is what the binary's version command prints: its version

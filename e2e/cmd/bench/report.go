@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -54,6 +55,9 @@ func markdown(rep *report) string {
 		fmt.Fprintf(b, "The binary measured: %s. ", rep.Locker)
 	}
 	fmt.Fprintf(b, "The locker runs as its own process. Scenario: N=%d releases × M=%d objects (60%% ConfigMaps of ~1 KB, 20%% Services, 20%% Secrets; in half the releases, real-chart-shaped Deployments in place of the Services: quantities as people write them, empty maps and lists, defaulted fields), B=%d untracked objects; release Secrets written by Helm's own storage driver.\n\n", p.Releases, p.Objects, p.Untracked)
+	if rep.Note != "" {
+		fmt.Fprintf(b, "%s\n\n", rep.Note)
+	}
 	targets(b, rep)
 	fmt.Fprintf(b, "## Cold lock\n\n| figure | value |\n|---|---|\n")
 	fmt.Fprintf(b, "| every CR `Deployed` | %.2f s after process start |\n", r.DeployedS)
@@ -106,24 +110,25 @@ func markdown(rep *report) string {
 	if r.IdleAfterS != 0 {
 		readWhen = "at the same point in every scenario, once the API server is quiet after the cold lock and the locker has been idle (at most 20 ms of CPU in each of four seconds in a row, which comes after its own hand-back of memory when it goes quiet after work worth one), before the bench reads its /metrics"
 	}
-	fmt.Fprintf(b, "## Memory and idle load\n\nMemory is read %s: RSS from /proc, then the live Go heap (`go_memstats_heap_alloc_bytes` from the locker's /metrics right after a garbage collection, which a heap profile with `gc=1` forces). The targets hold for each figure.\n\n| figure | value |\n|---|---|\n| RSS, settled | %.1f MiB |\n| live heap, settled | %.1f MiB |\n", readWhen, r.RSSMiB, r.HeapMiB)
+	fmt.Fprintf(b, "## Memory and idle load\n\nMemory is read %s: RSS from /proc, then the live Go heap (`go_memstats_heap_alloc_bytes` from the locker's /metrics right after a garbage collection, which a heap profile with `gc=1` forces). A slope per object is the least-squares fit over the rows of How cost grows, with its 95%% interval from their scatter; a target says met or missed of it only if the whole interval does.\n\n| figure | value |\n|---|---|\n| RSS, settled | %.1f MiB |\n| live heap, settled | %.1f MiB |\n", readWhen, r.RSSMiB, r.HeapMiB)
 	if rep.Derived.BytesPerLockedObject != 0 || rep.Derived.BytesPerUntrackedObject != 0 {
-		fmt.Fprintf(b, "| per locked object, RSS, slope over 1×, 2×, 4× M | %.0f bytes |\n| per locked object, RSS, slope over 1×, 2×, 4× N | %.0f bytes |\n| **per locked object, RSS** (the larger) | **%.0f bytes** |\n| per locked object, live heap, over M / over N | %.0f / %.0f bytes |\n",
-			rep.Derived.BytesPerLockedObjectByM, rep.Derived.BytesPerLockedObjectByN, rep.Derived.BytesPerLockedObject, rep.Derived.HeapPerLockedObject, rep.Derived.HeapPerLockedObjectByN)
+		d := rep.Derived
+		fmt.Fprintf(b, "| per locked object, RSS, slope over 1×, 2×, 4× M | %s |\n| per locked object, RSS, slope over 1×, 2×, 4× N | %s |\n| **per locked object, RSS** (the larger) | **%s** |\n| per locked object, live heap, over M / over N | %.0f / %.0f bytes |\n",
+			bytesWithin(d.BytesPerLockedObjectByM, d.BytesPerLockedObjectByM95), bytesWithin(d.BytesPerLockedObjectByN, d.BytesPerLockedObjectByN95), bytesWithin(d.BytesPerLockedObject, d.BytesPerLockedObject95), d.HeapPerLockedObject, d.HeapPerLockedObjectByN)
 		maxB := 1
 		for _, g := range rep.Growth {
 			if g.Dimension == "B" {
 				maxB = max(maxB, g.Factor)
 			}
 		}
-		fmt.Fprintf(b, "| per untracked object (slope over 1× to %d× B), RSS | %.0f bytes |\n| per untracked object, live heap | %.0f bytes |\n", maxB, rep.Derived.BytesPerUntrackedObject, rep.Derived.HeapPerUntrackedObject)
+		fmt.Fprintf(b, "| per untracked object (slope over 1× to %d× B), RSS | %s |\n| per untracked object, live heap | %.0f bytes |\n", maxB, bytesWithin(d.BytesPerUntrackedObject, d.BytesPerUntrackedObject95), d.HeapPerUntrackedObject)
 	}
 	if r.Idle != nil {
 		fmt.Fprintf(b, "| API server requests/min with nothing running (baseline) | %.1f |\n", r.Idle.BaselineRequestsPerMin)
 		fmt.Fprintf(b, "| the same with the locker idle | %.1f |\n", r.Idle.WithLockerPerMin)
 		fmt.Fprintf(b, "| **the locker's idle requests/min** (its own client's count) | %.1f |\n", r.Idle.LockerRequestsPerMin)
 		fmt.Fprintf(b, "| of which leader-election Lease renewals (`--leader-elect-retry-period`, default 10s) | %.1f |\n", r.Idle.LockerLeaseRequestsPerMin)
-		fmt.Fprintf(b, "| **without Lease renewals** | %.1f |\n", max(0, r.Idle.LockerRequestsPerMin-r.Idle.LockerLeaseRequestsPerMin))
+		fmt.Fprintf(b, "| **without Lease renewals** | %.1f |\n", r.Idle.LockerRequestsPerMin-r.Idle.LockerLeaseRequestsPerMin)
 		fmt.Fprintf(b, "| the locker's idle CPU | %.3f s/min |\n", r.Idle.LockerCPUSecondsPerMin)
 	}
 	if len(rep.Growth) > 0 {
@@ -185,7 +190,7 @@ func seriesMarkdown(b *strings.Builder, rep *report) {
 	for _, r := range series {
 		idleReq, idleCPU := 0.0, 0.0
 		if r.Idle != nil {
-			idleReq, idleCPU = max(0, r.Idle.LockerRequestsPerMin-r.Idle.LockerLeaseRequestsPerMin), r.Idle.LockerCPUSecondsPerMin
+			idleReq, idleCPU = r.Idle.LockerRequestsPerMin-r.Idle.LockerLeaseRequestsPerMin, r.Idle.LockerCPUSecondsPerMin
 		}
 		churn := "—"
 		if c := r.StatusChurn; c != nil {
@@ -427,6 +432,15 @@ func plotLatency(path string, r *scenarioResult) error {
 	return p.Save(7*vg.Inch, 4*vg.Inch, path)
 }
 
+// bytesWithin writes a slope in bytes with its 95% interval, where the
+// run gives one.
+func bytesWithin(v, plusMinus float64) string {
+	if math.Round(plusMinus) == 0 {
+		return fmt.Sprintf("%.0f bytes", v)
+	}
+	return fmt.Sprintf("%.0f ± %.0f bytes (95%%)", v, plusMinus)
+}
+
 // goal is one figure against its target and stretch goal. lower says
 // smaller is better.
 type goal struct {
@@ -435,6 +449,10 @@ type goal struct {
 	target, stretch float64
 	lower           bool
 	format          string
+	// plusMinus is the half width of the value's 95% interval, where
+	// the run gives one: the value meets or misses a limit only if the
+	// whole interval does.
+	plusMinus float64
 }
 
 // targets writes each figure the project holds itself to, whether it meets
@@ -442,13 +460,13 @@ type goal struct {
 func targets(b *strings.Builder, rep *report) {
 	d, r := rep.Derived, rep.Base
 	goals := []goal{
-		{"single revert p50 / floor p50", d.SingleP50xFloor, 1.5, 1.1, true, "%.2f×"},
-		{"single revert p99 / floor p99", d.SingleP99xFloor, 3, 2, true, "%.2f×"},
-		{"50 concurrent reverts p50 / floor p50", d.ConcurrentP50xFloor, 1.5, 1.1, true, "%.2f×"},
-		{"50 concurrent reverts p99 / floor p99", d.ConcurrentP99xFloor, 3, 2, true, "%.2f×"},
-		{"cold lock, objects/s", r.ObjectsPerS, 1000, 2000, false, "%.0f"},
-		{"RSS per locked object, the larger slope, bytes", d.BytesPerLockedObject, 4096, 1536, true, "%.0f"},
-		{"RSS per untracked object, bytes", d.BytesPerUntrackedObject, 200, 100, true, "%.0f"},
+		{"single revert p50 / floor p50", d.SingleP50xFloor, 1.5, 1.1, true, "%.2f×", 0},
+		{"single revert p99 / floor p99", d.SingleP99xFloor, 3, 2, true, "%.2f×", 0},
+		{"50 concurrent reverts p50 / floor p50", d.ConcurrentP50xFloor, 1.5, 1.1, true, "%.2f×", 0},
+		{"50 concurrent reverts p99 / floor p99", d.ConcurrentP99xFloor, 3, 2, true, "%.2f×", 0},
+		{"cold lock, objects/s", r.ObjectsPerS, 1000, 2000, false, "%.0f", 0},
+		{"RSS per locked object, the larger slope, bytes", d.BytesPerLockedObject, 4096, 1536, true, "%.0f", d.BytesPerLockedObject95},
+		{"RSS per untracked object, bytes", d.BytesPerUntrackedObject, 200, 100, true, "%.0f", d.BytesPerUntrackedObject95},
 	}
 	if m := rep.Small; m != nil {
 		when := ""
@@ -456,40 +474,61 @@ func targets(b *strings.Builder, rep *report) {
 			when = fmt.Sprintf("; measured alone by -small-only on %s, %s", rep.SmallDate, rep.SmallLocker)
 		}
 		goals = append(goals, goal{fmt.Sprintf("RSS when quiet at %d locked objects (%.1f anonymous, %.1f file-backed%s), MiB", m.Params.Releases*m.Params.Objects, m.RSSAnonMiB, m.RSSFileMiB, when),
-			m.RSSMiB, smallRSSTarget, smallRSSTarget, true, "%.1f"})
+			m.RSSMiB, smallRSSTarget, smallRSSTarget, true, "%.1f", 0})
 	}
 	if t := rep.TwoWay; t != nil && len(t.Off) > 0 && len(t.Report) > 0 {
 		median, _, _ := t.ratio()
-		goals = append(goals, goal{"cold lock with Report on every release / Off (see Two-way locking)", median, 0.9, 0.9, false, "%.2f×"})
+		goals = append(goals, goal{"cold lock with Report on every release / Off (see Two-way locking)", median, 0.9, 0.9, false, "%.2f×", 0})
 	}
 	if c := r.Churn; c != nil {
-		goals = append(goals, goal{"the locker's writes in answer to churn", c.LockerWrites, 0, 0, true, "%.0f"})
+		goals = append(goals, goal{"the locker's writes in answer to churn", c.LockerWrites, 0, 0, true, "%.0f", 0})
 	}
 	if c := r.ChurnDuring; c != nil {
-		goals = append(goals, goal{"the same, through the latency measurement", c.LockerWrites, 0, 0, true, "%.0f"})
+		goals = append(goals, goal{"the same, through the latency measurement", c.LockerWrites, 0, 0, true, "%.0f", 0})
 	}
 	if c := r.ControllerChurn; c != nil {
-		goals = append(goals, goal{"the locker's writes and drifts while the Deployment controller writes", c.LockerWrites + float64(c.Drifts), 0, 0, true, "%.0f"})
+		goals = append(goals, goal{"the locker's writes and drifts while the Deployment controller writes", c.LockerWrites + float64(c.Drifts), 0, 0, true, "%.0f", 0})
 	}
 	fmt.Fprintf(b, "## Targets\n\n| figure | measured | target | met | stretch goal | to the stretch goal |\n|---|---|---|---|---|---|\n")
 	for _, g := range goals {
-		meets := func(limit float64) bool {
-			if g.lower {
-				return g.value <= limit
-			}
-			return g.value >= limit
-		}
-		met, distance := "no", "met"
-		if meets(g.target) {
-			met = "yes"
-		}
-		if !meets(g.stretch) {
-			distance = fmt.Sprintf("%.2f× away", max(g.value/g.stretch, g.stretch/g.value))
-		}
 		f := func(v float64) string { return fmt.Sprintf(g.format, v) }
-		fmt.Fprintf(b, "| %s | **%s** | %s | %s | %s | %s |\n", g.name, f(g.value), f(g.target), met, f(g.stretch), distance)
+		met, distance := "no", "met"
+		switch {
+		case g.meets(g.target):
+			met = "yes"
+		case !g.misses(g.target):
+			met = "cannot tell: within the run's noise"
+		}
+		switch {
+		case g.meets(g.stretch):
+		case g.misses(g.stretch):
+			distance = fmt.Sprintf("%.2f× away", max(g.value/g.stretch, g.stretch/g.value))
+		default:
+			distance = "cannot tell"
+		}
+		value := "**" + f(g.value) + "**"
+		if f(g.plusMinus) != f(0) {
+			value += " ± " + f(g.plusMinus)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", g.name, value, f(g.target), met, f(g.stretch), distance)
 	}
 	fmt.Fprintf(b, "\n")
+}
+
+// meets says whether all of g's interval is within limit.
+func (g goal) meets(limit float64) bool {
+	if g.lower {
+		return g.value+g.plusMinus <= limit
+	}
+	return g.value-g.plusMinus >= limit
+}
+
+// misses says whether all of g's interval is past limit.
+func (g goal) misses(limit float64) bool {
+	if g.lower {
+		return g.value-g.plusMinus > limit
+	}
+	return g.value+g.plusMinus < limit
 }
 
 // coldLockTable is each row's cold lock in both start modes, against the
