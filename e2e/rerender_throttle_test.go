@@ -294,11 +294,16 @@ func TestRerenderUpgradeFailedRestart(t *testing.T) {
 		return nil
 	})
 
-	holds := func(who string) {
+	holds := func(who string, l *framework.Locker) {
 		t.Helper()
 		if d := revertTime(t, ns, 60*time.Second); d > 30*time.Second {
 			t.Logf("%s reverted the edit after %s", who, d)
 		}
+		// Until its first syncs are done, a locker that just started
+		// may say Locked=Unknown (its watches of a type not listed
+		// yet), and the status read before it wrote one is the old
+		// locker's.
+		framework.WaitForLog(t, l, regexp.MustCompile(`"Initial syncs done"`), 60*time.Second)
 		env.Eventually(t, 30*time.Second, func() error {
 			hr := env.HelmReleaseIn(t, registration, cr)
 			if c := findCondition(hr, v1alpha1.ConditionLocked); c == nil || c.Status != metav1.ConditionTrue || hr.Status.Version != 1 {
@@ -329,11 +334,11 @@ func TestRerenderUpgradeFailedRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := startOwnLocker(t, "rerender-failed-second", registration)
-	holds("after a restart")
+	holds("after a restart", second)
 
 	// A failover: a standby takes over from a leader that crashed.
 	standby := startOwnLocker(t, "rerender-failed-standby", registration)
 	leaseIdentity(t, standby)
 	second.Kill()
-	holds("after a failover")
+	holds("after a failover", standby)
 }
