@@ -226,18 +226,7 @@ func TestBurstRelists(t *testing.T) {
 	for _, ns := range namespaces {
 		crs = append(crs, env.RegisterIn(t, registration, ns, "b"))
 	}
-	// During the burst: a held Widget is changed.
-	env.Kubectl(t, "patch", "-n", namespaces[1], "widgets."+group, "a-0", "--type", "merge", "-p", `{"spec":{"size":99}}`)
-	for _, cr := range crs {
-		env.WaitForStateIn(t, registration, cr, v1alpha1.StateDeployed, 1)
-	}
-	env.Eventually(t, 30*time.Second, func() error {
-		w := env.Get(t, group+"/v1", "widgets", namespaces[1], "a-0")
-		if size, _, _ := unstructured.NestedInt64(w.Object, "spec", "size"); size != 3 {
-			return fmt.Errorf("Widget a-0 spec.size = %d, want 3", size)
-		}
-		return nil
-	})
+	widgetRevertedInBurst(t, registration, group, namespaces[1], crs)
 
 	reads := readsOfLocker(t, locker.Log)
 	lists := reads[namespacedRead{"", "widgets", "scan"}]
@@ -298,23 +287,7 @@ func TestBurstDeclaredTogether(t *testing.T) {
 	for _, ns := range namespaces[1:] {
 		releases = append(releases, [2]string{ns, a}, [2]string{ns, b}, [2]string{ns, c})
 	}
-	var crs []string
-	var wg sync.WaitGroup
-	for _, r := range releases {
-		name := r[0] + "-" + r[1]
-		crs = append(crs, name)
-		hr := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": v1alpha1.Kind,
-			"metadata": map[string]any{"name": name, "namespace": registration},
-			"spec":     map[string]any{"release": map[string]any{"name": r[1], "namespace": r[0]}},
-		}}
-		wg.Go(func() {
-			if _, err := env.Dynamic.Resource(v1alpha1.Resource).Namespace(registration).Create(t.Context(), hr, metav1.CreateOptions{}); err != nil {
-				t.Errorf("creating HelmRelease %s: %v", name, err)
-			}
-		})
-	}
-	wg.Wait()
+	crs := registerAtOnce(t, registration, releases)
 	// During the burst: a held ConfigMap is changed.
 	env.Kubectl(t, "patch", "-n", namespaces[1], "configmap", a+"-0", "--type", "merge", "-p", `{"data":{"key":"edited"}}`)
 	for _, cr := range crs {
@@ -400,4 +373,99 @@ func logGatherings(t *testing.T, path string) {
 	for _, line := range gatheringLine.FindAllString(string(data), -1) {
 		t.Log(line)
 	}
+}
+
+// TestBurstIntoIdleLocker: a burst of HelmReleases into a locker that
+// holds nothing yet (every release registered in one apply after it was
+// installed) holds objects of types no informer watches, and whose merge
+// rules the engine has not read: they are resolved page by page as they
+// are declared, and each type's informer starts once the gathering is
+// declared, so that its first list finds every set's objects tracked and
+// it lists once. An edit of a locked Widget made during the burst is
+// reverted, and no locked object is read alone. (A burst this small is
+// declared before a list would have passed it anyway: the engine's
+// TestHoldInformersDeclaredInBatches holds the hold itself.)
+func TestBurstIntoIdleLocker(t *testing.T) {
+	t.Parallel()
+	registration := env.Namespace(t)
+	group := registration + ".example.com"
+	env.Helm(t, framework.Helm3, "install", registration, framework.Chart(t, "crds"), "-n", registration, "--set", "group="+group)
+	locker, err := env.StartLocker("idle", "--namespace", registration, "--controller-name", "idle", "--leader-elect=false", "--v=6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = locker.Stop(10 * time.Second) })
+
+	// Releases a, b and c of 12 Widgets in each of 7 namespaces, beside
+	// 30 untracked ones: 21 in one burst, 5 more than the fewest
+	// gathered together.
+	const spaces, held, untracked, stragglers = 7, 12, 30, 2
+	install := func(release string) func(ns string) {
+		return func(ns string) {
+			env.Helm(t, framework.Helm4, "install", release, framework.Chart(t, "widgets"), "-n", ns, "--set", fmt.Sprintf("group=%s,count=%d", group, held))
+		}
+	}
+	namespaces := burstNamespaces(t, spaces, untracked, func(j int, ns string) string {
+		return fmt.Sprintf("apiVersion: %s/v1\nkind: Widget\nmetadata:\n  name: other-%02d\n  namespace: %s\nspec:\n  size: 1\n", group, j, ns)
+	}, install("a"), install("b"), install("c"))
+	var releases [][2]string
+	for _, ns := range namespaces {
+		releases = append(releases, [2]string{ns, "a"}, [2]string{ns, "b"}, [2]string{ns, "c"})
+	}
+	crs := registerAtOnce(t, registration, releases)
+	widgetRevertedInBurst(t, registration, group, namespaces[1], crs)
+
+	reads := readsOfLocker(t, locker.Log)
+	logGatherings(t, locker.Log)
+	lists := reads[namespacedRead{"", "widgets", "scan"}]
+	t.Logf("the burst: %d lists of the Widgets of every namespace", lists)
+	if lists != 1 {
+		t.Errorf("the informer listed Widgets %d times, want once: started after the gathering was declared, its first list finds them all", lists)
+	}
+	if scans := checkNamespaceReads(t, reads, "widgets", namespaces, stragglers); scans > stragglers {
+		t.Errorf("the burst scanned the Widgets of its namespaces %d times, want %d at most (stragglers)", scans, stragglers)
+	}
+}
+
+// registerAtOnce creates a HelmRelease in registration for each of
+// releases (namespace and name), named namespace-name, all at once as an
+// apply on an idle API server would, and returns their names.
+func registerAtOnce(t *testing.T, registration string, releases [][2]string) []string {
+	t.Helper()
+	var crs []string
+	var wg sync.WaitGroup
+	for _, r := range releases {
+		name := r[0] + "-" + r[1]
+		crs = append(crs, name)
+		hr := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": v1alpha1.Kind,
+			"metadata": map[string]any{"name": name, "namespace": registration},
+			"spec":     map[string]any{"release": map[string]any{"name": r[1], "namespace": r[0]}},
+		}}
+		wg.Go(func() {
+			if _, err := env.Dynamic.Resource(v1alpha1.Resource).Namespace(registration).Create(t.Context(), hr, metav1.CreateOptions{}); err != nil {
+				t.Errorf("creating HelmRelease %s: %v", name, err)
+			}
+		})
+	}
+	wg.Wait()
+	return crs
+}
+
+// widgetRevertedInBurst changes release a's Widget a-0 in ns while the
+// burst of crs is locked, waits for every one of them to be Deployed, and
+// for the Widget to be as the chart declares it.
+func widgetRevertedInBurst(t *testing.T, registration, group, ns string, crs []string) {
+	t.Helper()
+	env.Kubectl(t, "patch", "-n", ns, "widgets."+group, "a-0", "--type", "merge", "-p", `{"spec":{"size":99}}`)
+	for _, cr := range crs {
+		env.WaitForStateIn(t, registration, cr, v1alpha1.StateDeployed, 1)
+	}
+	env.Eventually(t, 30*time.Second, func() error {
+		w := env.Get(t, group+"/v1", "widgets", ns, "a-0")
+		if size, _, _ := unstructured.NestedInt64(w.Object, "spec", "size"); size != 3 {
+			return fmt.Errorf("Widget a-0 spec.size = %d, want 3", size)
+		}
+		return nil
+	})
 }

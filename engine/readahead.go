@@ -170,6 +170,21 @@ func (e *Engine) relist(gvr schema.GroupVersionResource, objs []*lockedObject, w
 	return e.informers.Relist(gvr)
 }
 
+// HoldInformers keeps the informers of types the engine does not watch yet
+// from starting until release is called, for a caller that declares many
+// sets at once and calls Prepare between batches of them (see Relist).
+// Prepare resolves each batch as it comes, so that their parsed
+// declarations are not all held at once, and starts the informers of the
+// types it finds: started by the first batch, an informer lists while the
+// later batches are declared, drops their objects, and has to list again
+// for them. Held, each new type is listed once, after the last batch,
+// with every set's objects tracked. Informers already running are not
+// affected; a sync of a set whose type is held waits as it does for an
+// informer's first list.
+func (e *Engine) HoldInformers() (release func()) {
+	return e.informers.Hold()
+}
+
 // Relist has the informers list again, once each, the types in which
 // the sets of keys have objects the caches lack, and returns once each
 // list has been stored, or ctx is done. A caller that declared many sets

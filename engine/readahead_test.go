@@ -176,13 +176,7 @@ func TestRelistDeclaredTogether(t *testing.T) {
 					existing = append(existing, cm(ns, name))
 				}
 			}
-			client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-				cmGVR: "ConfigMapList",
-				{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}: "CustomResourceDefinitionList",
-			}, existing...)
-			mapper := meta.NewDefaultRESTMapper(nil)
-			mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
-			e := New(client, resettable{mapper}, func(string) {}, Options{OpenAPI: &servedDocs{docs: map[string]string{"api/v1": configMapDoc}}})
+			e, client := configMapEngine(existing...)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			if listedBefore {
@@ -236,4 +230,76 @@ func TestRelistDeclaredTogether(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHoldInformersDeclaredInBatches: sets declared in batches into an
+// engine that watches none of their types, with Prepare between batches,
+// are resolved batch by batch, and the type's informer, held until the
+// last batch, lists once and finds every batch's objects. Started by the
+// first batch's Prepare, it would have listed before the second was
+// declared, and Relist would have listed again.
+func TestHoldInformersDeclaredInBatches(t *testing.T) {
+	cm := func(ns, name string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": name, "namespace": ns}, "data": map[string]any{"key": "declared"}}}
+	}
+	var existing []runtime.Object
+	for _, ns := range []string{"a", "b"} {
+		existing = append(existing, cm(ns, "held"), cm(ns, "other"))
+	}
+	e, client := configMapEngine(existing...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = e.Run(ctx) }()
+	if !e.WaitForSynced(ctx) {
+		t.Fatal("the informers did not sync")
+	}
+
+	release := e.HoldInformers()
+	e.Declare("k-a", ObjectSet{Objects: []*unstructured.Unstructured{cm("a", "held")}})
+	e.Prepare(ctx)
+	e.mu.Lock()
+	unresolved := len(e.sets["k-a"].unresolved)
+	e.mu.Unlock()
+	if unresolved != 0 {
+		t.Errorf("the first batch has %d objects unresolved after its Prepare, want none", unresolved)
+	}
+	// Long enough for an informer the first batch started to list.
+	time.Sleep(100 * time.Millisecond)
+	if got := e.Watched(); len(got) != 0 {
+		t.Errorf("the engine watches %v while its informers are held, want nothing", got)
+	}
+	e.Declare("k-b", ObjectSet{Objects: []*unstructured.Unstructured{cm("b", "held")}})
+	e.Prepare(ctx)
+	release()
+	e.Relist(ctx, []string{"k-a", "k-b"})
+	if !e.WaitForSynced(ctx) {
+		t.Fatal("the informers did not sync")
+	}
+	lists := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "list" && a.GetResource() == cmGVR {
+			lists++
+		}
+	}
+	if lists != 1 {
+		t.Errorf("the ConfigMaps were listed %d times, want once", lists)
+	}
+	for _, ns := range []string{"a", "b"} {
+		if _, exists, _, _ := e.cached(cmGVR, ns, "held"); !exists {
+			t.Errorf("%s/held is not in the cache after the held informer listed", ns)
+		}
+	}
+}
+
+// configMapEngine is an engine over a fake cluster of existing, which
+// serves ConfigMaps and their merge rules.
+func configMapEngine(existing ...runtime.Object) (*Engine, *dynamicfake.FakeDynamicClient) {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		cmGVR: "ConfigMapList",
+		{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}: "CustomResourceDefinitionList",
+	}, existing...)
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
+	return New(client, resettable{mapper}, func(string) {}, Options{OpenAPI: &servedDocs{docs: map[string]string{"api/v1": configMapDoc}}}), client
 }

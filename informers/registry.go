@@ -87,6 +87,9 @@ type Registry struct {
 	entries map[schema.GroupVersionResource]*entry
 	ctx     context.Context // nil until Run starts, and after it stops
 	wg      sync.WaitGroup  // every running informer goroutine
+	// holds counts the Holds not yet released: while there is one, no
+	// informer starts.
+	holds int
 }
 
 // entry is one type's informer. refs counts Acquires; cancel and done are set
@@ -129,6 +132,34 @@ func (r *Registry) Acquire(gvr schema.GroupVersionResource) {
 	e.refs++
 	if e.refs == 1 && r.ctx != nil {
 		r.startLocked(e)
+	}
+}
+
+// Hold keeps informers from starting until release is called: those of
+// types Acquired meanwhile, and those a CRD's return would start again. It
+// is for a caller about to begin tracking many objects at once, in types
+// whose informers may not run yet: started by the first Acquire, an
+// informer's first list would drop the objects of the callers that
+// follow it while it lists, and have to list again for them; held, its
+// first list finds them all tracked. A type held is not synced (see Get),
+// as before Run. Informers already running are not affected. Calls of
+// release after the first do nothing.
+func (r *Registry) Hold() (release func()) {
+	r.mu.Lock()
+	r.holds++
+	r.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.holds--; r.holds > 0 || r.ctx == nil {
+				return
+			}
+			for _, e := range r.entries {
+				r.startLocked(e)
+			}
+		})
 	}
 }
 
@@ -348,9 +379,10 @@ func (r *Registry) Run(ctx context.Context) error {
 	return nil
 }
 
-// startLocked starts e's informer. r.mu must be held and r.ctx set.
+// startLocked starts e's informer, unless a Hold keeps it for later. r.mu
+// must be held and r.ctx set.
 func (r *Registry) startLocked(e *entry) {
-	if e.cancel != nil || e.missing {
+	if e.cancel != nil || e.missing || r.holds > 0 {
 		return
 	}
 	gvr := e.gvr

@@ -124,6 +124,63 @@ func TestRegistryStartsAndStopsOnDemand(t *testing.T) {
 	}
 }
 
+// TestHold keeps informers of types acquired while a Hold lasts from
+// starting until it is released, so that their first lists find every
+// object tracked meanwhile; a running informer is not touched.
+func TestHold(t *testing.T) {
+	secretGVR := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		cmGVR:       "ConfigMapList",
+		secretGVR:   "SecretList",
+		crdResource: "CustomResourceDefinitionList",
+	}, cm("a", "first"), cm("a", "second"))
+	var mu sync.Mutex
+	tracked := map[string]bool{}
+	track := func(name string) {
+		mu.Lock()
+		defer mu.Unlock()
+		tracked[name] = true
+	}
+	r := NewRegistry(client, Options{
+		Tracked: func(_ schema.GroupVersionResource, _, name string) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return tracked[name]
+		},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = r.Run(ctx) }()
+	r.Acquire(secretGVR)
+	waitFor(t, "the running informer", func() bool { return r.Current(secretGVR) })
+
+	release := r.Hold()
+	track("first")
+	r.Acquire(cmGVR)
+	track("second")
+	time.Sleep(50 * time.Millisecond)
+	if got := r.Running(); !slices.Equal(got, []schema.GroupVersionResource{secretGVR}) {
+		t.Fatalf("Running() while held = %v, want only the informer that ran before", got)
+	}
+	if _, _, synced, _ := r.Get(cmGVR, "a", "first"); synced {
+		t.Error("Get of a held type says synced")
+	}
+	r.Release(secretGVR)
+	r.Acquire(secretGVR)
+	if got := r.Running(); len(got) != 0 {
+		t.Errorf("Running() after a type was released and acquired again while held = %v, want none", got)
+	}
+
+	release()
+	release()
+	waitFor(t, "the held informers to list", func() bool { return r.Current(cmGVR) && r.Current(secretGVR) })
+	for _, name := range []string{"first", "second"} {
+		if _, exists, _, _ := r.Get(cmGVR, "a", name); !exists {
+			t.Errorf("ConfigMap %s, tracked while held, is not in the first list", name)
+		}
+	}
+}
+
 // TestWaitForList gives up on a list that fails (as one the locker's RBAC
 // forbids), where WaitForSync would wait, and waits for one that works.
 func TestWaitForList(t *testing.T) {

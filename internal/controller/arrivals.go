@@ -180,6 +180,11 @@ func (c *Controller) admitArrivals(ctx context.Context) {
 func (c *Controller) admit(ctx context.Context, keys []lockKey) []lockKey {
 	began := time.Now()
 	var all []lockKey
+	// A burst into a locker that holds nothing yet (every release
+	// registered in one apply after it was installed) declares the
+	// objects of types no informer watches: they start once the whole
+	// gathering is declared, and list once.
+	release := c.engine.HoldInformers()
 	for len(keys) > 0 {
 		c.declareArrived(ctx, keys)
 		all = append(all, keys...)
@@ -188,6 +193,7 @@ func (c *Controller) admit(ctx context.Context, keys []lockKey) []lockKey {
 		}
 		keys = c.arrivals.take()
 	}
+	release()
 	declaredAt := time.Now()
 	sets := make([]string, 0, len(all))
 	for _, key := range all {
@@ -222,9 +228,13 @@ func (c *Controller) declareArrived(ctx context.Context, keys []lockKey) {
 			releases = append(releases, release...)
 		}
 	}
-	// No Prepare between pages, as at a start: the engine runs, has the
-	// merge rules, and resolves each set as it is declared.
-	declared := c.declareDeployed(ctx, releases, func(key lockKey) bool { return batch[key] }, nil)
+	// Resolved page by page, as at a start: a set is resolved as it is
+	// declared only when the engine has read its kinds' merge rules, and
+	// in a locker that held nothing before the burst it has read none.
+	// Unresolved, every release's parsed manifest would be held until the
+	// whole gathering was declared.
+	prepare := func() { c.engine.Prepare(ctx) }
+	declared := c.declareDeployed(ctx, releases, func(key lockKey) bool { return batch[key] }, prepare)
 	var rest []lockKey
 	for _, key := range keys {
 		if !declared[key] {
@@ -232,4 +242,5 @@ func (c *Controller) declareArrived(ctx context.Context, keys []lockKey) {
 		}
 	}
 	c.declareKeys(ctx, rest)
+	prepare()
 }

@@ -1062,8 +1062,9 @@ func coldLock(ctx context.Context, env *benchEnv, restored *configMapWatch, lock
 	defer cancel()
 	if profiles != "" {
 		seconds := max(6, p.Releases*p.Objects/1000)
-		go l.cpuProfile(cctx, filepath.Join(profiles, fmt.Sprintf("cpu-N%d-M%d-B%d.pprof", p.Releases, p.Objects, p.Untracked)), seconds)
-		go apiServerProfile(cctx, kube, filepath.Join(profiles, fmt.Sprintf("cpu-apiserver-N%d-M%d-B%d.pprof", p.Releases, p.Objects, p.Untracked)), seconds)
+		mode := map[bool]string{false: "", true: "-burst"}[burst != nil]
+		go l.cpuProfile(cctx, filepath.Join(profiles, fmt.Sprintf("cpu-N%d-M%d-B%d%s.pprof", p.Releases, p.Objects, p.Untracked, mode)), seconds)
+		go apiServerProfile(cctx, kube, filepath.Join(profiles, fmt.Sprintf("cpu-apiserver-N%d-M%d-B%d%s.pprof", p.Releases, p.Objects, p.Untracked, mode)), seconds)
 	}
 	from := l.start
 	if burst != nil {
