@@ -36,6 +36,7 @@ func (e *Engine) Declare(key string, set ObjectSet) {
 	// Resolved objects are kept normalized (see resolve); the caller's
 	// copies are not held on to.
 	s.spec.Objects = nil
+	resolved := e.resolveKnown(s)
 	e.mu.Lock()
 	old := e.sets[key]
 	switch {
@@ -56,7 +57,7 @@ func (e *Engine) Declare(key string, set ObjectSet) {
 	if old != nil {
 		released = e.disownLocked(key, old)
 	}
-	acquire, notify := e.resolveLocked(key, s, old, nil)
+	acquire, notify := e.resolveLocked(key, s, old, resolved)
 	notify = append(notify, e.handOffLocked(released)...)
 	e.mu.Unlock()
 	for _, gvr := range acquire {

@@ -303,3 +303,39 @@ func configMapEngine(existing ...runtime.Object) (*Engine, *dynamicfake.FakeDyna
 	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
 	return New(client, resettable{mapper}, func(string) {}, Options{OpenAPI: &servedDocs{docs: map[string]string{"api/v1": configMapDoc}}}), client
 }
+
+// TestDeclareResolvesOutsideTheLock: once the merge rules of a set's kinds
+// are read, Declare resolves its objects (and packs each declaration)
+// before it takes the engine's lock, so that sets declared from many
+// goroutines at once, as at a start or in a burst, resolve in parallel.
+func TestDeclareResolvesOutsideTheLock(t *testing.T) {
+	cm := func(ns, name string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": name, "namespace": ns}, "data": map[string]any{"key": "declared"}}}
+	}
+	e, _ := configMapEngine()
+	e.Declare("first", ObjectSet{Objects: []*unstructured.Unstructured{cm("a", "first")}})
+	e.Prepare(context.Background())
+	resolved := 0
+	e.Declare("second", ObjectSet{
+		Objects: []*unstructured.Unstructured{cm("a", "second"), cm("b", "second")},
+		Ignore: func(*unstructured.Unstructured) []Pointer {
+			resolved++
+			if !e.mu.TryLock() {
+				t.Error("Declare resolved an object under the engine's lock")
+				return nil
+			}
+			e.mu.Unlock()
+			return nil
+		},
+	})
+	if resolved != 2 {
+		t.Errorf("Declare resolved %d objects of the second set, want 2", resolved)
+	}
+	e.mu.Lock()
+	unresolved := len(e.sets["second"].unresolved)
+	e.mu.Unlock()
+	if unresolved != 0 {
+		t.Errorf("the second set has %d objects unresolved, want none", unresolved)
+	}
+}
