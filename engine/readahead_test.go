@@ -164,23 +164,19 @@ func TestListingsExpire(t *testing.T) {
 // their informers' first lists find them. A Relist of sets whose objects
 // the caches hold lists nothing.
 func TestRelistDeclaredTogether(t *testing.T) {
-	cm := func(ns, name string) *unstructured.Unstructured {
-		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
-			"metadata": map[string]any{"name": name, "namespace": ns}, "data": map[string]any{"key": "declared"}}}
-	}
 	for _, listedBefore := range []bool{true, false} {
 		t.Run(fmt.Sprintf("listed before %t", listedBefore), func(t *testing.T) {
 			var existing []runtime.Object
 			for _, ns := range []string{"a", "b", "c"} {
 				for _, name := range []string{"held-1", "held-2", "other"} {
-					existing = append(existing, cm(ns, name))
+					existing = append(existing, declaredCM(ns, name))
 				}
 			}
 			e, client := configMapEngine(existing...)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			if listedBefore {
-				e.Declare("first", ObjectSet{Objects: []*unstructured.Unstructured{cm("a", "held-1")}})
+				e.Declare("first", ObjectSet{Objects: []*unstructured.Unstructured{declaredCM("a", "held-1")}})
 				e.Prepare(ctx)
 			}
 			go func() { _ = e.Run(ctx) }()
@@ -190,9 +186,9 @@ func TestRelistDeclaredTogether(t *testing.T) {
 
 			keys := []string{"k-a", "k-b", "k-c"}
 			for i, ns := range []string{"a", "b", "c"} {
-				objs := []*unstructured.Unstructured{cm(ns, "held-2")}
+				objs := []*unstructured.Unstructured{declaredCM(ns, "held-2")}
 				if ns != "a" || !listedBefore {
-					objs = append(objs, cm(ns, "held-1"))
+					objs = append(objs, declaredCM(ns, "held-1"))
 				}
 				e.Declare(keys[i], ObjectSet{Objects: objs})
 			}
@@ -239,13 +235,9 @@ func TestRelistDeclaredTogether(t *testing.T) {
 // first batch's Prepare, it would have listed before the second was
 // declared, and Relist would have listed again.
 func TestHoldInformersDeclaredInBatches(t *testing.T) {
-	cm := func(ns, name string) *unstructured.Unstructured {
-		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
-			"metadata": map[string]any{"name": name, "namespace": ns}, "data": map[string]any{"key": "declared"}}}
-	}
 	var existing []runtime.Object
 	for _, ns := range []string{"a", "b"} {
-		existing = append(existing, cm(ns, "held"), cm(ns, "other"))
+		existing = append(existing, declaredCM(ns, "held"), declaredCM(ns, "other"))
 	}
 	e, client := configMapEngine(existing...)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -256,7 +248,7 @@ func TestHoldInformersDeclaredInBatches(t *testing.T) {
 	}
 
 	release := e.HoldInformers()
-	e.Declare("k-a", ObjectSet{Objects: []*unstructured.Unstructured{cm("a", "held")}})
+	e.Declare("k-a", ObjectSet{Objects: []*unstructured.Unstructured{declaredCM("a", "held")}})
 	e.Prepare(ctx)
 	e.mu.Lock()
 	unresolved := len(e.sets["k-a"].unresolved)
@@ -269,7 +261,7 @@ func TestHoldInformersDeclaredInBatches(t *testing.T) {
 	if got := e.Watched(); len(got) != 0 {
 		t.Errorf("the engine watches %v while its informers are held, want nothing", got)
 	}
-	e.Declare("k-b", ObjectSet{Objects: []*unstructured.Unstructured{cm("b", "held")}})
+	e.Declare("k-b", ObjectSet{Objects: []*unstructured.Unstructured{declaredCM("b", "held")}})
 	e.Prepare(ctx)
 	release()
 	e.Relist(ctx, []string{"k-a", "k-b"})
@@ -309,16 +301,12 @@ func configMapEngine(existing ...runtime.Object) (*Engine, *dynamicfake.FakeDyna
 // before it takes the engine's lock, so that sets declared from many
 // goroutines at once, as at a start or in a burst, resolve in parallel.
 func TestDeclareResolvesOutsideTheLock(t *testing.T) {
-	cm := func(ns, name string) *unstructured.Unstructured {
-		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
-			"metadata": map[string]any{"name": name, "namespace": ns}, "data": map[string]any{"key": "declared"}}}
-	}
 	e, _ := configMapEngine()
-	e.Declare("first", ObjectSet{Objects: []*unstructured.Unstructured{cm("a", "first")}})
+	e.Declare("first", ObjectSet{Objects: []*unstructured.Unstructured{declaredCM("a", "first")}})
 	e.Prepare(context.Background())
 	resolved := 0
 	e.Declare("second", ObjectSet{
-		Objects: []*unstructured.Unstructured{cm("a", "second"), cm("b", "second")},
+		Objects: []*unstructured.Unstructured{declaredCM("a", "second"), declaredCM("b", "second")},
 		Ignore: func(*unstructured.Unstructured) []Pointer {
 			resolved++
 			if !e.mu.TryLock() {
@@ -338,4 +326,10 @@ func TestDeclareResolvesOutsideTheLock(t *testing.T) {
 	if unresolved != 0 {
 		t.Errorf("the second set has %d objects unresolved, want none", unresolved)
 	}
+}
+
+// declaredCM is a ConfigMap as a set declares it.
+func declaredCM(ns, name string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": name, "namespace": ns}, "data": map[string]any{"key": "declared"}}}
 }
