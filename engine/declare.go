@@ -36,7 +36,7 @@ func (e *Engine) Declare(key string, set ObjectSet) {
 	// Resolved objects are kept normalized (see resolve); the caller's
 	// copies are not held on to.
 	s.spec.Objects = nil
-	resolved := e.resolveKnown(s)
+	resolved := e.resolveKnown(s.unresolved, s.spec)
 	e.mu.Lock()
 	old := e.sets[key]
 	switch {

@@ -46,13 +46,7 @@ func (e *Engine) resolveAll() map[*unresolvedObject]resolution {
 	for range min(runtime.GOMAXPROCS(0), len(sets)) {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < len(sets); i = int(next.Add(1)) - 1 {
-				mine := map[*unresolvedObject]resolution{}
-				for _, u := range sets[i].objects {
-					if e.schemas.known(u.obj.GroupVersionKind().GroupVersion()) {
-						obj, err := e.resolve(u.obj, sets[i].spec)
-						mine[u] = resolution{obj: obj, err: err}
-					}
-				}
+				mine := e.resolveKnown(sets[i].objects, sets[i].spec)
 				mu.Lock()
 				maps.Copy(resolved, mine)
 				mu.Unlock()
@@ -63,20 +57,21 @@ func (e *Engine) resolveAll() map[*unresolvedObject]resolution {
 	return resolved
 }
 
-// resolveKnown resolves s's objects whose merge rules are read, before
-// Declare takes e.mu: resolving packs each declaration (see pack), a few
-// milliseconds for a release of 50 objects, and the callers that declare
-// many sets at once (a start, a burst) declare them from many
-// goroutines, which the lock would have taken one at a time. Objects
-// whose rules are read meanwhile are resolved under the lock, as before.
-func (e *Engine) resolveKnown(s *objectSet) map[*unresolvedObject]resolution {
+// resolveKnown resolves those of objects whose merge rules are read,
+// without e.mu: for resolveAll, and for Declare before it takes the lock.
+// Resolving packs each declaration (see pack), a few milliseconds for a
+// release of 50 objects, and the callers that declare many sets at once
+// (a start, a burst) declare them from many goroutines, which the lock
+// would have taken one at a time. Objects whose rules are read meanwhile
+// are resolved under the lock.
+func (e *Engine) resolveKnown(objects []*unresolvedObject, spec ObjectSet) map[*unresolvedObject]resolution {
 	var resolved map[*unresolvedObject]resolution
-	for _, u := range s.unresolved {
+	for _, u := range objects {
 		if e.schemas.known(u.obj.GroupVersionKind().GroupVersion()) {
 			if resolved == nil {
-				resolved = make(map[*unresolvedObject]resolution, len(s.unresolved))
+				resolved = make(map[*unresolvedObject]resolution, len(objects))
 			}
-			obj, err := e.resolve(u.obj, s.spec)
+			obj, err := e.resolve(u.obj, spec)
 			resolved[u] = resolution{obj: obj, err: err}
 		}
 	}
