@@ -201,13 +201,17 @@ func TestLocksClusterRoleCRDAndCustomResource(t *testing.T) {
 			// Deleting the CRD deletes the custom resource with it. The
 			// locker recreates the CRD, waits for the API server to
 			// serve the kind, then recreates the custom resource.
-			// The locker often sees the custom resource deleted while
-			// the CRD is still terminating, and the API server refuses
-			// that first re-creation with 403 Forbidden: a refusal that
-			// must not hold the object back for the minute a permanent
-			// failure waits (engine's crdTerminating). Then the CRD's
-			// deletion takes well under a second and the custom
-			// resource is back within seconds.
+			// It sees the custom resource deleted while the CRD is
+			// still terminating, and does not recreate it then: the
+			// API server refuses such a creation with 403 Forbidden
+			// only once its cache has the CRD Terminating, and one
+			// that slips in first holds the CRD's deletion a minute
+			// (engine's deletedCRDs; the likely cause of this wait's
+			// one failure, under load). Nor may that refusal hold the
+			// object back for the minute a permanent failure waits
+			// (engine's crdTerminating). The CRD's deletion takes well
+			// under a second and the custom resource is back within
+			// seconds.
 			env.Kubectl(t, "delete", "crd", "widgets."+group, "--wait=true", "--timeout=30s")
 			env.Eventually(t, 60*time.Second, func() error { return widgetIsDeclared(t, widgetAPI, ns, release) })
 			env.WaitForState(t, cr, v1alpha1.StateDeployed, 2)

@@ -42,13 +42,19 @@ func (e *Engine) correct(ctx context.Context, s *objectSet, obj *lockedObject, d
 		drift.Held = true
 		return nil
 	}
+	declaresType := s.kinds[schema.GroupKind{Group: obj.ref().GVR.Group, Kind: drift.Kind}]
+	if version == "" && declaresType && e.deletedCRDs.has(obj.ref().GVR.GroupResource()) {
+		// Not sent: it could slip past the API server's refusal
+		// (see deletedCRDs).
+		return errTypeWaiting
+	}
 	if err := write(); err != nil {
 		reason := permanentReason(err)
 		if reason == ReasonNamespaceNotFound && s.namespaces[obj.ref().Namespace] {
 			// The set's own Namespace is on its way.
 			return errNamespaceWaiting
 		}
-		if version == "" && reason == "" && (apierrors.IsNotFound(err) || crdTerminating(err)) && s.kinds[schema.GroupKind{Group: obj.ref().GVR.Group, Kind: drift.Kind}] {
+		if version == "" && reason == "" && (apierrors.IsNotFound(err) || crdTerminating(err)) && declaresType {
 			return errTypeWaiting
 		}
 		if reason == "" {

@@ -181,6 +181,9 @@ type Engine struct {
 	// scales are the replicas paths of custom resources' scale
 	// subresources, for JudgeScale.
 	scales scalePaths
+	// deletedCRDs are the types whose CRD is being deleted, whose
+	// objects are not recreated meanwhile.
+	deletedCRDs deletedCRDs
 	// watching reports whether a type's informer is current; the
 	// registry's Current, but for unit tests that drive Sync by hand
 	// with no informer running.
@@ -233,7 +236,7 @@ func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func
 		HeldMetadata:    e.heldMetadata,
 		Store:           e.store,
 		OnTypesChanged:  e.typesChanged,
-		OnCRD:           e.scales.seen,
+		OnCRD:           e.seenCRD,
 		OnHealthChanged: e.healthChanged,
 		Readiness:       opts.Readiness,
 		Config:          opts.Config,

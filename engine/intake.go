@@ -203,6 +203,14 @@ func (e *Engine) typesChanged() {
 	}
 }
 
+// seenCRD takes what the CRD watch sees of a CRD, before the change is
+// told to typesChanged: its scale subresources and whether it is being
+// deleted.
+func (e *Engine) seenCRD(crd *unstructured.Unstructured) {
+	e.scales.seen(crd)
+	e.deletedCRDs.seen(crd)
+}
+
 // healthChanged runs when gvr's informer stops or starts seeing its objects
 // as they are now: every set with objects of that type syncs, to say so
 // (see Result.Unwatched) and to check what waited for the watch. Once it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -211,6 +212,33 @@ func TestWaitingForTheSetsCRD(t *testing.T) {
 				t.Errorf("Sync once the kind is served = %+v, %v; want the object created", res, err)
 			}
 		})
+	}
+}
+
+// TestNoCreationWhileItsCRDIsDeleted: a custom resource is not recreated
+// while the CRD watch has seen its CRD being deleted, though the API server
+// takes the creation (its cache of the CRD lags; see deletedCRDs), and is
+// recreated once a CRD serving the type is seen again.
+func TestNoCreationWhileItsCRDIsDeleted(t *testing.T) {
+	ctx := context.Background()
+	e, client, _ := newTestEngine(t)
+	creates := 0
+	client.PrependReactor("create", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
+		creates++
+		return false, nil, nil
+	})
+	crd := &unstructured.Unstructured{Object: obj(t, "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: configmaps.core}\nspec: {group: \"\", names: {kind: ConfigMap, plural: configmaps}}\n")}
+	e.Declare("k", ObjectSet{Objects: []*unstructured.Unstructured{crd, configMap(t, "declared")}, DefaultNamespace: "ns"})
+	deleting := crd.DeepCopy()
+	deleting.SetDeletionTimestamp(&metav1.Time{Time: time.Now()})
+	e.seenCRD(deleting)
+	res, err := e.Sync(ctx, "k")
+	if err != nil || creates != 0 || len(res.Failed) != 0 || res.RequeueAfter == 0 || res.RequeueAfter > namespaceWait {
+		t.Fatalf("Sync while the CRD is seen being deleted = %+v, %v, %d creations; want none, no failure, a requeue within %s", res, err, creates, namespaceWait)
+	}
+	e.seenCRD(crd)
+	if res, err = e.Sync(ctx, "k"); err != nil || creates != 1 || res.Locked != 1 {
+		t.Errorf("Sync once the CRD is seen again = %+v, %v, %d creations; want the object created once", res, err, creates)
 	}
 }
 
