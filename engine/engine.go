@@ -231,15 +231,16 @@ func New(client dynamic.Interface, mapper meta.ResettableRESTMapper, notify func
 	e.opts = withDefaults(opts)
 	e.schemas = newSchemas(opts.OpenAPI, e.opts.Now)
 	e.informers = informers.NewRegistry(client, informers.Options{
-		Handler:         e.onEvent,
-		Tracked:         e.tracked,
-		HeldMetadata:    e.heldMetadata,
-		Store:           e.store,
-		OnTypesChanged:  e.typesChanged,
-		OnCRD:           e.seenCRD,
-		OnHealthChanged: e.healthChanged,
-		Readiness:       opts.Readiness,
-		Config:          opts.Config,
+		Handler:            e.onEvent,
+		Tracked:            e.tracked,
+		HeldMetadata:       e.heldMetadata,
+		Store:              e.store,
+		ReadsManagedFields: e.readsManagedFields,
+		OnTypesChanged:     e.typesChanged,
+		OnCRD:              e.seenCRD,
+		OnHealthChanged:    e.healthChanged,
+		Readiness:          opts.Readiness,
+		Config:             opts.Config,
 	})
 	e.watching = e.informers.Current
 	e.cached = e.informers.Get

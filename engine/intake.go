@@ -119,6 +119,16 @@ func (e *Engine) tracked(gvr schema.GroupVersionResource, namespace, name string
 	return e.owners.has(ObjectRef{GVR: gvr, Namespace: namespace, Name: name})
 }
 
+// readsManagedFields tells the informers whether store reads an object's
+// managedFields: only for a set that an Apply manager writes (see
+// hasUpdateEntry), and for one not yet declared, to be safe.
+func (e *Engine) readsManagedFields(gvr schema.GroupVersionResource, namespace, name string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	o := e.owners.holder(ObjectRef{GVR: gvr, Namespace: namespace, Name: name})
+	return o == nil || o.set.spec.ApplyManager != ""
+}
+
 // heldMetadata names the labels and annotations the set that holds an
 // object declares of it: a change to any other one is not drift, since
 // the merge keeps what the declaration does not say. An object still to

@@ -273,3 +273,22 @@ func TestWatchBackChecksItsType(t *testing.T) {
 		t.Errorf("drifts once the watch is back %+v (-want +got kinds):\n%s", res.Drifts, diff)
 	}
 }
+
+// TestReadsManagedFieldsOnlyForApplyManagers: the informers decode a
+// tracked object's managedFields before store only where store reads
+// them, for a set an Apply manager writes (see hasUpdateEntry), and, to
+// be safe, for an object no set holds yet.
+func TestReadsManagedFieldsOnlyForApplyManagers(t *testing.T) {
+	e, _, _ := newTestEngine(t)
+	e.Declare("helm3", ObjectSet{Objects: []*unstructured.Unstructured{declaredCM("a", "c")}})
+	e.Declare("helm4", ObjectSet{Objects: []*unstructured.Unstructured{declaredCM("b", "c")}, ApplyManager: "helm"})
+	e.Prepare(context.Background())
+	for _, tc := range []struct {
+		namespace string
+		want      bool
+	}{{"a", false}, {"b", true}, {"c", true}} {
+		if got := e.readsManagedFields(cmGVR, tc.namespace, "c"); got != tc.want {
+			t.Errorf("readsManagedFields(%s/c) = %v, want %v", tc.namespace, got, tc.want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package informers
 import (
 	"bufio"
 	"context"
+	stdjson "encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -119,6 +121,11 @@ type objectDecoder struct {
 	// unchanged reports whether the tracked object namespace/name is
 	// stored as a stub of a version with this held fingerprint.
 	unchanged func(namespace, name string, fingerprint uint64) bool
+	// readsManagedFields, if set, reports whether what stores the
+	// tracked object namespace/name reads its managedFields (see
+	// Options.ReadsManagedFields); for the others they are decoded only
+	// if the object is kept whole.
+	readsManagedFields func(namespace, name string) bool
 }
 
 // fingerprinted is a tracked object decoded from a watch, with its held
@@ -126,6 +133,10 @@ type objectDecoder struct {
 type fingerprinted struct {
 	*unstructured.Unstructured
 	fingerprint uint64
+	// managedFields is the JSON of the object's metadata.managedFields,
+	// left out of Unstructured, or nil when they are in it or it has
+	// none (see withManagedFields).
+	managedFields []byte
 }
 
 // statusDecoder decodes metav1.Status, the object of an ERROR event and the
@@ -166,17 +177,85 @@ func (d *objectDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, i
 			return stub(true), nil, nil
 		}
 	}
+	var managedFields []byte
+	if fingerprint != 0 && d.readsManagedFields != nil && !d.readsManagedFields(string(h.namespace), string(h.name)) {
+		// JSON that is not valid fails the whole decode, as before.
+		if slim, mf := withoutManagedFields(data); mf != nil && stdjson.Valid(mf) {
+			data, managedFields = slim, mf
+		}
+	}
 	u := &unstructured.Unstructured{}
 	if err := u.UnmarshalJSON(data); err != nil {
 		return nil, nil, err
 	}
 	gvk := u.GroupVersionKind()
 	if fingerprint != 0 {
-		return &fingerprinted{Unstructured: u, fingerprint: fingerprint}, &gvk, nil
+		return &fingerprinted{Unstructured: u, fingerprint: fingerprint, managedFields: managedFields}, &gvk, nil
 	}
 	return u, &gvk, nil
 }
 
+// withoutManagedFields returns data without its metadata.managedFields,
+// and their JSON, in one new allocation; or data and nil if it has none,
+// or its metadata cannot be read. A tracked object is mostly checked and
+// stored as a stub, and its managedFields, a tree of small maps for every
+// manager that wrote it, were half of what decoding it cost (a
+// Deployment: BenchmarkWatchDecode); they are decoded only if the object
+// is stored whole (see withManagedFields).
+func withoutManagedFields(data []byte) (slim, managedFields []byte) {
+	var value []byte
+	start, end := -1, -1
+	eachField(data, 0, func(k, v []byte) bool {
+		if string(k) != "metadata" {
+			return true
+		}
+		eachField(v, 0, func(k, v []byte) bool {
+			if string(k) != "managedFields" {
+				return true
+			}
+			// k and v are slices of data: their offsets in it are
+			// what their capacities lack of data's.
+			value, start, end = v, cap(data)-cap(k)-1, cap(data)-cap(v)+len(v)
+			return false
+		})
+		return false
+	})
+	if start < 0 {
+		return data, nil
+	}
+	// The field goes with the comma before it, or, first in metadata,
+	// with the one after it.
+	if i := lastNonSpace(data[:start]); data[i] == ',' {
+		start = i
+	} else if j := skipSpace(data, end); j < len(data) && data[j] == ',' {
+		end = j + 1
+	}
+	buf := make([]byte, 0, len(data)-(end-start)+len(value))
+	buf = append(append(buf, data[:start]...), data[end:]...)
+	return buf, append(buf[len(buf):], value...)
+}
+
+// lastNonSpace returns the index of the last byte of data that is not
+// JSON whitespace; data holds at least one.
+func lastNonSpace(data []byte) int {
+	i := len(data) - 1
+	for data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r' {
+		i--
+	}
+	return i
+}
+
+// withManagedFields puts managedFields, the JSON withoutManagedFields
+// took out of u and Decode checked, back into u's metadata.
+func withManagedFields(u *unstructured.Unstructured, managedFields []byte) {
+	var v any
+	if utiljson.Unmarshal(managedFields, &v) != nil {
+		return // valid JSON decodes
+	}
+	if meta, ok := u.Object["metadata"].(map[string]any); ok {
+		meta["managedFields"] = v
+	}
+}
 func (d *objectDecoder) Encode(runtime.Object, io.Writer) error { return errReadOnly }
 
 func (d *objectDecoder) Identifier() runtime.Identifier { return "helm-locker-watch-object" }

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
@@ -200,7 +201,8 @@ func TestEventDecoderRefusesBrokenEvents(t *testing.T) {
 // BenchmarkWatchDecode reads a watch stream of ConfigMaps, one in five
 // tracked, as a Registry's informers read a cluster at cold start: through
 // client-go's dynamic client, and through the Registry's own watch path
-// (Options.Config). ns/op is per event.
+// (Options.Config), with the tracked objects' managedFields decoded and
+// deferred (Options.ReadsManagedFields). ns/op is per event.
 func BenchmarkWatchDecode(b *testing.B) {
 	const n = 1000
 	// 1 KB of data, as make bench writes.
@@ -229,6 +231,10 @@ func BenchmarkWatchDecode(b *testing.B) {
 		{"registry", func() (watch.Interface, error) {
 			return ours.watch(context.Background(), cmGVR, &objectDecoder{tracked: tracked}, metav1.ListOptions{})
 		}},
+		{"registry, managedFields deferred", func() (watch.Interface, error) {
+			d := &objectDecoder{tracked: tracked, readsManagedFields: func(_, _ string) bool { return false }}
+			return ours.watch(context.Background(), cmGVR, d, metav1.ListOptions{})
+		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.SetBytes(int64(stream.Len()))
@@ -244,4 +250,68 @@ func BenchmarkWatchDecode(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/event")
 		})
 	}
+}
+
+func TestWithoutManagedFields(t *testing.T) {
+	const entries = `[{"manager":"helm","operation":"Update","fieldsType":"FieldsV1","fieldsV1":{"f:data":{".":{},"f:key":{}}}}]`
+	for name, tc := range map[string]struct {
+		in    string
+		taken bool
+	}{
+		"last in metadata":  {`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","managedFields":` + entries + `},"data":{"key":"v"}}`, true},
+		"first in metadata": {`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"managedFields":` + entries + `,"name":"a","namespace":"ns"},"data":{"key":"v"}}`, true},
+		"between fields":    {`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","managedFields":` + entries + `,"namespace":"ns"},"data":{"key":"v"}}`, true},
+		"alone, spaced":     {"{\"kind\":\"ConfigMap\",\"metadata\": { \"managedFields\" : " + entries + " } ,\"data\":{}}", true},
+		"spaced commas":     {"{\"metadata\":{\"name\":\"a\" ,\n \"managedFields\":" + entries + "\n, \"uid\":\"u\"}}", true},
+		"none":              {`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"data":{"managedFields":"x"}}`, false},
+		"only elsewhere":    {`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"spec":{"metadata":{"managedFields":[]}}}`, false},
+		"empty list":        {`{"metadata":{"name":"a","managedFields":[]}}`, true},
+		"not JSON":          {`{"metadata":{"name":"a","managedFields":[`, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			slim, mf := withoutManagedFields([]byte(tc.in))
+			if taken := mf != nil; taken != tc.taken {
+				t.Fatalf("took managedFields %q, want taken %v", mf, tc.taken)
+			}
+			if !tc.taken {
+				if string(slim) != tc.in {
+					t.Errorf("changed %s into %s", tc.in, slim)
+				}
+				return
+			}
+			var want map[string]any
+			if err := json.Unmarshal([]byte(tc.in), &want); err != nil {
+				t.Fatal(err)
+			}
+			var got map[string]any
+			if err := json.Unmarshal(slim, &got); err != nil {
+				t.Fatalf("%s is not JSON: %v", slim, err)
+			}
+			if _, left := got["metadata"].(map[string]any)["managedFields"]; left {
+				t.Errorf("%s still has managedFields", slim)
+			}
+			u := &unstructured.Unstructured{}
+			if err := u.UnmarshalJSON(slim); err != nil {
+				// Only objects with a kind decode as Unstructured.
+				u.Object = got
+			}
+			withManagedFields(u, mf)
+			var full map[string]any
+			if err := json.Unmarshal(mustJSON(t, u.Object), &full); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, full); diff != "" {
+				t.Errorf("put back (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -333,5 +334,66 @@ func TestStatusReaderSeesStatus(t *testing.T) {
 		if w, ok := obj.(*watchStub); ok && w.same {
 			t.Error("an object whose status is read was skipped")
 		}
+	}
+}
+
+// TestManagedFieldsDeferred: with ReadsManagedFields saying no, Store gets
+// a tracked object without its managedFields; kept whole, it is stored
+// with them, as the API server sent them; kept as a stand-in, it is
+// stored without. Saying yes, Store gets them.
+func TestManagedFieldsDeferred(t *testing.T) {
+	data := storedDeployment(t)
+	whole := &unstructured.Unstructured{}
+	if err := whole.UnmarshalJSON(data); err != nil {
+		t.Fatal(err)
+	}
+	if len(whole.GetManagedFields()) == 0 {
+		t.Fatal("the fixture has no managedFields")
+	}
+	for _, tc := range []struct {
+		name         string
+		reads, stub  bool
+		wantSeen     bool
+		wantInStored bool
+	}{
+		{"kept whole", false, false, false, true},
+		{"kept as a stub", false, true, false, false},
+		{"read by Store", true, false, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &objectDecoder{
+				tracked:            func(string, string) bool { return true },
+				readsManagedFields: func(string, string) bool { return tc.reads },
+			}
+			obj, _, err := d.Decode(data, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var seen bool
+			s := newTrackingStore(cmGVR, (&Registry{opts: Options{Store: func(_ schema.GroupVersionResource, u *unstructured.Unstructured) metav1.Object {
+				seen = len(u.GetManagedFields()) > 0
+				if tc.stub {
+					return inLine{NewStub(u)}
+				}
+				return u
+			}}}).strip, nil)
+			if err := s.Update(obj); err != nil {
+				t.Fatal(err)
+			}
+			if seen != tc.wantSeen {
+				t.Errorf("Store saw managedFields: %v, want %v", seen, tc.wantSeen)
+			}
+			kept, _, _ := s.GetByKey("default/web-fpchart")
+			u, isWhole := kept.(*unstructured.Unstructured)
+			if isWhole != !tc.stub {
+				t.Fatalf("stored %T", kept)
+			}
+			if !isWhole {
+				return
+			}
+			if diff := cmp.Diff(whole.Object, u.Object); tc.wantInStored && diff != "" {
+				t.Errorf("stored object (-decoded whole +stored):\n%s", diff)
+			}
+		})
 	}
 }

@@ -44,6 +44,14 @@ type Options struct {
 	// goroutines for every event of a tracked object. What it returns is
 	// not changed afterwards, so callers may share one among objects.
 	HeldMetadata func(gvr schema.GroupVersionResource, namespace, name string) *HeldMetadata
+	// ReadsManagedFields, if set, reports whether Store reads the
+	// metadata.managedFields of the tracked object namespace/name. For
+	// the others, decoded from a watch (with Config set), Store gets the
+	// object without them, and they are put back only if it keeps the
+	// object itself: decoding them was half of what decoding a tracked
+	// object cost, and most are stored as stand-ins. Nil: Store always
+	// gets them. It must be quick, as HeldMetadata.
+	ReadsManagedFields func(gvr schema.GroupVersionResource, namespace, name string) bool
 	// OnTypesChanged is called when a CustomResourceDefinition is created,
 	// changed or deleted, so that callers can refresh their RESTMapper and
 	// retry kinds that did not exist before.
@@ -481,6 +489,9 @@ func (r *Registry) listWatch(gvr schema.GroupVersionResource, store *trackingSto
 			if held := r.opts.HeldMetadata; held != nil {
 				d.held = func(namespace, name string) *HeldMetadata { return held(gvr, namespace, name) }
 			}
+			if reads := r.opts.ReadsManagedFields; reads != nil {
+				d.readsManagedFields = func(namespace, name string) bool { return reads(gvr, namespace, name) }
+			}
 			w, err := r.watches.watch(ctx, gvr, d, options)
 			return w, missing(ctx, err)
 		},
@@ -543,8 +554,9 @@ func (r *Registry) strip(gvr schema.GroupVersionResource, obj any) any {
 		return &s.Stub
 	}
 	var fingerprint uint64
+	var managedFields []byte
 	if f, ok := obj.(*fingerprinted); ok {
-		obj, fingerprint = f.Unstructured, f.fingerprint
+		obj, fingerprint, managedFields = f.Unstructured, f.fingerprint, f.managedFields
 	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
@@ -553,14 +565,18 @@ func (r *Registry) strip(gvr schema.GroupVersionResource, obj any) any {
 	if r.opts.Tracked != nil && !r.opts.Tracked(gvr, u.GetNamespace(), u.GetName()) {
 		return NewStub(u)
 	}
-	if r.opts.Store == nil {
-		return u
+	var stored metav1.Object = u
+	if r.opts.Store != nil {
+		stored = r.opts.Store(gvr, u)
 	}
-	stored := r.opts.Store(gvr, u)
 	if s, ok := stored.(stubbed); ok {
 		if sr, ok := stored.(StatusReader); !ok || !sr.ReadsStatus() {
 			s.stub().fingerprint = fingerprint
 		}
+		return stored
+	}
+	if managedFields != nil && stored == metav1.Object(u) {
+		withManagedFields(u, managedFields)
 	}
 	return stored
 }
