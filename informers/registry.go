@@ -34,7 +34,9 @@ type Options struct {
 	Tracked func(gvr schema.GroupVersionResource, namespace, name string) bool
 	// Store, if set, decides what the cache keeps of a tracked object: the
 	// object itself, trimmed, or a smaller stand-in of the caller's own
-	// (a bare *Stub means untracked, and is not stored).
+	// (a bare *Stub means untracked, and is not stored). obj may come
+	// without its managedFields (see ReadsManagedFields), which are put
+	// back only into obj itself.
 	Store func(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) metav1.Object
 	// HeldMetadata, if set, names the labels and annotations the caller
 	// holds of a tracked object that Store keeps as a stand-in: a change
@@ -48,9 +50,10 @@ type Options struct {
 	// metadata.managedFields of the tracked object namespace/name. For
 	// the others, decoded from a watch (with Config set), Store gets the
 	// object without them, and they are put back only if it keeps the
-	// object itself: decoding them was half of what decoding a tracked
-	// object cost, and most are stored as stand-ins. Nil: Store always
-	// gets them. It must be quick, as HeldMetadata.
+	// object itself: they are a tree of small maps for each manager that
+	// wrote the object, often half of its decoding, and most tracked
+	// objects are stored as stand-ins. Nil: Store always gets them. It
+	// must be quick, as HeldMetadata.
 	ReadsManagedFields func(gvr schema.GroupVersionResource, namespace, name string) bool
 	// OnTypesChanged is called when a CustomResourceDefinition is created,
 	// changed or deleted, so that callers can refresh their RESTMapper and
