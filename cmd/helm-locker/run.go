@@ -84,7 +84,8 @@ func runOperator(ctx context.Context, opts *options) error {
 	if !opts.leaderElect {
 		return op.runTerm(ctx, nil)
 	}
-	return runAsLeader(ctx, op.kube, opts, op.readiness, op.runTerm, op.standBy)
+	busy := func() bool { return op.activity.within(opts.retryPeriod) }
+	return runAsLeader(ctx, op.leases, opts, op.readiness, busy, op.runTerm, op.standBy)
 }
 
 // operator is what runOperator builds: the clients and the parts that
@@ -103,6 +104,11 @@ type operator struct {
 	mapper    *restmapper.DeferredDiscoveryRESTMapper
 	readiness *informers.Probe
 	recorder  *events.Recorder
+
+	// leases is the elector's client, and activity what every other
+	// client sent (see leader.Config.Busy).
+	leases   kubernetes.Interface
+	activity activity
 
 	// certs and probe are nil with admission off.
 	certs webhook.CertSource
@@ -162,12 +168,17 @@ func (op *operator) watching() bool {
 }
 
 // buildClients builds the API clients, all from one rest.Config, and the
-// RESTMapper and readiness probe that every controller shares.
+// RESTMapper and readiness probe that every controller shares. The Lease's
+// client is the one left out of the count of activity.
 func (op *operator) buildClients() error {
 	cfg, err := restConfig(op.opts.kubeconfig, op.opts.qps, op.opts.burst)
 	if err != nil {
 		return err
 	}
+	if op.leases, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	cfg.Wrap(op.activity.wrap)
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -485,8 +496,9 @@ func metricsMux(m *metrics.Metrics, profiling bool) http.Handler {
 // back off for minutes (CrashLoopBackOff) after the API server returned.
 // While it stands by, standBy runs a read-only controller with warm
 // caches; its term takes that controller and promotes it, so that a new
-// leader corrects a drift as soon as it holds the Lease.
-func runAsLeader(ctx context.Context, kube kubernetes.Interface, opts *options, ready leader.Readiness, run func(ctx context.Context, sb *standing) error, standBy func(context.Context) *standing) error {
+// leader corrects a drift as soon as it holds the Lease. busy says whether
+// the work is sending requests: the leader then renews early.
+func runAsLeader(ctx context.Context, kube kubernetes.Interface, opts *options, ready leader.Readiness, busy func() bool, run func(ctx context.Context, sb *standing) error, standBy func(context.Context) *standing) error {
 	host, err := os.Hostname()
 	if err != nil {
 		return err
@@ -501,6 +513,7 @@ func runAsLeader(ctx context.Context, kube kubernetes.Interface, opts *options, 
 		RenewDeadline: opts.renewDeadline,
 		RetryPeriod:   opts.retryPeriod,
 		Readiness:     ready,
+		Busy:          busy,
 	})
 	if err != nil {
 		return fmt.Errorf("%w (see --leader-elect-lease-duration, --leader-elect-renew-deadline and --leader-elect-retry-period)", err)

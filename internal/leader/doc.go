@@ -12,6 +12,9 @@
 // Here:
 //   - the leader renews every RetryPeriod with one optimistic Update of the
 //     Lease (guarded by its resourceVersion), its only request at idle;
+//     while its work sends requests, it renews from half the period on,
+//     so that a renewal slowed by that load has more than the second
+//     between the period and the renew deadline to get through;
 //   - standbys watch the single Lease (field selector metadata.name) instead
 //     of polling it, and try to take it the moment it expires, or at once
 //     when the leader releases it (an empty holderIdentity);

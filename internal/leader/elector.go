@@ -36,6 +36,16 @@ type Config struct {
 	// RetryPeriod is how often the leader renews, and how long a standby
 	// waits before asking again after a failed request.
 	RetryPeriod time.Duration
+	// Busy, if set, reports whether the work is sending requests. While
+	// it is, the leader renews from half the retry period on rather than
+	// at it: the API server is then loaded, by this replica's writes and
+	// perhaps by a storm of someone else's, and a renewal sent at the
+	// retry period has only RenewDeadline minus RetryPeriod (1 s with the
+	// default flags) to be answered before the leader must stop. Idle,
+	// the leader renews once a retry period, its only request. Busy is
+	// called every tenth of a retry period from the half on, so it must
+	// be cheap.
+	Busy func() bool
 	// Clock is the clock timers and expiry are measured on; nil is the
 	// real clock.
 	Clock clock.WithTicker
@@ -55,9 +65,13 @@ type Readiness interface {
 
 // renewRetry is how soon the leader tries again after a failed renewal.
 // Failures are mostly quick (connection refused, 5xx), and the default
-// flags leave one second between the renewal and the deadline: four tries
-// without hammering an API server in trouble.
+// flags leave one second between an idle leader's renewal and the
+// deadline: four tries without hammering an API server in trouble.
 const renewRetry = 250 * time.Millisecond
+
+// busyLooks is how many times a retry period the leader asks Config.Busy,
+// from the period's half on, whether to renew early.
+const busyLooks = 10
 
 // Elector runs a function while this replica holds the Lease.
 type Elector struct {

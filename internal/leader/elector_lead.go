@@ -15,9 +15,9 @@ import (
 // errNotHolder says the Lease names another holder, or is gone.
 var errNotHolder = errors.New("the Lease no longer names this replica")
 
-// lead runs run while renewing the Lease every retry period, until ctx is
-// done, run returns, or the Lease is lost. run has always returned when
-// lead does.
+// lead runs run while renewing the Lease every retry period (earlier while
+// the work is busy; see Config.Busy), until ctx is done, run returns, or
+// the Lease is lost. run has always returned when lead does.
 func (e *Elector) lead(ctx context.Context, t *term, run func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Leading", "lease", e.describe(), "identity", e.cfg.Identity)
@@ -33,10 +33,7 @@ func (e *Elector) lead(ctx context.Context, t *term, run func(context.Context) e
 	var retryAt time.Time // after a failed renewal, when to try again
 	for {
 		deadline := t.renewedAt.Add(e.cfg.RenewDeadline)
-		next := t.renewedAt.Add(e.cfg.RetryPeriod)
-		if !retryAt.IsZero() {
-			next = retryAt
-		}
+		next := e.nextRenewal(t, retryAt)
 		if next.After(deadline) {
 			next = deadline
 		}
@@ -64,6 +61,9 @@ func (e *Elector) lead(ctx context.Context, t *term, run func(context.Context) e
 			_ = stop()
 			return fmt.Errorf("%w %s: not renewed within %s", ErrLost, e.describe(), e.cfg.RenewDeadline)
 		}
+		if retryAt.IsZero() && e.cfg.Busy != nil && now.Before(t.renewedAt.Add(e.cfg.RetryPeriod)) && !e.cfg.Busy() {
+			continue // an early look, and the work is idle
+		}
 		switch err := e.renew(ctx, t, deadline.Sub(now)); {
 		case err == nil:
 			retryAt = time.Time{}
@@ -78,6 +78,28 @@ func (e *Elector) lead(ctx context.Context, t *term, run func(context.Context) e
 			retryAt = now.Add(renewRetry)
 		}
 	}
+}
+
+// nextRenewal is when the leader next renews: after a failed renewal, at
+// retryAt; otherwise a retry period after the last one. With Config.Busy
+// set, the leader also looks, from the half of the period on, whether the
+// work is busy, and renews at the first look that finds it so.
+func (e *Elector) nextRenewal(t *term, retryAt time.Time) time.Time {
+	if !retryAt.IsZero() {
+		return retryAt
+	}
+	due := t.renewedAt.Add(e.cfg.RetryPeriod)
+	if e.cfg.Busy == nil {
+		return due
+	}
+	look := t.renewedAt.Add(e.cfg.RetryPeriod / 2)
+	if now := e.clock.Now(); !now.Before(look) {
+		look = now.Add(max(e.cfg.RetryPeriod/busyLooks, time.Millisecond))
+	}
+	if look.Before(due) {
+		return look
+	}
+	return due
 }
 
 // renew moves the Lease's renewTime to now with one Update guarded by the

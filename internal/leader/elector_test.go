@@ -47,11 +47,14 @@ type driver struct {
 	workEnded, releasedEarly atomic.Bool
 	result                   *error
 	leadCtx                  context.Context
+	// busy is what Config.Busy says, when the test gives it one.
+	busy atomic.Bool
 }
 
 // startDriver runs an Elector named "me" with the default flags against a
 // fake API server holding initial, after setup (if any) has prepared it.
-func startDriver(t *testing.T, initial *coordinationv1.Lease, setup func(*fakeAPI)) *driver {
+// With busyKnown, the Elector asks the driver whether the work is busy.
+func startDriver(t *testing.T, initial *coordinationv1.Lease, setup func(*fakeAPI), busyKnown bool) *driver {
 	t.Helper()
 	d := &driver{
 		t:       t,
@@ -71,11 +74,15 @@ func startDriver(t *testing.T, initial *coordinationv1.Lease, setup func(*fakeAP
 		}
 		return false, nil, nil
 	})
-	e, err := New(Config{
+	cfg := Config{
 		Leases: d.api.CoordinationV1(), Namespace: "ns", Name: "locker", Identity: "me",
 		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod, Clock: d.clock,
 		Readiness: d.api,
-	})
+	}
+	if busyKnown {
+		cfg.Busy = d.busy.Load
+	}
+	e, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,6 +181,15 @@ type step struct {
 
 func advance(by time.Duration) func(*driver) { return func(d *driver) { d.clock.Step(by) } }
 
+// repeat returns n copies of s.
+func repeat(n int, s step) []step {
+	out := make([]step, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
 // otherRenews is the other replica renewing the Lease it holds.
 func otherRenews(d *driver) {
 	d.api.put(d.t, leaseHeldBy("other", d.clock.Now(), 12))
@@ -196,6 +212,9 @@ func TestElector(t *testing.T) {
 		name    string
 		initial *coordinationv1.Lease
 		setup   func(*fakeAPI)
+		// busyKnown gives the elector Config.Busy, which says what
+		// the driver's busy holds (false until a step sets it).
+		busyKnown bool
 		// first is what must hold once Run first blocks.
 		first step
 		steps []step
@@ -211,6 +230,31 @@ func TestElector(t *testing.T) {
 				{do: advance(retryPeriod - time.Millisecond), quiet: true, holder: "me", leading: true},
 				{do: advance(time.Millisecond), holder: "me", leading: true, requests: []string{"update"}},
 				{do: advance(retryPeriod), holder: "me", leading: true, requests: []string{"update"}},
+			},
+		},
+		{
+			// The early looks cost no request.
+			name:      "idle work: one Update per retry period, however often the elector looks",
+			busyKnown: true,
+			first:     leading,
+			steps: append(append([]step{
+				{do: advance(retryPeriod/2 - time.Millisecond), quiet: true, holder: "me", leading: true},
+				{do: advance(time.Millisecond), holder: "me", leading: true},
+			}, repeat(busyLooks/2-1, step{do: advance(retryPeriod / busyLooks), holder: "me", leading: true})...),
+				step{do: advance(retryPeriod / busyLooks), holder: "me", leading: true, requests: []string{"update"}},
+			),
+		},
+		{
+			// A renewal slowed by the load has until the deadline,
+			// 6 s rather than 1 s, to be answered.
+			name:      "busy work: renews at the first look from half the retry period on that finds it busy",
+			busyKnown: true,
+			first:     leading,
+			steps: []step{
+				{do: func(d *driver) { d.busy.Store(true); d.clock.Step(retryPeriod/2 - time.Millisecond) }, quiet: true, holder: "me", leading: true},
+				{do: advance(time.Millisecond), holder: "me", leading: true, requests: []string{"update"}},
+				{do: func(d *driver) { d.busy.Store(false); d.clock.Step(retryPeriod / 2) }, holder: "me", leading: true},
+				{do: func(d *driver) { d.busy.Store(true); d.clock.Step(retryPeriod / busyLooks) }, holder: "me", leading: true, requests: []string{"update"}},
 			},
 		},
 		{
@@ -380,7 +424,7 @@ func TestElector(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := startDriver(t, tc.initial, tc.setup)
+			d := startDriver(t, tc.initial, tc.setup, tc.busyKnown)
 			d.check("at start", tc.first)
 			for i, s := range tc.steps {
 				s.do(d)
