@@ -667,6 +667,9 @@ type scenarioResult struct {
 	ControllerChurn *controllerChurnResult `json:"controllerChurn,omitempty"`
 	MassDrift       *massDriftResult       `json:"massDrift,omitempty"`
 	Idle            *idleResult            `json:"idle,omitempty"`
+	// TermsLost counts the leader terms the locker lost while measured
+	// (see locker.termsLost); nil where it was not counted.
+	TermsLost *int `json:"leaderTermsLost,omitempty"`
 	// dashboard holds the scrapes of the locker's /metrics, from its start
 	// to the end of the latency measurement, that docs/dashboard.md's
 	// pictures are drawn from; nil when latency is not measured.
@@ -937,6 +940,9 @@ func scenario(ctx context.Context, tools controlplane.Tools, lockerBinary string
 		idle.LockerCPUSecondsPerMin = (cpu1 - cpu0).Seconds() / full.idle.Minutes()
 		res.Idle = idle
 	}
+	if res.TermsLost, err = l.termsLost(); err != nil {
+		return nil, err
+	}
 	fmt.Fprintf(os.Stderr, "bench: %+v\n", *res)
 	return res, nil
 }
@@ -952,7 +958,11 @@ func burstLock(ctx context.Context, env *benchEnv, restored *configMapWatch, loc
 	if err != nil {
 		return nil, fmt.Errorf("burst: %w", err)
 	}
+	res.TermsLost, err = l.termsLost()
 	l.stop()
+	if err != nil {
+		return nil, err
+	}
 	fmt.Fprintf(os.Stderr, "bench: burst: %+v\n", *res)
 	if err := unclaimAll(ctx, env.dyn); err != nil {
 		return nil, err

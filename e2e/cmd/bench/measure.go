@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -53,6 +54,21 @@ func (l *locker) stop() {
 	if data, err := os.ReadFile(l.Log); err == nil {
 		_ = os.WriteFile(filepath.Join(profiles, "locker-"+l.start.UTC().Format("150405")+".log"), data, 0o644)
 	}
+}
+
+// termsLost counts the leader terms the locker lost, from its log. A lost
+// term throws the caches away and locks everything afresh, standing by
+// first: a cost no figure of a row may carry unsaid.
+func (l *locker) termsLost() (*int, error) {
+	data, err := os.ReadFile(l.Log)
+	if err != nil {
+		return nil, err
+	}
+	n := bytes.Count(data, []byte(`"Stopped leading`))
+	if n > 0 {
+		fmt.Fprintf(os.Stderr, "bench: the locker lost %d leader terms (its log is %s)\n", n, l.Log)
+	}
+	return &n, nil
 }
 
 // servingMetrics and servingProbes find the addresses the locker logged

@@ -246,6 +246,25 @@ type seriesGoal struct {
 	why                 string
 }
 
+// termsLostGoal sums the leader terms the series' lockers lost: each
+// relocks everything, so a row with one measures that, not the lock. A
+// report from before they were counted has no such goal.
+func termsLostGoal(series []*scenarioResult) (seriesGoal, bool) {
+	g := seriesGoal{name: "leader terms lost, in every row and mode", target: "0"}
+	lost, counted := 0, 0
+	for _, r := range series {
+		for _, m := range []*scenarioResult{r, r.Burst} {
+			if m != nil && m.TermsLost != nil {
+				lost += *m.TermsLost
+				counted++
+			}
+		}
+	}
+	g.value, g.met = fmt.Sprintf("%d, in %d lockers' logs", lost, counted), lost == 0
+	g.why = "a locker that cannot renew its Lease within the renew deadline stops, stands by, and locks everything afresh: its log says when"
+	return g, counted > 0
+}
+
 // seriesGoals checks the scale series against the targets of the cold lock
 // at scale, at its largest row (and the cold lock at each), with a reason
 // for each one missed.
@@ -270,6 +289,9 @@ func seriesGoals(series []*scenarioResult) []seriesGoal {
 		} else {
 			goals = append(goals, seriesGoal{name: name, value: "not measured", target: "0"})
 		}
+	}
+	if g, counted := termsLostGoal(series); counted {
+		goals = append(goals, g)
 	}
 	if top.StartRequests > 0 {
 		by := top.StartRequestsByResource

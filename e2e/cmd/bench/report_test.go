@@ -1,0 +1,26 @@
+package main
+
+import "testing"
+
+func TestTermsLostGoal(t *testing.T) {
+	n := func(v int) *int { return &v }
+	for _, tc := range []struct {
+		name         string
+		series       []*scenarioResult
+		counted, met bool
+		value        string
+	}{
+		{name: "a report from before the count", series: []*scenarioResult{{Burst: &scenarioResult{}}, {}}},
+		{name: "none lost", series: []*scenarioResult{{TermsLost: n(0), Burst: &scenarioResult{TermsLost: n(0)}}, {TermsLost: n(0)}},
+			counted: true, met: true, value: "0, in 3 lockers' logs"},
+		{name: "one lost in a burst", series: []*scenarioResult{{TermsLost: n(0), Burst: &scenarioResult{TermsLost: n(1)}}, {TermsLost: n(0)}},
+			counted: true, value: "1, in 3 lockers' logs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, counted := termsLostGoal(tc.series)
+			if counted != tc.counted || (counted && (g.met != tc.met || g.value != tc.value)) {
+				t.Errorf("termsLostGoal = %+v, counted %v; want counted %v, met %v, value %q", g, counted, tc.counted, tc.met, tc.value)
+			}
+		})
+	}
+}
