@@ -141,6 +141,23 @@ func waitForRenewal(t *testing.T, registration, controller string) {
 	}
 }
 
+// waitForIdleRenewal waits for a renewal that came a whole retry period
+// (10 s) after the one before: the leader found its work idle at every
+// look between them, and renews once a period from there while nothing
+// changes.
+func waitForIdleRenewal(t *testing.T, registration, controller string) {
+	t.Helper()
+	waitForRenewal(t, registration, controller)
+	for range 6 {
+		last := time.Now()
+		waitForRenewal(t, registration, controller)
+		if time.Since(last) >= 9*time.Second {
+			return
+		}
+	}
+	t.Fatalf("the leader of %s/%s renewed early six times in a row: its work is not idle", registration, controller)
+}
+
 // lockOneRelease installs the configmaps chart into ns, registers it and
 // waits until the leader has locked it.
 func lockOneRelease(t *testing.T, registration, ns string) {
@@ -289,10 +306,12 @@ func TestFailoverIdleRequests(t *testing.T) {
 	leader, standby := leaderOf(t, registration, controller, startReplicas(t, registration, controller, true))
 	lockOneRelease(t, registration, ns)
 
-	// Start halfway between two renewals, so that the window holds
-	// exactly the renewals that fall inside it, and after the lock's
-	// last writes (status and events, within 2 s of the lock).
-	waitForRenewal(t, registration, controller)
+	// Start halfway between two renewals of an idle leader, so that the
+	// window holds exactly the renewals that fall inside it: after the
+	// lock's last writes (status and events, within 2 s of the lock), a
+	// leader still renews from half its period on for a period (see
+	// leader.Config.Busy).
+	waitForIdleRenewal(t, registration, controller)
 	time.Sleep(5 * time.Second)
 	leaderBefore, standbyBefore := requestCounts(t, leader.metrics), requestCounts(t, standby.metrics)
 	const window = 60 * time.Second
