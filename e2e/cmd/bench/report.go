@@ -171,13 +171,23 @@ func startRequestsTable(b *strings.Builder, r *scenarioResult) {
 	b.WriteString("\n")
 }
 
+// seriesWhen says whether a series measured alone came before or after
+// the run of the sections above it: both dates are RFC 3339 in UTC, which
+// sort as strings.
+func seriesWhen(rep *report) string {
+	if rep.SeriesDate < rep.Date {
+		return "before"
+	}
+	return "after"
+}
+
 // seriesMarkdown is the scale series: a table of each row's figures, the
 // targets at the largest row, and the plot.
 func seriesMarkdown(b *strings.Builder, rep *report) {
 	series := rep.Series
 	fmt.Fprintf(b, "\n## Scale series: one replica\n\n")
 	if rep.SeriesDate != "" {
-		fmt.Fprintf(b, "Measured on %s, after the sections above, by make bench's series run alone (`go run ./e2e/cmd/bench -series %s -series-only`), on a control plane running kube-controller-manager, whose work after setup each row waits out.\n\n", rep.SeriesDate, seriesFlag(series))
+		fmt.Fprintf(b, "Measured on %s, %s the sections above, by make bench's series run alone (`go run ./e2e/cmd/bench -series %s -series-only`), on a control plane running kube-controller-manager, whose work after setup each row waits out.\n\n", rep.SeriesDate, seriesWhen(rep), seriesFlag(series))
 	}
 	if rep.SeriesLocker != "" {
 		fmt.Fprintf(b, "The binary measured: %s.\n\n", rep.SeriesLocker)

@@ -24,3 +24,16 @@ func TestTermsLostGoal(t *testing.T) {
 		})
 	}
 }
+
+func TestSeriesWhen(t *testing.T) {
+	for _, tc := range []struct {
+		seriesDate, date, want string
+	}{
+		{seriesDate: "2026-12-01T15:52:25Z", date: "2026-12-01T19:51:54Z", want: "before"},
+		{seriesDate: "2026-12-01T07:10:00Z", date: "2026-12-01T05:39:57Z", want: "after"},
+	} {
+		if got := seriesWhen(&report{Date: tc.date, SeriesDate: tc.seriesDate}); got != tc.want {
+			t.Errorf("seriesWhen(series %s, sections %s) = %q, want %q", tc.seriesDate, tc.date, got, tc.want)
+		}
+	}
+}
