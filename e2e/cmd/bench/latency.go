@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,15 +70,21 @@ func measureLatency(ctx context.Context, dyn dynamic.Interface, cw *configMapWat
 	revert := func(tag string, offset int) sampler {
 		return func(i int) (time.Duration, bool, error) { return revertSample(i+offset, tag) }
 	}
+	singles := full.edits
+	if full.singleEdits > 0 {
+		singles = full.singleEdits
+	}
 	var err error
-	if res.Floor, res.Single, err = interleaved(full.edits, 1, floor("floor"), revert("single", 0), nil); err != nil {
+	if res.Floor, res.Single, err = interleaved(singles, 1, floor("floor"), revert("single", 0), nil); err != nil {
 		return err
 	}
+	res.Floor.logSlowest("floor edits")
+	res.Single.logSlowest("single reverts")
 	// The locker records each revert a moment later (an event and the
 	// status counts, see bookkeepingDelay in internal/controller); each
 	// concurrent round starts once that has drained.
 	rounds := max(1, full.edits/full.concurrency)
-	if res.ConcurrentFloor, res.Concurrent, err = interleaved(rounds, full.concurrency, floor("cfloor"), revert("concurrent", full.edits), quiet); err != nil {
+	if res.ConcurrentFloor, res.Concurrent, err = interleaved(rounds, full.concurrency, floor("cfloor"), revert("concurrent", singles), quiet); err != nil {
 		return err
 	}
 	if err := quiet(); err != nil {
@@ -203,7 +211,11 @@ func interleaved(rounds, width int, floor, measured sampler, settle func() error
 type samples struct {
 	mu        sync.Mutex
 	durations []time.Duration
-	timeouts  int
+	// started holds when each of durations began, for the slowest's
+	// times in the log: a tail is explained, or not, by what the
+	// locker's, the API server's and the bench's logs say then.
+	started  []time.Time
+	timeouts int
 }
 
 // round takes samples first to first+width-1, all released at once.
@@ -215,6 +227,7 @@ func (s *samples) round(first, width int, sample sampler) error {
 		wg.Go(func() {
 			<-start
 			d, ok, err := sample(first + k)
+			ended := time.Now()
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			switch {
@@ -224,6 +237,7 @@ func (s *samples) round(first, width int, sample sampler) error {
 				s.timeouts++
 			default:
 				s.durations = append(s.durations, d)
+				s.started = append(s.started, ended.Add(-d))
 			}
 		})
 	}
@@ -232,4 +246,41 @@ func (s *samples) round(first, width int, sample sampler) error {
 	return firstErr
 }
 
-func (s *samples) summarize() distribution { return summarize(s.durations, s.timeouts) }
+func (s *samples) summarize() distribution {
+	// Before summarize, which sorts durations in place.
+	slow := slowest(s.durations, s.started, slowestLogged)
+	d := summarize(s.durations, s.timeouts)
+	d.slowest = slow
+	return d
+}
+
+// slowestLogged is how many of a measurement's slowest samples the bench
+// logs with their times: the p99 of 200 samples is the third slowest, of
+// 1,000 the eleventh.
+const slowestLogged = 12
+
+// timedSample is one sample and when it began.
+type timedSample struct {
+	at time.Time
+	d  time.Duration
+}
+
+// slowest returns the n longest of durations, longest first, with when
+// each began.
+func slowest(durations []time.Duration, started []time.Time, n int) []timedSample {
+	all := make([]timedSample, len(durations))
+	for i := range durations {
+		all[i] = timedSample{at: started[i], d: durations[i]}
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].d > all[j].d })
+	return all[:min(n, len(all))]
+}
+
+// logSlowest prints the slowest samples of d with when they began.
+func (d distribution) logSlowest(what string) {
+	var b strings.Builder
+	for _, s := range d.slowest {
+		fmt.Fprintf(&b, " %.1f ms at %s;", ms(s.d), s.at.UTC().Format("15:04:05.000"))
+	}
+	fmt.Fprintf(os.Stderr, "bench: the slowest %s:%s\n", what, b.String())
+}

@@ -175,6 +175,7 @@ func main() {
 		base         params
 		out          string
 		edits        int
+		seriesEdits  int
 		concurrency  int
 		idle         time.Duration
 		scale        bool
@@ -184,7 +185,8 @@ func main() {
 	flag.IntVar(&base.Releases, "releases", 200, "N: releases")
 	flag.IntVar(&base.Objects, "objects", 25, "M: objects per release")
 	flag.IntVar(&base.Untracked, "untracked", 20000, "B: objects no release tracks")
-	flag.IntVar(&edits, "edits", 200, "single edits measured")
+	flag.IntVar(&edits, "edits", 200, "single edits measured, and edits in the concurrent rounds and the bursts")
+	flag.IntVar(&seriesEdits, "series-edits", 1000, "single edits measured in each row of the scale series: at 100,000 objects the API server's garbage collections mark for seconds, about twice a minute, and the p99 of 200 edits (some five seconds) depended on whether one fell in them")
 	flag.IntVar(&concurrency, "concurrency", 50, "edits sent at once in the concurrent measurement")
 	flag.DurationVar(&idle, "idle", time.Minute, "length of each idle window")
 	flag.BoolVar(&scale, "scale", true, "also run the growth table: 2x and 4x of N and M, and 2x to 16x of B")
@@ -286,7 +288,7 @@ func main() {
 		return
 	}
 	if *seriesOnly {
-		if err := runSeries(ctx, counts, &fullMeasure{edits: edits, concurrency: concurrency, idle: idle}, out, lockerBinary, true); err != nil {
+		if err := runSeries(ctx, counts, &fullMeasure{edits: edits, singleEdits: seriesEdits, concurrency: concurrency, idle: idle}, out, lockerBinary, true); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -297,7 +299,7 @@ func main() {
 		os.Exit(1)
 	}
 	if len(counts) > 0 {
-		if err := runSeries(ctx, counts, &fullMeasure{edits: edits, concurrency: concurrency, idle: idle}, out, lockerBinary, false); err != nil {
+		if err := runSeries(ctx, counts, &fullMeasure{edits: edits, singleEdits: seriesEdits, concurrency: concurrency, idle: idle}, out, lockerBinary, false); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -701,8 +703,11 @@ type idleResult struct {
 // fullMeasure asks a scenario for latency and idle figures too.
 type fullMeasure struct {
 	edits, concurrency int
-	idle               time.Duration
-	churnDuring        bool
+	// singleEdits, if set, is how many single edits are measured, in
+	// place of edits; the concurrent rounds and the bursts stay edits'.
+	singleEdits int
+	idle        time.Duration
+	churnDuring bool
 	// massDriftRounds, if set, is how many times the mass drift is
 	// measured, and nothing else is.
 	massDriftRounds int

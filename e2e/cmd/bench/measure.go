@@ -610,6 +610,8 @@ type distribution struct {
 	// Samples are every measured latency in ms, sorted, so that the plot
 	// can be drawn again from the JSON (bench -render).
 	Samples []float64 `json:"samplesMs,omitempty"`
+	// slowest are the longest samples with when they began, for the log.
+	slowest []timedSample
 }
 
 func summarize(samples []time.Duration, timeouts int) distribution {
