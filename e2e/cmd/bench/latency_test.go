@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -51,5 +53,38 @@ func TestSamplesSummarizeKeepsTimes(t *testing.T) {
 	}
 	if d.P50 != 40 || d.Max != 90 {
 		t.Errorf("p50, max = %v, %v ms, want 40, 90", d.P50, d.Max)
+	}
+}
+
+func TestKeepControlPlaneLogs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		keep bool
+	}{{"with -profiles", true}, {"without", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, out := t.TempDir(), t.TempDir()
+			saved := profiles
+			t.Cleanup(func() { profiles = saved })
+			profiles = ""
+			if tc.keep {
+				profiles = out
+			}
+			if err := os.WriteFile(filepath.Join(dir, "kube-apiserver.log"), []byte("gc 1 @0.060s"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			keepControlPlaneLogs(dir)
+			kept, err := filepath.Glob(filepath.Join(out, "kube-apiserver-*.log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(kept) == 1; got != tc.keep {
+				t.Fatalf("kept %v, want one kept: %v", kept, tc.keep)
+			}
+			if tc.keep {
+				if data, _ := os.ReadFile(kept[0]); string(data) != "gc 1 @0.060s" {
+					t.Errorf("kept %q", data)
+				}
+			}
+		})
 	}
 }

@@ -186,7 +186,7 @@ func main() {
 	flag.IntVar(&base.Objects, "objects", 25, "M: objects per release")
 	flag.IntVar(&base.Untracked, "untracked", 20000, "B: objects no release tracks")
 	flag.IntVar(&edits, "edits", 200, "single edits measured, and edits in the concurrent rounds and the bursts")
-	flag.IntVar(&seriesEdits, "series-edits", 1000, "single edits measured in each row of the scale series: at 100,000 objects the API server's garbage collections mark for seconds, about twice a minute, and the p99 of 200 edits (some five seconds) depended on whether one fell in them")
+	flag.IntVar(&seriesEdits, "series-edits", 1000, "single edits measured in each row of the scale series: at 100,000 objects stalls of a few seconds, the API server's garbage collections among them, came about twice a minute, and the p99 of 200 edits (some five seconds) depended on whether one fell in them")
 	flag.IntVar(&concurrency, "concurrency", 50, "edits sent at once in the concurrent measurement")
 	flag.DurationVar(&idle, "idle", time.Minute, "length of each idle window")
 	flag.BoolVar(&scale, "scale", true, "also run the growth table: 2x and 4x of N and M, and 2x to 16x of B")
@@ -736,6 +736,25 @@ type benchEnv struct {
 // startEnv starts a control plane with the HelmRelease CRD installed. stop
 // ends the watches of ctx's scenario first, so they do not retry a
 // stopped server, then the control plane.
+// controlPlaneLogs are the control plane's logs that -profiles keeps: a
+// slow sample is read against what etcd and the API server did then
+// (their garbage collections too, with GODEBUG=gctrace=1).
+var controlPlaneLogs = []string{"etcd.log", "kube-apiserver.log", "kube-controller-manager.log"}
+
+// keepControlPlaneLogs copies the control plane's logs in dir to -profiles,
+// named by the time they were kept, before dir is removed.
+func keepControlPlaneLogs(dir string) {
+	if profiles == "" {
+		return
+	}
+	stamp := time.Now().UTC().Format("150405")
+	for _, name := range controlPlaneLogs {
+		if data, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
+			_ = os.WriteFile(filepath.Join(profiles, strings.TrimSuffix(name, ".log")+"-"+stamp+".log"), data, 0o644)
+		}
+	}
+}
+
 func startEnv(ctx context.Context, cancel context.CancelFunc, tools controlplane.Tools) (env *benchEnv, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "helm-locker-bench-")
 	if err != nil {
@@ -754,6 +773,7 @@ func startEnv(ctx context.Context, cancel context.CancelFunc, tools controlplane
 	stop = func() {
 		cancel()
 		_ = cp.Stop()
+		keepControlPlaneLogs(dir)
 		os.RemoveAll(dir)
 	}
 	env = &benchEnv{dir: dir, cp: cp}

@@ -286,7 +286,7 @@ func seriesGoals(series []*scenarioResult) []seriesGoal {
 		{name: "RSS", value: fmt.Sprintf("%.0f MiB", top.RSSMiB), target: "≤ 512 MiB", met: top.RSSMiB <= 512,
 			why: fmt.Sprintf("%.0f MiB of it is the live heap", top.HeapMiB)},
 		{name: "revert p99 / floor p99, after the cold lock", value: fmt.Sprintf("%.2f×", p99), target: "≤ 2×", met: p99 <= 2,
-			why: fmt.Sprintf("p50 is %.2f× the floor's: the tail alone, of %d reverts; at this size the API server's collections mark for seconds about twice a minute, and the p99s are set by which samples, the floor's or the reverts', they slow (design-notes.md)", top.Single.P50/top.Floor.P50, top.Single.Count)},
+			why: fmt.Sprintf("p50 is %.2f× the floor's: the tail alone, of %d reverts; at this size the API server's collections mark for seconds about twice a minute, and stalls of a few seconds such as those set a p99, by which samples, the floor's or the reverts', they fall on (design-notes.md)", top.Single.P50/top.Floor.P50, top.Single.Count)},
 	}
 	for _, r := range series {
 		// The Lease's renewals come every 10 s: a one-minute window
