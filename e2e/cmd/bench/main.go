@@ -192,7 +192,7 @@ func main() {
 	flag.BoolVar(&scale, "scale", true, "also run the growth table: 2x and 4x of N and M, and 2x to 16x of B")
 	flag.StringVar(&out, "out", "docs", "folder for benchmarks.json, benchmarks.md, revert-latency.png and dashboard-panels.png")
 	flag.StringVar(&lockerBinary, "locker", "bin/helm-locker", "helm-locker binary to measure")
-	flag.StringVar(&profiles, "profiles", "", "keep a heap profile of the locker in this folder for every scenario, read when its memory is, its CPU profiles, and the log of every locker it started")
+	flag.StringVar(&profiles, "profiles", "", "keep a heap profile of the locker in this folder for every scenario, read when its memory is, its CPU profiles, the log of every locker it started, and the control plane's logs")
 	flag.Float64Var(&statusRate, "status-rate", 1000, "status writes a second to locked Deployments in the status churn measurement")
 	flag.BoolVar(&churnDuring, "churn-during", true, "touch every Deployment, Service and Secret about once a minute all through the latency measurement")
 	massDriftOnly := flag.Int("mass-drift-only", 0, "measure the base scenario's cold lock and then only this many rounds of the mass drift, print them and write no report: for mass-drift work")
@@ -733,9 +733,6 @@ type benchEnv struct {
 	lockerKubeconfig string
 }
 
-// startEnv starts a control plane with the HelmRelease CRD installed. stop
-// ends the watches of ctx's scenario first, so they do not retry a
-// stopped server, then the control plane.
 // controlPlaneLogs are the control plane's logs that -profiles keeps: a
 // slow sample is read against what etcd and the API server did then
 // (their garbage collections too, with GODEBUG=gctrace=1).
@@ -755,6 +752,9 @@ func keepControlPlaneLogs(dir string) {
 	}
 }
 
+// startEnv starts a control plane with the HelmRelease CRD installed. stop
+// ends the watches of ctx's scenario first, so they do not retry a
+// stopped server, then the control plane.
 func startEnv(ctx context.Context, cancel context.CancelFunc, tools controlplane.Tools) (env *benchEnv, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "helm-locker-bench-")
 	if err != nil {
