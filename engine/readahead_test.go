@@ -240,12 +240,7 @@ func TestHoldInformersDeclaredInBatches(t *testing.T) {
 		existing = append(existing, declaredCM(ns, "held"), declaredCM(ns, "other"))
 	}
 	e, client := configMapEngine(existing...)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = e.Run(ctx) }()
-	if !e.WaitForSynced(ctx) {
-		t.Fatal("the informers did not sync")
-	}
+	ctx := runSynced(t, e)
 
 	release := e.HoldInformers()
 	e.Declare("k-a", ObjectSet{Objects: []*unstructured.Unstructured{declaredCM("a", "held")}})
@@ -282,6 +277,50 @@ func TestHoldInformersDeclaredInBatches(t *testing.T) {
 			t.Errorf("%s/held is not in the cache after the held informer listed", ns)
 		}
 	}
+}
+
+// TestSyncWaitsForHeldInformer: a set declared alone while a burst holds
+// the informers (a lock that came just before the burst's gathering) and
+// synced before the Hold is released waits for its type's list after the
+// Hold, as for any first list, and reads none of its objects alone.
+func TestSyncWaitsForHeldInformer(t *testing.T) {
+	e, client := configMapEngine(declaredCM("a", "one"), declaredCM("a", "two"))
+	ctx := runSynced(t, e)
+	release := e.HoldInformers()
+	e.Declare("lone", ObjectSet{Objects: []*unstructured.Unstructured{declaredCM("a", "one"), declaredCM("a", "two")}})
+	synced := make(chan error, 1)
+	go func() {
+		_, err := e.Sync(ctx, "lone")
+		synced <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	release()
+	select {
+	case err := <-synced:
+		if err != nil {
+			t.Fatalf("Sync = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Sync did not return after the Hold was released")
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "get" && a.GetResource() == cmGVR {
+			t.Errorf("the sync read %s alone, want it from the held informer's list", a.(clienttesting.GetAction).GetName())
+		}
+	}
+}
+
+// runSynced runs e until the test ends, and returns once its informers
+// have listed, with the context it runs in.
+func runSynced(t *testing.T, e *Engine) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = e.Run(ctx) }()
+	if !e.WaitForSynced(ctx) {
+		t.Fatal("the informers did not sync")
+	}
+	return ctx
 }
 
 // configMapEngine is an engine over a fake cluster of existing, which

@@ -251,8 +251,9 @@ func (r *Registry) Err(gvr schema.GroupVersionResource) error {
 }
 
 // WaitForSync waits until gvr's informer has finished its first list, ctx
-// is done, or the type is not acquired or not served. It reports whether
-// the informer synced.
+// is done, or the type is not acquired or not served. A type a Hold keeps
+// from starting is waited for until its list after the Hold. It reports
+// whether the informer synced.
 func (r *Registry) WaitForSync(ctx context.Context, gvr schema.GroupVersionResource) bool {
 	return r.waitForSync(ctx, gvr, false)
 }
@@ -275,14 +276,18 @@ func (r *Registry) waitForSync(ctx context.Context, gvr schema.GroupVersionResou
 			store, health = e.store, e.health
 		}
 		running := r.ctx != nil
+		// A type acquired while a Hold lasts lists once it is released:
+		// its caller waits for that list as for any first list, where
+		// giving up would have it read each object alone.
+		held := e != nil && e.refs > 0 && e.cancel == nil && !e.missing && r.holds > 0
 		r.mu.Unlock()
-		if store == nil || !running {
+		if !running || (store == nil && !held) {
 			return false
 		}
-		if store.HasSynced() {
+		if store != nil && store.HasSynced() {
 			return true
 		}
-		if unlessFailing && health.Err() != nil {
+		if unlessFailing && health != nil && health.Err() != nil {
 			return false
 		}
 		select {

@@ -158,7 +158,16 @@ func TestHold(t *testing.T) {
 	track("first")
 	r.Acquire(cmGVR)
 	track("second")
+	// A sync of a set of the held type waits for its list after the
+	// Hold, as for any first list, rather than read its objects alone.
+	listed := make(chan bool, 1)
+	go func() { listed <- r.WaitForList(ctx, cmGVR) }()
 	time.Sleep(50 * time.Millisecond)
+	select {
+	case got := <-listed:
+		t.Fatalf("WaitForList of a held type returned %v before the Hold was released", got)
+	default:
+	}
 	if got := r.Running(); !slices.Equal(got, []schema.GroupVersionResource{secretGVR}) {
 		t.Fatalf("Running() while held = %v, want only the informer that ran before", got)
 	}
@@ -173,6 +182,14 @@ func TestHold(t *testing.T) {
 
 	release()
 	release()
+	select {
+	case got := <-listed:
+		if !got {
+			t.Error("WaitForList of a held type = false after the Hold was released, want its list")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitForList of a held type did not return after the Hold was released")
+	}
 	waitFor(t, "the held informers to list", func() bool { return r.Current(cmGVR) && r.Current(secretGVR) })
 	for _, name := range []string{"first", "second"} {
 		if _, exists, _, _ := r.Get(cmGVR, "a", name); !exists {
