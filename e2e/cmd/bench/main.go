@@ -103,6 +103,12 @@ func seriesCounts(s string) ([]int, error) {
 	return counts, nil
 }
 
+// seriesParams is the series' row of n locked objects: releases of
+// seriesRelease objects, beside n untracked.
+func seriesParams(n int) params {
+	return params{Releases: n / seriesRelease, Objects: seriesRelease, Untracked: n}
+}
+
 // runSeries runs one scenario per count of locked objects, with as many
 // untracked, each measured in full, and adds the rows to the report in out:
 // run's, when it ran first, or with alone an older one, which then says
@@ -118,7 +124,7 @@ func runSeries(ctx context.Context, counts []int, full *fullMeasure, out, locker
 		rep.SeriesLocker = lockerVersion(ctx, lockerBinary)
 	}
 	for _, n := range counts {
-		p := params{Releases: n / seriesRelease, Objects: seriesRelease, Untracked: n}
+		p := seriesParams(n)
 		fmt.Fprintf(os.Stderr, "bench: series %+v\n", p)
 		res, err := scenario(ctx, tools, lockerBinary, p, full, true)
 		if err != nil {
@@ -195,7 +201,7 @@ func main() {
 	flag.StringVar(&profiles, "profiles", "", "keep a heap profile of the locker in this folder for every scenario, read when its memory is, its CPU profiles, the log of every locker it started, and the control plane's logs")
 	flag.Float64Var(&statusRate, "status-rate", 1000, "status writes a second to locked Deployments in the status churn measurement")
 	flag.BoolVar(&churnDuring, "churn-during", true, "touch every Deployment, Service and Secret about once a minute all through the latency measurement")
-	massDriftOnly := flag.Int("mass-drift-only", 0, "measure the base scenario's cold lock and then only this many rounds of the mass drift, print them and write no report: for mass-drift work")
+	massDriftOnly := flag.Int("mass-drift-only", 0, "measure the base scenario's cold lock (with -series of one count, that row's) and then only this many rounds of the mass drift, print them and write no report: for mass-drift work")
 	coldLockRounds := flag.Int("cold-lock-rounds", 0, "measure only the base scenario's cold lock, this many times on one control plane, with -locker and each binary of -compare in turns: for cold-lock work")
 	compare := flag.String("compare", "", "comma-separated helm-locker binaries whose cold lock -cold-lock-rounds measures in turns with -locker's")
 	startOnly := flag.Bool("start-only", false, "measure the base scenario's two cold locks alone, CRs created at once after the locker is ready and CRs that exist before it starts, and print them with the requests at start by verb and resource; write no report: for start work")
@@ -243,13 +249,6 @@ func main() {
 		}
 		return
 	}
-	if *massDriftOnly > 0 {
-		if err := measureMassDrift(ctx, base, &fullMeasure{concurrency: concurrency, idle: idle, massDriftRounds: *massDriftOnly}, lockerBinary); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
-		}
-		return
-	}
 	if *coldLockRounds > 0 {
 		binaries := []string{lockerBinary}
 		if *compare != "" {
@@ -279,6 +278,22 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
+	}
+	if *massDriftOnly > 0 {
+		p := base
+		switch len(counts) {
+		case 0:
+		case 1:
+			p = seriesParams(counts[0])
+		default:
+			fmt.Fprintln(os.Stderr, "bench: -mass-drift-only takes one -series count at most")
+			os.Exit(2)
+		}
+		if err := measureMassDrift(ctx, p, &fullMeasure{concurrency: concurrency, idle: idle, massDriftRounds: *massDriftOnly}, lockerBinary); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if *smallOnly {
 		if err := runSmall(ctx, out, lockerBinary); err != nil {
