@@ -375,14 +375,29 @@ func logGatherings(t *testing.T, path string) {
 	}
 }
 
+// ledByStragglers reports whether a locker's first gathering of
+// HelmReleases was too small to be declared together: a burst that came
+// apart, whose first locks were synced alone.
+func ledByStragglers(t *testing.T, path string) bool {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := gatheringLine.FindString(string(data))
+	return strings.Contains(first, `"Gathered the HelmReleases`) && strings.Contains(first, "together=false")
+}
+
 // TestBurstIntoIdleLocker: a burst of HelmReleases into a locker that
 // holds nothing yet (every release registered in one apply after it was
 // installed) holds objects of types no informer watches, and whose merge
 // rules the engine has not read: they are resolved page by page as they
 // are declared, and each type's informer starts once the gathering is
 // declared, so that its first list finds every set's objects tracked and
-// it lists once. An edit of a locked Widget made during the burst is
-// reverted, and no locked object is read alone. (A burst this small is
+// it lists once (twice where locks gathered alone before the rest started
+// it). An edit of a locked Widget made during the burst is reverted, and
+// no locked object is read alone, not even by a lock synced while the
+// gathering holds its type's informer. (A burst this small is
 // declared before a list would have passed it anyway: the engine's
 // TestHoldInformersDeclaredInBatches holds the hold itself.)
 func TestBurstIntoIdleLocker(t *testing.T) {
@@ -419,8 +434,15 @@ func TestBurstIntoIdleLocker(t *testing.T) {
 	logGatherings(t, locker.Log)
 	lists := reads[namespacedRead{"", "widgets", "scan"}]
 	t.Logf("the burst: %d lists of the Widgets of every namespace", lists)
-	if lists != 1 {
-		t.Errorf("the informer listed Widgets %d times, want once: started after the gathering was declared, its first list finds them all", lists)
+	// On a busy machine a lock or two of the burst may be gathered alone
+	// before the rest, and start the informer before the rest are
+	// declared: the gathering then has it list once more.
+	want := 1
+	if ledByStragglers(t, locker.Log) {
+		want = 2
+	}
+	if lists < 1 || lists > want {
+		t.Errorf("the informer listed Widgets %d times, want %d at most: started after the gathering was declared, its first list finds them all", lists, want)
 	}
 	if scans := checkNamespaceReads(t, reads, "widgets", namespaces, stragglers); scans > stragglers {
 		t.Errorf("the burst scanned the Widgets of its namespaces %d times, want %d at most (stragglers)", scans, stragglers)
