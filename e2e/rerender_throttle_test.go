@@ -198,8 +198,11 @@ func TestRerenderUpgradeThrottled(t *testing.T) {
 	// after the last upgrade, doubled from one hold to the next. The
 	// condition is polled between edits, which on a busy machine may
 	// miss a short hold: its event says it too.
-	throttledEvents := 0
+	throttledEvents, renderChanged := 0, int32(0)
 	for _, e := range env.Events(t, registration, cr) {
+		if e.Reason == "RenderChanged" {
+			renderChanged += max(e.Count, 1)
+		}
 		if e.Reason == v1alpha1.ReasonUpgradeThrottled {
 			throttledEvents++
 			if !slices.Contains(held, e.Message) {
@@ -207,8 +210,16 @@ func TestRerenderUpgradeThrottled(t *testing.T) {
 			}
 		}
 	}
+	t.Logf("%d UpgradeThrottled and %d RenderChanged events", throttledEvents, renderChanged)
 	if throttledEvents == 0 {
 		t.Error("no UpgradeThrottled event")
+	}
+	// A RenderChanged for each revision's first difference and one for
+	// the lookup's cause, not one a flip: client-go lets 25 Warning
+	// events on an object through, then one every 5 minutes, and a
+	// flood of RenderChanged once dropped the UpgradeThrottled after it.
+	if renderChanged > int32(2*latest) {
+		t.Errorf("%d RenderChanged events for %d revisions, want at most 2 a revision", renderChanged, latest)
 	}
 	if len(held) == 0 {
 		t.Fatal("UpgradeThrottled was never reported while flipping")

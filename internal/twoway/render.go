@@ -70,8 +70,9 @@ func (r *Renders) Render(ctx context.Context, key cache.ObjectName) (time.Durati
 	rs.rendered, rs.result = target, res
 	decision := r.decideUpgrade(key, target, res, upgraded)
 	r.reportUpgrade(key, rs, target, res, decision)
+	announce := rs.announce(prev, res, r.cfg.Clock.Now())
 	rs.mu.Unlock()
-	if res.stale && (prev == nil || prev.digest != res.digest) {
+	if announce {
 		r.recordRenderChanged(key, res)
 	}
 	again := r.upgradeAsDecided(ctx, key, rs, target, res, rel, decision)
@@ -81,6 +82,38 @@ func (r *Renders) Render(ctx context.Context, key cache.ObjectName) (time.Durati
 	// The lock's sync writes what was found.
 	r.locks.Resync(key)
 	return again, nil
+}
+
+// reannounceAfter is how long a RenderChanged event keeps another of the
+// same revision and cause back: client-go's recorder lets 25 Warning
+// events on one object through, then one every 5 minutes.
+const reannounceAfter = 5 * time.Minute
+
+// announce reports whether a RenderChanged event is to say res, a render
+// after prev, and if so notes it; rs.mu is held. A lookup that flaps
+// renders a new difference at each flip, or differs and renders as stored
+// by turns; an event for each would spend the recorder's limit on the CR's
+// Warning events in seconds and drop those that matter after them, such as
+// UpgradeThrottled. So an event says a difference where there was none, or
+// of another revision or cause, and the same one again only after
+// reannounceAfter. The condition and status.rerender say each render.
+func (rs *renderState) announce(prev, res *renderResult, now time.Time) bool {
+	if !newlyStale(prev, res) {
+		return false
+	}
+	a := announcement{revision: res.status.Revision, cause: res.status.Cause, at: now}
+	if last := rs.announced; last.revision == a.revision && last.cause == a.cause && now.Before(last.at.Add(reannounceAfter)) {
+		return false
+	}
+	rs.announced = a
+	return true
+}
+
+// newlyStale reports whether res, a render after prev, differs where prev
+// did not, or for another revision or cause.
+func newlyStale(prev, res *renderResult) bool {
+	return res.stale && (prev == nil || !prev.stale ||
+		prev.status.Revision != res.status.Revision || prev.status.Cause != res.status.Cause)
 }
 
 // renderOutcome is the metrics' result of a render.

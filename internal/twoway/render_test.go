@@ -385,3 +385,86 @@ func TestFailedRenderKeepsItsLookups(t *testing.T) {
 		t.Error("after a failed render, a change of what the last render looked up queued no render: its watch was dropped")
 	}
 }
+
+// TestRenderChangedOncePerCause: a lookup that flaps, between two
+// differences or between a difference and what is stored, makes one
+// RenderChanged event, not one a flip; a new cause makes another, and the
+// same cause again once reannounceAfter has passed. Each render still
+// reports its own finding.
+func TestRenderChangedOncePerCause(t *testing.T) {
+	const settings, kube = "lookup of ConfigMap apps/settings changed", "Kubernetes v1.37.0 (was v1.36.3)"
+	secret := chartSecret(t, "deployed", 1)
+	r := &renders{}
+	tw, clk, events := twoWayController(t, upgradeModeCR("hr", upgradeAs(v1alpha1.RerenderReport, "writer")), r, &upgrades{}, secret)
+	rs := queueRender(t, tw, secret, hrKey, "writer", v1alpha1.RerenderReport)
+	start := clk.Now()
+	asStored := renderAnswer{out: &render.Output{Manifest: manifestYAML}}
+	steps := []struct {
+		after  time.Duration
+		cause  string
+		answer renderAnswer
+		event  bool
+	}{
+		{0, settings, staleRender("flip-0"), true},
+		{time.Second, settings, staleRender("flip-1"), false},
+		{2 * time.Second, settings, staleRender("flip-0"), false},
+		{3 * time.Second, "", staleRender("flip-1"), false},
+		{4 * time.Second, settings, asStored, false},
+		{5 * time.Second, settings, staleRender("flip-1"), false},
+		{6 * time.Second, kube, staleRender("flip-1"), true},
+		{7 * time.Second, settings, staleRender("flip-0"), true},
+		{8 * time.Second, settings, asStored, false},
+		{7*time.Second + reannounceAfter, settings, staleRender("flip-1"), true},
+	}
+	for i, s := range steps {
+		clk.SetTime(start.Add(s.after))
+		rs.causes = nil
+		if s.cause != "" {
+			rs.causes = []string{s.cause}
+		}
+		r.results, r.calls = []renderAnswer{s.answer}, 0
+		if _, err := tw.Render(context.Background(), hrKey); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for len(events.Events) > 0 {
+			if e := <-events.Events; strings.Contains(e, EventRenderChanged) {
+				got = append(got, e)
+			}
+		}
+		if (len(got) == 1) != s.event || len(got) > 1 {
+			t.Errorf("render %d (%q): RenderChanged events %q, want one: %v", i, s.cause, got, s.event)
+		}
+		if want := s.answer != asStored; rs.result.stale != want {
+			t.Errorf("render %d: stale = %v, want %v", i, rs.result.stale, want)
+		}
+	}
+}
+
+// TestNewlyStale: a stale render is news after none, after one as
+// stored, and for another revision or cause; not for another difference
+// of the same cause.
+func TestNewlyStale(t *testing.T) {
+	stale := func(revision int, cause, digest string) *renderResult {
+		return &renderResult{stale: true, digest: digest, status: v1alpha1.RenderStatus{Revision: revision, Cause: cause}}
+	}
+	tests := []struct {
+		name      string
+		prev, res *renderResult
+		want      bool
+	}{
+		{"first render", nil, stale(1, "a", "x"), true},
+		{"after one as stored", &renderResult{status: v1alpha1.RenderStatus{Revision: 1}}, stale(1, "a", "x"), true},
+		{"same cause, another difference", stale(1, "a", "x"), stale(1, "a", "y"), false},
+		{"another cause", stale(1, "a", "x"), stale(1, "b", "x"), true},
+		{"another revision", stale(1, "a", "x"), stale(2, "a", "x"), true},
+		{"renders as stored", stale(1, "a", "x"), &renderResult{status: v1alpha1.RenderStatus{Revision: 1}}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := newlyStale(tt.prev, tt.res); got != tt.want {
+				t.Errorf("newlyStale = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

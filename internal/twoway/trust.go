@@ -52,6 +52,16 @@ type renderState struct {
 	throttledUntil time.Time
 	// chart is the chart source's artifact last read.
 	chart heldChart
+	// announced is the difference the last RenderChanged event said.
+	announced announcement
+}
+
+// announcement is a difference a RenderChanged event said: the revision
+// that renders differently, why, and when it was said.
+type announcement struct {
+	revision int
+	cause    string
+	at       time.Time
 }
 
 // renderResult is what a render found.

@@ -75,8 +75,8 @@ func (r *Renders) unwatchable(ctx context.Context, lookups []render.Lookup) erro
 	}
 }
 
-// recordRenderChanged says, once per render that differs, that the chart
-// would render differently now.
+// recordRenderChanged says that the chart would render differently now
+// (see renderState.announce for when).
 func (r *Renders) recordRenderChanged(key cache.ObjectName, res *renderResult) {
 	ref := &corev1.ObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind, Namespace: key.Namespace, Name: key.Name}
 	if hr, ok := r.locks.HelmRelease(key); ok {
