@@ -146,34 +146,6 @@ func (r *Registry) Acquire(gvr schema.GroupVersionResource) {
 	}
 }
 
-// Hold keeps informers from starting until release is called: those of
-// types Acquired meanwhile, and those a CRD's return would start again. It
-// is for a caller about to begin tracking many objects at once, in types
-// whose informers may not run yet: started by the first Acquire, an
-// informer's first list would drop the objects of the callers that
-// follow it while it lists, and have to list again for them; held, its
-// first list finds them all tracked. A type held is not synced (see Get),
-// as before Run. Informers already running are not affected. Calls of
-// release after the first do nothing.
-func (r *Registry) Hold() (release func()) {
-	r.mu.Lock()
-	r.holds++
-	r.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			if r.holds--; r.holds > 0 || r.ctx == nil {
-				return
-			}
-			for _, e := range r.entries {
-				r.startLocked(e)
-			}
-		})
-	}
-}
-
 // Release undoes one Acquire. The last Release stops the informer and waits
 // for its goroutine to exit; no event is delivered after that.
 func (r *Registry) Release(gvr schema.GroupVersionResource) {
