@@ -89,23 +89,37 @@ func (r *Renders) Render(ctx context.Context, key cache.ObjectName) (time.Durati
 // events on one object through, then one every 5 minutes.
 const reannounceAfter = 5 * time.Minute
 
+// maxAnnounced bounds the causes of one revision said within
+// reannounceAfter: lookups that flap apart make a cause of each, and of
+// each order they come together in.
+const maxAnnounced = 8
+
 // announce reports whether a RenderChanged event is to say res, a render
 // after prev, and if so notes it; rs.mu is held. A lookup that flaps
 // renders a new difference at each flip, or differs and renders as stored
 // by turns; an event for each would spend the recorder's limit on the CR's
 // Warning events in seconds and drop those that matter after them, such as
 // UpgradeThrottled. So an event says a difference where there was none, or
-// of another revision or cause, and the same one again only after
-// reannounceAfter. The condition and status.rerender say each render.
+// of another revision or cause, and a revision's cause again only after
+// reannounceAfter, maxAnnounced of them at most meanwhile. The condition
+// and status.rerender say each render.
 func (rs *renderState) announce(prev, res *renderResult, now time.Time) bool {
 	if !newlyStale(prev, res) {
 		return false
 	}
-	a := announcement{revision: res.status.Revision, cause: res.status.Cause, at: now}
-	if last := rs.announced; last.revision == a.revision && last.cause == a.cause && now.Before(last.at.Add(reannounceAfter)) {
+	a := &rs.announced
+	if a.at == nil || a.revision != res.status.Revision {
+		a.revision, a.at = res.status.Revision, map[string]time.Time{}
+	}
+	for cause, at := range a.at {
+		if !now.Before(at.Add(reannounceAfter)) {
+			delete(a.at, cause)
+		}
+	}
+	if _, said := a.at[res.status.Cause]; said || len(a.at) >= maxAnnounced {
 		return false
 	}
-	rs.announced = a
+	a.at[res.status.Cause] = now
 	return true
 }
 

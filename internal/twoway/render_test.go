@@ -388,9 +388,9 @@ func TestFailedRenderKeepsItsLookups(t *testing.T) {
 
 // TestRenderChangedOncePerCause: a lookup that flaps, between two
 // differences or between a difference and what is stored, makes one
-// RenderChanged event, not one a flip; a new cause makes another, and the
-// same cause again once reannounceAfter has passed. Each render still
-// reports its own finding.
+// RenderChanged event, not one a flip; a new cause makes another, two
+// causes by turns one each, and a cause is said again once
+// reannounceAfter has passed. Each render still reports its own finding.
 func TestRenderChangedOncePerCause(t *testing.T) {
 	const settings, kube = "lookup of ConfigMap apps/settings changed", "Kubernetes v1.37.0 (was v1.36.3)"
 	secret := chartSecret(t, "deployed", 1)
@@ -412,9 +412,12 @@ func TestRenderChangedOncePerCause(t *testing.T) {
 		{4 * time.Second, settings, asStored, false},
 		{5 * time.Second, settings, staleRender("flip-1"), false},
 		{6 * time.Second, kube, staleRender("flip-1"), true},
-		{7 * time.Second, settings, staleRender("flip-0"), true},
-		{8 * time.Second, settings, asStored, false},
-		{7*time.Second + reannounceAfter, settings, staleRender("flip-1"), true},
+		// Two causes by turns: each was said.
+		{7 * time.Second, settings, staleRender("flip-0"), false},
+		{8 * time.Second, kube, staleRender("flip-1"), false},
+		{9 * time.Second, settings, asStored, false},
+		{reannounceAfter, settings, staleRender("flip-1"), true},
+		{reannounceAfter + time.Second, kube, staleRender("flip-0"), false},
 	}
 	for i, s := range steps {
 		clk.SetTime(start.Add(s.after))
@@ -466,5 +469,32 @@ func TestNewlyStale(t *testing.T) {
 				t.Errorf("newlyStale = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestAnnounceBounded: within reannounceAfter, at most maxAnnounced causes
+// of one revision are said; another revision's are said at once, and the
+// first revision's again once they are old.
+func TestAnnounceBounded(t *testing.T) {
+	var rs renderState
+	start := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	stale := func(revision int, cause string) *renderResult {
+		return &renderResult{stale: true, status: v1alpha1.RenderStatus{Revision: revision, Cause: cause}}
+	}
+	said := 0
+	for i := range maxAnnounced + 3 {
+		if rs.announce(nil, stale(1, fmt.Sprintf("lookup %d changed", i)), start) {
+			said++
+		}
+	}
+	if said != maxAnnounced {
+		t.Errorf("%d causes said at once, want %d", said, maxAnnounced)
+	}
+	later := start.Add(reannounceAfter)
+	if !rs.announce(nil, stale(1, "lookup 0 changed"), later) {
+		t.Error("a cause said reannounceAfter ago was not said again")
+	}
+	if !rs.announce(nil, stale(2, "lookup 0 changed"), later) {
+		t.Error("another revision's cause was not said")
 	}
 }

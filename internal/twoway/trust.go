@@ -52,16 +52,15 @@ type renderState struct {
 	throttledUntil time.Time
 	// chart is the chart source's artifact last read.
 	chart heldChart
-	// announced is the difference the last RenderChanged event said.
-	announced announcement
+	// announced is what RenderChanged events said of late.
+	announced announcements
 }
 
-// announcement is a difference a RenderChanged event said: the revision
-// that renders differently, why, and when it was said.
-type announcement struct {
+// announcements are the causes RenderChanged events said of one revision
+// that renders differently, each with when it was last said.
+type announcements struct {
 	revision int
-	cause    string
-	at       time.Time
+	at       map[string]time.Time
 }
 
 // renderResult is what a render found.
